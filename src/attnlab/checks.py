@@ -1,0 +1,193 @@
+"""Checks that test cells call: comparisons with actionable messages, seeded inputs, poisoned outputs.
+
+Every comparison raises ``AssertionError`` whose message says which case failed, the shapes and
+dtypes, how far off the result is, and the first index that is wrong, so a learner can act on it
+and an instructor can read it in the grading report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+
+import torch
+
+__all__ = [
+    "generator", "randn", "poisoned", "tolerance", "assert_close", "assert_finite",
+    "assert_shape", "assert_dtype_at_least", "time_limit", "assert_number", "Case",
+]
+
+
+def generator(seed: int, device="cpu") -> torch.Generator:
+    """A private random generator, so a learner re-seeding torch's global one changes nothing here."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def randn(*shape, seed: int, dtype=torch.float64, device="cpu") -> torch.Tensor:
+    """Standard-normal tensor from ``seed`` (drawn on the CPU in float64, then moved and cast).
+
+    Drawing on the CPU makes the values identical on every machine, so a failure seen on a GPU can
+    be replayed on a laptop.
+    """
+    t = torch.randn(*shape, generator=generator(seed), dtype=torch.float64)
+    return t.to(device=device, dtype=dtype)
+
+
+def poisoned(shape, dtype, device="cpu") -> torch.Tensor:
+    """A tensor filled with NaN: any element a kernel forgets to write fails the comparison."""
+    return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
+
+
+#: Relative-error tolerances by dtype; float32 is looser on a GPU, where ``tl.dot`` uses tf32.
+_TOL = {torch.float64: 1e-10, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+
+
+def tolerance(dtype: torch.dtype, device="cpu") -> float:
+    """Relative-error tolerance for results computed in ``dtype`` on ``device``.
+
+    float64: 1e-10; float32: 1e-5 on the CPU, 2e-3 on a GPU (tf32 dot products); float16: 5e-3;
+    bfloat16: 2e-2.
+    """
+    if dtype == torch.float32:
+        return 2e-3 if torch.device(device).type == "cuda" else 1e-5
+    return _TOL[dtype]
+
+
+class Case(dict):
+    """The parameters of one check, printed compactly in failure messages."""
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.items())
+
+
+def _prefix(name: str, case) -> str:
+    return f"{name} [{case}]" if case else name
+
+
+def assert_shape(actual, shape, *, name: str, case=None) -> None:
+    """Fail unless ``actual`` is a tensor of exactly ``shape``."""
+    where = _prefix(name, case)
+    if not isinstance(actual, torch.Tensor):
+        raise AssertionError(f"{where}: expected a torch.Tensor of shape {tuple(shape)}, "
+                             f"got {type(actual).__name__}")
+    if tuple(actual.shape) != tuple(shape):
+        raise AssertionError(f"{where}: wrong shape {tuple(actual.shape)}, expected {tuple(shape)}")
+
+
+def assert_dtype_at_least(actual: torch.Tensor, dtype: torch.dtype, *, name: str, case=None) -> None:
+    """Fail unless ``actual`` has ``dtype`` or float64 (float64 statistics are always fine)."""
+    if actual.dtype not in (dtype, torch.float64):
+        raise AssertionError(f"{_prefix(name, case)}: dtype {actual.dtype}, expected {dtype} (or float64). "
+                             f"Keep softmax statistics such as the LSE in float32 or wider.")
+
+
+def assert_finite(actual: torch.Tensor, *, name: str, case=None) -> None:
+    """Fail on NaN or ±inf, naming the first such index (NaN often means an unwritten output)."""
+    bad = ~torch.isfinite(actual)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{_prefix(name, case)}: {int(bad.sum())} of {actual.numel()} elements are not finite; "
+            f"first at index {idx} = {actual[idx].item()}. NaN usually means an element was never "
+            f"written or exp(-inf - (-inf)) was computed; inf means an overflow (is the max subtracted?)")
+
+
+def assert_close(actual, expected: torch.Tensor, *, name: str, case=None, tol: float | None = None,
+                 finite: bool = True) -> float:
+    """Compare by relative error ‖actual − expected‖ / ‖expected‖ ≤ tol (Frobenius norms, float64).
+
+    Args:
+        actual: the learner's tensor; moved to ``expected``'s device for the comparison.
+        expected: the reference.
+        name: what is compared (``"o"``, ``"lse"``, ``"dq"``...), for the message.
+        case: the parameters of the check, for the message.
+        tol: defaults to :func:`tolerance` of ``expected``'s dtype and ``actual``'s device.
+        finite: also require every element of ``actual`` to be finite.
+
+    Returns:
+        The relative error.
+
+    Raises:
+        AssertionError: wrong type or shape, non-finite values, or error above ``tol``; the message
+        gives the first element whose error is largest relative to the tolerance.
+    """
+    assert_shape(actual, expected.shape, name=name, case=case)
+    if tol is None:
+        tol = tolerance(expected.dtype, actual.device)
+    if finite:
+        assert_finite(actual, name=name, case=case)
+    a = actual.detach().to(device=expected.device, dtype=torch.float64)
+    e = expected.detach().to(torch.float64)
+    diff = (a - e).abs()
+    denom = e.norm().item()
+    rel = diff.norm().item() / denom if denom > 0 else diff.norm().item()
+    if not (rel <= tol):  # also catches NaN
+        # point at the first element that is off by much more than the overall tolerance allows
+        scale_ = e.abs().max().item() or 1.0
+        off = diff > tol * scale_
+        idx = tuple(int(i) for i in (off.nonzero()[0] if off.any() else (diff == diff.max()).nonzero()[0]))
+        raise AssertionError(
+            f"{_prefix(name, case)}: relative error {rel:.3g} exceeds {tol:.0e}. "
+            f"{int(off.sum())} of {e.numel()} elements are off; first at index {idx}: "
+            f"got {a[idx].item():.6g}, expected {e[idx].item():.6g}. "
+            f"(shape {tuple(e.shape)}, your dtype {actual.dtype})")
+    return rel
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm; a BaseException so a learner's ``except Exception`` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None, what: str):
+    """Raise ``TimeoutError`` if the block runs longer than ``seconds`` (Unix main thread only).
+
+    Test cells wrap each call of learner code in it, so an endless loop fails that check with a
+    clear message instead of consuming the whole cell's execution timeout. Elsewhere (Windows,
+    worker threads) it does nothing and the notebook's cell timeout remains the backstop. It cannot
+    interrupt a compiled GPU kernel that never returns.
+    """
+    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    if not usable or not seconds or seconds <= 0:
+        yield
+        return
+    fired = []
+
+    def _raise(signum, frame):
+        fired.append(True)
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.perf_counter()
+    try:
+        yield
+    except BaseException as exc:
+        # Triton's interpreter may wrap the alarm in its own exception type: trust the flag.
+        if fired or isinstance(exc, _Timeout):
+            raise TimeoutError(f"{what} did not finish within {seconds:g} s (stopped after "
+                               f"{time.perf_counter() - start:.1f} s): an endless loop, or far too slow "
+                               f"for these small test sizes?") from None
+        raise
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def assert_number(value, expected: float, *, name: str, rel: float = 0.02) -> None:
+    """Fail unless ``value`` is a real number within ``rel`` (relative) of ``expected``.
+
+    Used for the numeric answers of "predict before you measure" cells.
+    """
+    try:
+        got = float(value)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{name}: expected a number, got {value!r}") from None
+    if not math.isfinite(got) or abs(got - expected) > rel * abs(expected):
+        raise AssertionError(f"{name}: {got:.6g} is not within {rel:.0%} of the expected value. "
+                             f"Recheck the units (bytes vs GiB, FLOPs vs TFLOPs, s vs ms).")

@@ -1,0 +1,121 @@
+"""Build nbgrader's source/ and release/ from the jupytext sources in notebooks/, and check freshness.
+
+notebooks/NN_name.py  --jupytext-->  source/attention_kernels/NN_name.ipynb
+                      --nbgrader generate_assignment-->  release/attention_kernels/NN_name.ipynb
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+from .course import ASSIGNMENT, Course
+
+#: Filled in for every cell that carries nbgrader metadata, so sources only state what differs.
+NBGRADER_DEFAULTS = {"grade": False, "solution": False, "locked": False, "task": False, "schema_version": 3}
+#: Cell metadata jupytext writes for round-tripping the .py file; meaningless in the .ipynb.
+_JUPYTEXT_KEYS = ("lines_to_next_cell", "lines_to_end_of_cell_marker", "cell_marker", "title")
+
+
+def _cell_id(cell, used: set[str]) -> str:
+    base = cell.metadata.get("nbgrader", {}).get("grade_id") or \
+        "c-" + hashlib.sha1(cell.source.encode()).hexdigest()[:10]
+    cid, n = base, 1
+    while cid in used:
+        n += 1
+        cid = f"{base}-{n}"
+    used.add(cid)
+    return cid
+
+
+def notebook_from_source(path: Path) -> nbformat.NotebookNode:
+    """Read one jupytext percent file and return the instructor notebook, with stable cell ids.
+
+    Raises:
+        ValueError: a graded cell without points, or a duplicate grade_id.
+    """
+    nb = jupytext.read(path)
+    grade_ids: set[str] = set()
+    used_ids: set[str] = set()
+    for cell in nb.cells:
+        for key in _JUPYTEXT_KEYS:
+            cell.metadata.pop(key, None)
+        if "nbgrader" in cell.metadata:
+            meta = {**NBGRADER_DEFAULTS, **cell.metadata["nbgrader"]}
+            gid = meta.get("grade_id")
+            if not gid:
+                raise ValueError(f"{path.name}: an nbgrader cell has no grade_id:\n{cell.source[:200]}")
+            if gid in grade_ids:
+                raise ValueError(f"{path.name}: grade_id {gid!r} is used twice")
+            grade_ids.add(gid)
+            if meta["grade"] and "points" not in meta:
+                raise ValueError(f"{path.name}: graded cell {gid!r} has no points")
+            cell.metadata["nbgrader"] = meta
+        cell["id"] = _cell_id(cell, used_ids)
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    return nb
+
+
+def build_source(course: Course) -> list[Path]:
+    """Write source/attention_kernels/*.ipynb from notebooks/*.py; remove notebooks that no longer exist."""
+    course.source.mkdir(parents=True, exist_ok=True)
+    names = course.notebook_names()
+    for stale in course.source.glob("*.ipynb"):
+        if stale.stem not in names:
+            stale.unlink()
+    written = []
+    for name in names:
+        out = course.source / f"{name}.ipynb"
+        nbformat.write(notebook_from_source(course.notebooks / f"{name}.py"), out)
+        written.append(out)
+    return written
+
+
+def build_release(course: Course) -> None:
+    """Run ``nbgrader generate_assignment`` (student version, gradebook entries) for the assignment."""
+    if course.release.exists():
+        shutil.rmtree(course.release)  # so a notebook removed from the course leaves no stale copy
+    course.nbgrader("generate_assignment", ASSIGNMENT, "--force", timeout=600)
+
+
+def build(course: Course) -> None:
+    """notebooks/ -> source/ -> release/."""
+    build_source(course)
+    build_release(course)
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+
+
+def stale_files(course: Course) -> list[str]:
+    """Files of source/ and release/ that differ from a fresh build of notebooks/ (empty: all fresh).
+
+    Builds in a temporary copy of the course, so the working tree and its gradebook are untouched.
+    """
+    with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
+        fresh = Course(Path(tmp))
+        shutil.copytree(course.notebooks, fresh.notebooks)
+        shutil.copy(course.root / "nbgrader_config.py", fresh.root / "nbgrader_config.py")
+        build(fresh)
+        problems = []
+        for kind in ("source", "release"):
+            want, have = _tree(getattr(fresh, kind)), _tree(getattr(course, kind))
+            for rel in sorted(set(want) | set(have)):
+                label = f"{kind}/{ASSIGNMENT}/{rel}"
+                if rel not in have:
+                    problems.append(f"{label}: missing")
+                elif rel not in want:
+                    problems.append(f"{label}: not produced by the build (remove it)")
+                elif want[rel] != have[rel]:
+                    problems.append(f"{label}: differs from a fresh build")
+        return problems

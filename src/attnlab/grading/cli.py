@@ -1,0 +1,1 @@
+"""The ``attnlab`` command line (placeholder, grown below)."""
