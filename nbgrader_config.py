@@ -6,7 +6,6 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "attention-kernels"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
-c.CourseDirectory.db_assignments = [dict(name="attention_kernels")]
 # Never copied into release/ nor over a student's files at autograde.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", ".DS_Store",
                             "feedback", "*.csv", "*.png"]

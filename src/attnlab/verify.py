@@ -81,7 +81,6 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
     assert_close(m, x.amax(dim=-1), name="m (the running max)", case=case)
     assert_close(m + torch.log(l.to(torch.float64)), torch.logsumexp(x.to(torch.float64), dim=-1),
                  name="m + log(l) (the logsumexp)", case=case, tol=1e-10 if x.dtype == torch.float64 else 1e-5)
-    return m, l
 
 
 # ---------------------------------------------------------------------------------------------- 02
@@ -120,7 +119,6 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
     assert_shape(lse, lse_ref.shape, name="lse", case=case)
     assert_dtype_at_least(lse, lse_dtype(dtype), name="lse", case=case)
     assert_close(lse, lse_ref, name="lse (natural-log logsumexp of each score row)", case=case)
-    return o, lse
 
 
 # ---------------------------------------------------------------------------------------------- 03
@@ -146,7 +144,6 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
     grads = _pair(_call(fn, name, *args, **kwargs), name, ("dq", "dk", "dv"))
     for gname, got, ref in zip(("dq", "dk", "dv"), grads, reference_gradients(q, k, v, do, causal, scale)):
         assert_close(got, ref, name=gname, case=case)
-    return grads
 
 
 def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
@@ -204,7 +201,6 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         y = _call(launch.launch_softmax, "_softmax_kernel", kernel, x)
     assert_close(y.cpu(), expected, name="softmax", case=case,
                  tol=max(1e-5, tolerance(dtype, device)))
-    return y
 
 
 # ---------------------------------------------------------------------------------------------- 05
@@ -245,4 +241,3 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     tol = tolerance(dtype, device)
     assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol)
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
-    return o, lse

@@ -1,1 +1,126 @@
-"""The ``attnlab`` command line (placeholder, grown below)."""
+"""The ``attnlab`` command line: build the course, grade submissions, check yourself.
+
+    attnlab build [--check]        notebooks/ -> source/ -> release/ (or only report staleness)
+    attnlab samples                write the bundled sample submissions into submitted/
+    attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
+    attnlab grade-samples          the main job: build, samples, autograde, grades.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .course import Course
+
+
+def _cmd_build(args) -> int:
+    from .build import build, stale_files
+
+    course = Course.find(args.course)
+    if args.check:
+        problems = stale_files(course)
+        if problems:
+            print("source/ or release/ is stale against notebooks/; run `attnlab build`:")
+            print("\n".join(f"  {p}" for p in problems))
+            return 1
+        print("source/ and release/ match notebooks/")
+        return 0
+    start = time.perf_counter()
+    build(course)
+    print(f"built {len(course.notebook_names())} notebooks into {course.source.relative_to(course.root)} "
+          f"and {course.release.relative_to(course.root)} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _cmd_samples(args) -> int:
+    from .samples import write_main_samples
+
+    course = Course.find(args.course)
+    students = write_main_samples(course)
+    print(f"wrote sample submissions to {course.submitted.relative_to(course.root)}/: {', '.join(students)}")
+    return 0
+
+
+def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None):
+    from .autograde import autograde, export_grades, format_report, write_report_csv
+
+    start = time.perf_counter()
+    print("Autograding, one notebook at a time:")
+    results = autograde(course, students, notebooks)
+    elapsed = time.perf_counter() - start
+    print()
+    print(format_report(results))
+    print()
+    n_sub = len({r.student for r in results})
+    print(f"graded {len(results)} notebooks of {n_sub} submissions in {elapsed:.0f} s "
+          f"({elapsed / max(n_sub, 1):.0f} s per submission)")
+    if report_csv:
+        write_report_csv(results, report_csv)
+        print(f"per-notebook report: {report_csv}")
+    if export:
+        export_grades(course, export)
+        print(f"gradebook exported by nbgrader: {export}")
+    return results
+
+
+def _cmd_autograde(args) -> int:
+    course = Course.find(args.course)
+    _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv)
+    return 0
+
+
+def _cmd_grade_samples(args) -> int:
+    from .build import build
+    from .samples import write_main_samples
+
+    course = Course.find(args.course)
+    start = time.perf_counter()
+    build(course)
+    print(f"built release/ from notebooks/ in {time.perf_counter() - start:.1f} s")
+    students = write_main_samples(course)
+    print(f"sample submissions: {', '.join(students)}\n")
+    results = _grade_and_report(course, students, None, course.root / "grades.csv",
+                                course.root / "grading_report.csv")
+    ref = [r for r in results if r.student == "reference"]
+    blank = [r for r in results if r.student == "blank"]
+    problems = [f"reference lost points in {r.notebook}" for r in ref if r.points < r.max_points]
+    problems += [f"blank earned points in {r.notebook}" for r in blank if r.points > 0]
+    if problems:
+        print("\nSANITY CHECK FAILED: " + "; ".join(problems))
+        return 1
+    print("\nsanity check: reference has full marks, blank has zero")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attnlab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", default=None, help="course directory (default: found from the cwd)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="notebooks/ -> source/ -> release/")
+    p.add_argument("--check", action="store_true", help="only report whether source/ and release/ are stale")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("samples", help="write the bundled sample submissions into submitted/")
+    p.set_defaults(func=_cmd_samples)
+
+    p = sub.add_parser("autograde", help="autograde submitted/, one notebook at a time")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
+    p.add_argument("--export", type=Path, default=None, help="also export the gradebook to this CSV")
+    p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
+    p.set_defaults(func=_cmd_autograde)
+
+    p = sub.add_parser("grade-samples", help="the main job: build, write samples, autograde, export grades.csv")
+    p.set_defaults(func=_cmd_grade_samples)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -64,9 +65,22 @@ class Course:
         """
         full_env = dict(os.environ if env is None else env)
         full_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full_env.get("PATH", "")])
-        proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=full_env,
-                              capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"nbgrader {' '.join(args)} failed (exit {proc.returncode}):\n"
-                               f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        return proc
+        # A session of its own, so a timeout can kill nbgrader *and* the kernel it started.
+        proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=full_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise NbgraderTimeout(f"nbgrader {' '.join(args)} ran past {timeout:g} s and was killed") from None
+        result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"nbgrader {' '.join(args)} failed (exit {result.returncode}):\n"
+                               f"{out[-4000:]}\n{err[-4000:]}")
+        return result
+
+
+class NbgraderTimeout(RuntimeError):
+    """An nbgrader command ran past its wall-clock limit; it and its kernels were killed."""

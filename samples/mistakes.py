@@ -1,0 +1,34 @@
+"""Typical learner mistakes, as edits to the reference solutions (see attnlab.grading.samples).
+
+Each mistake becomes a sample submission ``mistake-<id>`` holding one notebook; the course's tests
+autograde it and require that exactly the listed test cells lose points. ``TYPICAL`` combines one
+mistake per notebook into the ``typical_mistakes`` student that the main job grades.
+"""
+
+from attnlab.grading.samples import Mistake
+
+MISTAKES = [
+    # ---- 01 online softmax ------------------------------------------------------------------
+    Mistake(
+        id="01-no-rescale", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("l = l * torch.exp(m - offset) + ", "l = l + "),),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="forgets to rescale l when the running max grows",
+    ),
+    Mistake(
+        id="01-no-inf-guard", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("offset = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)", "offset = m_new"),),
+        fails=("test_online_softmax_handles_growing_max",),
+        why="computes exp(-inf - (-inf)) on a leading block that is entirely masked",
+    ),
+    Mistake(
+        id="01-two-pass-overflow", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("l = l * torch.exp(m - offset) + torch.exp(block - offset[..., None]).sum(dim=-1)",
+                "l = l + torch.exp(block).sum(dim=-1)"),
+               ("    return m, l", "    return m, l * torch.exp(-m)")),
+        fails=("test_online_softmax_handles_growing_max",),
+        why="sums exp(x) without subtracting the max: overflows at x = 1000",
+    ),
+]
+
+TYPICAL = ["01-no-rescale"]

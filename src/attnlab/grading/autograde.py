@@ -1,0 +1,292 @@
+"""Autograde submissions one notebook at a time, and report points and the reason for every loss.
+
+nbgrader 0.9 grades a submission's notebooks in one loop: a kernel that dies in one notebook
+aborts the loop (zeroing the notebooks after it) and removes the autograded folder. Running
+``nbgrader autograde --notebook NAME`` once per notebook, each in its own process group under a
+wall-clock limit, confines any failure to the notebook that caused it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .course import ASSIGNMENT, COURSE_ID, Course
+
+#: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
+NOTEBOOK_LIMIT_S = 600
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float | None   # None: waits for manual grading
+    max_points: float
+    reason: str = ""       # why points were lost (empty when full marks or manual)
+
+
+@dataclass
+class NotebookResult:
+    student: str
+    notebook: str
+    status: str            # graded | missing | failed | timeout
+    points: float = 0.0    # autograded points earned
+    max_points: float = 0.0
+    manual_max: float = 0.0  # points waiting for manual grading
+    reason: str = ""
+    seconds: float = 0.0
+    cells: list[CellResult] = field(default_factory=list)
+
+    def losses(self) -> list[str]:
+        if self.status != "graded":
+            return [self.reason]
+        return [f"{c.grade_id} (-{c.max_points - (c.points or 0):g}): {c.reason}" for c in self.cells
+                if c.points is not None and c.points < c.max_points]
+
+
+def _points(course: Course, name: str) -> tuple[dict[str, float], float]:
+    """({grade_id: points} of the autograded test cells, manual points) of source notebook ``name``."""
+    auto, manual = {}, 0.0
+    for cell in nbformat.read(course.source / f"{name}.ipynb", as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            if cell.cell_type == "code" and not meta.get("solution"):
+                auto[meta["grade_id"]] = meta["points"]
+            else:
+                manual += meta["points"]
+    return auto, manual
+
+
+def _first_line(text: str, limit: int = 220) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text).strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def cell_errors(nb_path: Path) -> dict[str, str]:
+    """grade_id -> one-line error of every graded cell that raised, from an autograded notebook."""
+    errors = {}
+    for cell in nbformat.read(nb_path, as_version=4).cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid and cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    detail = _first_line(out.get("evalue", "")) or "(no message: not implemented yet?)"
+                    errors[gid] = f"{out.get('ename', 'Error')}: {detail}"
+    return errors
+
+
+def _failure_reason(log: str) -> str:
+    for pattern, reason in (
+        (r"DeadKernelError|Kernel died|kernel.*(died|restarting)", "the kernel died (crash, os._exit or out of memory)"),
+        (r"UnresponsiveKernelError", "the kernel stopped responding (endless loop that ignores interrupts?)"),
+        (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
+        (r"old version of the nbgrader metadata|SchemaTooOld", "the notebook's nbgrader metadata is damaged (copied or edited cells)"),
+        (r"NotJSONError|Notebook does not appear to be JSON|Unreadable Notebook", "the notebook file is not valid JSON"),
+    ):
+        if re.search(pattern, log, re.IGNORECASE):
+            return reason
+    tail = [ln for ln in log.strip().splitlines() if "ERROR" in ln or "Error" in ln]
+    return "grading failed: " + _first_line(tail[-1] if tail else log[-300:])
+
+
+def _zero_notebook(course: Course, student: str, notebook: str) -> None:
+    """Make the gradebook say 0 for a notebook whose grading failed, not a stale earlier score."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
+        try:
+            sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        except MissingEntry:
+            return
+        for grade in sub.grades:
+            grade.auto_score = 0
+            grade.needs_manual_grade = False
+        gb.db.commit()
+
+
+def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
+        sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
+                         g.max_score) for g in sub.grades}
+
+
+def _run_worker(course: Course, student: str, notebooks: list[str], limit_s: float,
+                progress=None) -> dict[str, tuple[str, str, float]]:
+    """Grade ``notebooks`` of ``student`` in worker processes; notebook -> (status, log, seconds).
+
+    status is ``ok`` (nbgrader finished), ``failed`` (nbgrader reported an error, or the worker
+    died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
+    and a new worker carries on with the notebooks left).
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    outcomes: dict[str, tuple[str, str, float]] = {}
+    remaining = list(notebooks)
+    while remaining:
+        with tempfile.TemporaryFile("w+") as errfile:
+            proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root), student,
+                                     *remaining], stdout=subprocess.PIPE, stderr=errfile, text=True, env=env,
+                                    start_new_session=True)
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: ([lines.put(ln) for ln in proc.stdout], lines.put(None)),
+                             daemon=True).start()
+            current, started = None, time.perf_counter()
+            while True:
+                wait = limit_s - (time.perf_counter() - started)
+                try:
+                    line = lines.get(timeout=max(wait, 0.1))
+                except queue.Empty:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    outcomes[current or remaining[0]] = ("timeout", "", time.perf_counter() - started)
+                    break
+                if line is None:  # the worker exited
+                    if current is not None:
+                        errfile.seek(0)
+                        outcomes[current] = ("failed", "the grading process died\n" + errfile.read()[-3000:],
+                                             time.perf_counter() - started)
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "start" in msg:
+                    current, started = msg["start"], time.perf_counter()
+                elif "done" in msg and msg["done"] == current:
+                    outcomes[current] = ("ok" if msg["success"] else "failed", msg["log"],
+                                         time.perf_counter() - started)
+                    if progress:
+                        progress(current)
+                    current = None
+            proc.wait()
+            if not any(n in outcomes for n in remaining):  # the worker could not start at all
+                errfile.seek(0)
+                tail = errfile.read()[-2000:]
+                for n in remaining:
+                    outcomes[n] = ("failed", "the grading worker did not start\n" + tail, 0.0)
+        remaining = [n for n in remaining if n not in outcomes]
+    return outcomes
+
+
+def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
+              seconds: float, limit_s: float) -> NotebookResult:
+    auto, manual_max = _points(course, notebook)
+    res = NotebookResult(student, notebook, "graded", max_points=sum(auto.values()), manual_max=manual_max,
+                         seconds=seconds)
+    out = course.autograded / student / ASSIGNMENT / f"{notebook}.ipynb"
+    if status != "ok" or not out.exists():
+        if status == "timeout":
+            res.status, res.reason = "timeout", f"grading ran past {limit_s:g} s and was stopped"
+        else:
+            res.status, res.reason = "failed", _failure_reason(log)
+        if out.exists():
+            out.unlink()
+        _zero_notebook(course, student, notebook)
+        return res
+    errors = cell_errors(out)
+    grades = _read_grades(course, student, notebook)
+    for gid, max_points in auto.items():
+        score = grades.get(gid, (0.0, max_points))[0] or 0.0
+        res.points += score
+        res.cells.append(CellResult(gid, score, max_points,
+                                    "" if score >= max_points else errors.get(gid, "no points (output did not pass)")))
+    return res
+
+
+def autograde_submission(course: Course, student: str, notebooks: list[str] | None = None,
+                         limit_s: float = NOTEBOOK_LIMIT_S, progress=None) -> list[NotebookResult]:
+    """Autograde ``notebooks`` (default: all) of one submission; never raises for a bad submission."""
+    notebooks = notebooks or course.notebook_names()
+    folder = course.submitted / student / ASSIGNMENT
+    present = [n for n in notebooks if (folder / f"{n}.ipynb").exists()]
+    outcomes = _run_worker(course, student, present, limit_s) if present else {}
+    results = []
+    for n in notebooks:
+        if n not in present:
+            auto, manual = _points(course, n)
+            r = NotebookResult(student, n, "missing", max_points=sum(auto.values()), manual_max=manual,
+                               reason=f"{n}.ipynb was not submitted")
+            _zero_notebook(course, student, n)
+        else:
+            r = _evaluate(course, student, n, *outcomes[n], limit_s=limit_s)
+        if progress:
+            progress(f"  {student:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s")
+        results.append(r)
+    return results
+
+
+def submitted_students(course: Course) -> list[str]:
+    if not course.submitted.exists():
+        return []
+    return sorted(p.name for p in course.submitted.iterdir() if (p / ASSIGNMENT).is_dir())
+
+
+def autograde(course: Course, students: list[str] | None = None, notebooks: list[str] | None = None,
+              progress=print) -> list[NotebookResult]:
+    """Autograde every submission in submitted/ (or ``students``), one notebook at a time."""
+    results = []
+    for student in students or submitted_students(course):
+        results += autograde_submission(course, student, notebooks, progress=progress)
+    return results
+
+
+def format_report(results: list[NotebookResult]) -> str:
+    """A table of autograded points per student and notebook, then one line per lost point."""
+    students = list(dict.fromkeys(r.student for r in results))
+    notebooks = list(dict.fromkeys(r.notebook for r in results))
+    by = {(r.student, r.notebook): r for r in results}
+    short = [n.split("_", 1)[0] for n in notebooks]
+    width = max([len(s) for s in students] + [7])
+    lines = ["Autograded points (manually graded answers not included)",
+             "  ".join([f"{'student':<{width}}", *[f"{s:>7}" for s in short], f"{'total':>9}"])]
+    for s in students:
+        row = [by[(s, n)] for n in notebooks if (s, n) in by]
+        cells = []
+        for n in notebooks:
+            r = by.get((s, n))
+            cells.append(f"{'':>7}" if r is None else f"{f'{r.points:g}/{r.max_points:g}':>7}")
+        total = f"{sum(r.points for r in row):g}/{sum(r.max_points for r in row):g}"
+        lines.append("  ".join([f"{s:<{width}}", *cells, f"{total:>9}"]))
+    lines.append("")
+    lines.append("Legend: " + ", ".join(f"{s} = {n}" for s, n in zip(short, notebooks)))
+    losses = [(r, loss) for r in results for loss in r.losses()]
+    if losses:
+        lines.append("")
+        lines.append("Points lost:")
+        for r, loss in losses:
+            lines.append(f"  {r.student} / {r.notebook}: {loss}")
+    return "\n".join(lines)
+
+
+def write_report_csv(results: list[NotebookResult], path: Path) -> None:
+    """One row per (student, notebook): status, points, and the reasons for lost points."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
+                    "seconds", "losses"])
+        for r in results:
+            w.writerow([r.student, r.notebook, r.status, f"{r.points:g}", f"{r.max_points:g}",
+                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses())])
+
+
+def export_grades(course: Course, path: Path) -> Path:
+    """``nbgrader export`` of the gradebook to a CSV (one row per student and assignment)."""
+    course.nbgrader("export", f"--to={path}", timeout=300)
+    return path

@@ -1,0 +1,139 @@
+"""The bundled sample submissions: the reference solution, the blank release, and typical mistakes.
+
+Submissions are generated, not stored, so they always match the current notebooks:
+
+- ``reference``: each release notebook with its solution cells filled from source/ (markers removed);
+- ``blank``: the release notebooks as a student receives them;
+- typical mistakes: the reference with small edits to one solution cell, listed in
+  ``samples/mistakes.py`` of the course directory. An edit whose text no longer occurs in the
+  reference fails loudly, so a mistake never silently turns into a correct submission.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .course import ASSIGNMENT, Course
+
+_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A typical learner mistake, as edits to the reference solution of one cell.
+
+    Attributes:
+        id: short name, also the sample student's id (``mistake-<id>``).
+        notebook: notebook name without extension.
+        cell: grade_id of the solution cell to edit.
+        edits: (old, new) pairs; each ``old`` must occur exactly once in the reference cell.
+        fails: grade_ids of the test cells that must lose their points.
+        why: the mistake in one line, as a learner would make it.
+    """
+
+    id: str
+    notebook: str
+    cell: str
+    edits: tuple[tuple[str, str], ...]
+    fails: tuple[str, ...]
+    why: str
+    extra: dict = field(default_factory=dict)
+
+
+def load_mistakes(course: Course):
+    """``(MISTAKES, TYPICAL)`` from ``samples/mistakes.py``: all mistakes, and the ids combined into
+    the ``typical_mistakes`` sample student."""
+    path = course.samples / "mistakes.py"
+    spec = importlib.util.spec_from_file_location("attnlab_course_mistakes", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return list(mod.MISTAKES), list(mod.TYPICAL)
+
+
+def strip_markers(source: str) -> str:
+    """The solution as a learner would write it: the solution-marker lines removed."""
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in _MARKERS).rstrip() + "\n"
+
+
+def solution_cells(course: Course, name: str) -> dict[str, str]:
+    """grade_id -> reference text of every solution cell of source notebook ``name``."""
+    nb = nbformat.read(course.source / f"{name}.ipynb", as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: strip_markers(c.source) for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def release_notebook(course: Course, name: str) -> nbformat.NotebookNode:
+    return nbformat.read(course.release / f"{name}.ipynb", as_version=4)
+
+
+def reference_notebook(course: Course, name: str) -> nbformat.NotebookNode:
+    """Release notebook ``name`` with every solution cell filled from the source version."""
+    nb = release_notebook(course, name)
+    solutions = solution_cells(course, name)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in solutions:
+            cell.source = solutions[gid]
+    return nb
+
+
+def apply_mistake(nb: nbformat.NotebookNode, mistake: Mistake) -> nbformat.NotebookNode:
+    """A copy of ``nb`` with ``mistake``'s edits applied to its cell.
+
+    Raises:
+        ValueError: the cell is missing, or an edit's text does not occur exactly once.
+    """
+    nb = copy.deepcopy(nb)
+    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == mistake.cell]
+    if len(cells) != 1:
+        raise ValueError(f"mistake {mistake.id}: no single cell {mistake.cell!r} in {mistake.notebook}")
+    cell = cells[0]
+    for old, new in mistake.edits:
+        count = cell.source.count(old)
+        if count != 1:
+            raise ValueError(f"mistake {mistake.id}: {old!r} occurs {count} times in cell {mistake.cell!r} "
+                             f"of {mistake.notebook}; update samples/mistakes.py to the current reference")
+        cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def write_submission(course: Course, student: str, notebooks: dict[str, nbformat.NotebookNode]) -> Path:
+    """Write ``notebooks`` as ``submitted/<student>/attention_kernels/*.ipynb`` (replacing what was there)."""
+    folder = course.submitted / student / ASSIGNMENT
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name, nb in notebooks.items():
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder
+
+
+def write_main_samples(course: Course) -> list[str]:
+    """Write the three submissions the main job grades; returns the student ids."""
+    names = course.notebook_names()
+    reference = {n: reference_notebook(course, n) for n in names}
+    mistakes, typical = load_mistakes(course)
+    by_id = {m.id: m for m in mistakes}
+    typical_nbs = dict(reference)
+    for mid in typical:
+        m = by_id[mid]
+        typical_nbs[m.notebook] = apply_mistake(typical_nbs[m.notebook], m)
+    write_submission(course, "reference", reference)
+    write_submission(course, "blank", {n: release_notebook(course, n) for n in names})
+    write_submission(course, "typical_mistakes", typical_nbs)
+    return ["reference", "blank", "typical_mistakes"]
+
+
+def write_mistake_samples(course: Course) -> list[Mistake]:
+    """One submission per mistake, ``mistake-<id>``, holding only the notebook the mistake is in."""
+    mistakes, _ = load_mistakes(course)
+    for m in mistakes:
+        write_submission(course, f"mistake-{m.id}", {m.notebook: apply_mistake(reference_notebook(course, m.notebook), m)})
+    return mistakes

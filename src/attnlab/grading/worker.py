@@ -1,0 +1,49 @@
+"""Grade one student's notebooks in one process, one nbgrader run per notebook.
+
+Started by :mod:`attnlab.grading.autograde` as ``python -m attnlab.grading.worker ROOT STUDENT NB...``.
+Loading nbgrader once per student instead of once per notebook saves ~3 s a notebook; running
+each notebook separately (``CourseDirectory.notebook_id``) keeps a dead kernel from costing the
+other notebooks. Protocol on stdout, one JSON object per line: ``{"start": nb}`` before a notebook,
+``{"done": nb, "success": bool, "log": str}`` after it. The parent watches the clock and kills this
+process group if a notebook overruns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _emit(obj) -> None:
+    sys.__stdout__.write(json.dumps(obj) + "\n")
+    sys.__stdout__.flush()
+
+
+def main(argv: list[str]) -> int:
+    root, student, *notebooks = argv
+    os.chdir(root)
+    # nbgrader shells out to alembic when it touches the gradebook: make it findable.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from .course import ASSIGNMENT
+
+    # NbGraderAPI does not read nbgrader_config.py by itself.
+    config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
+    for name in notebooks:
+        _emit({"start": name})
+        coursedir = CourseDirectory(config=config, root=root)
+        coursedir.notebook_id = name
+        api = NbGraderAPI(coursedir=coursedir, config=config)
+        result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+        _emit({"done": name, "success": bool(result.get("success")),
+               "log": (result.get("log") or "") + (result.get("error") or "")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
