@@ -5,7 +5,7 @@ Submissions are generated, not stored, so they always match the current notebook
 - ``reference``: each release notebook with its solution cells filled from source/ (markers removed);
 - ``blank``: the release notebooks as a student receives them;
 - typical mistakes: the reference with small edits to one solution cell, listed in
-  ``samples/mistakes.py`` of the course directory. An edit whose text no longer occurs in the
+  ``samples/mistakes/*.py`` of the course directory. An edit whose text no longer occurs in the
   reference fails loudly, so a mistake never silently turns into a correct submission.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -43,17 +43,26 @@ class Mistake:
     edits: tuple[tuple[str, str], ...]
     fails: tuple[str, ...]
     why: str
-    extra: dict = field(default_factory=dict)
 
 
-def load_mistakes(course: Course):
-    """``(MISTAKES, TYPICAL)`` from ``samples/mistakes.py``: all mistakes, and the ids combined into
-    the ``typical_mistakes`` sample student."""
-    path = course.samples / "mistakes.py"
-    spec = importlib.util.spec_from_file_location("attnlab_course_mistakes", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return list(mod.MISTAKES), list(mod.TYPICAL)
+def load_mistakes(course: Course) -> tuple[list[Mistake], list[str]]:
+    """All mistakes of ``samples/mistakes/*.py``, and the ids combined into ``typical_mistakes``.
+
+    Each file (one per notebook) defines ``MISTAKES``, a list of :class:`Mistake`, and ``TYPICAL``,
+    the id of the one that joins the ``typical_mistakes`` sample student.
+    """
+    mistakes, typical = [], []
+    for path in sorted((course.samples / "mistakes").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"attnlab_mistakes_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mistakes += mod.MISTAKES
+        if getattr(mod, "TYPICAL", None):
+            typical.append(mod.TYPICAL)
+    ids = [m.id for m in mistakes]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"samples/mistakes: duplicate mistake ids in {ids}")
+    return mistakes, typical
 
 
 def strip_markers(source: str) -> str:
@@ -99,7 +108,7 @@ def apply_mistake(nb: nbformat.NotebookNode, mistake: Mistake) -> nbformat.Noteb
         count = cell.source.count(old)
         if count != 1:
             raise ValueError(f"mistake {mistake.id}: {old!r} occurs {count} times in cell {mistake.cell!r} "
-                             f"of {mistake.notebook}; update samples/mistakes.py to the current reference")
+                             f"of {mistake.notebook}; update samples/mistakes/ to the current reference")
         cell.source = cell.source.replace(old, new)
     return nb
 

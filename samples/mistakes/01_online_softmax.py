@@ -1,14 +1,8 @@
-"""Typical learner mistakes, as edits to the reference solutions (see attnlab.grading.samples).
-
-Each mistake becomes a sample submission ``mistake-<id>`` holding one notebook; the course's tests
-autograde it and require that exactly the listed test cells lose points. ``TYPICAL`` combines one
-mistake per notebook into the ``typical_mistakes`` student that the main job grades.
-"""
+"""Typical mistakes in notebook 01 (format: samples/README.md)."""
 
 from attnlab.grading.samples import Mistake
 
 MISTAKES = [
-    # ---- 01 online softmax ------------------------------------------------------------------
     Mistake(
         id="01-no-rescale", notebook="01_online_softmax", cell="online_softmax_stats",
         edits=(("l = l * torch.exp(m - offset) + ", "l = l + "),),
@@ -31,4 +25,4 @@ MISTAKES = [
     ),
 ]
 
-TYPICAL = ["01-no-rescale"]
+TYPICAL = "01-no-rescale"

@@ -1,0 +1,63 @@
+"""Autograding the sample submissions: the reference earns everything, the blank release nothing,
+and every typical mistake loses exactly the points of the tests aimed at it."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from attnlab.grading.samples import load_mistakes
+
+from .conftest import ROOT, Course
+
+NOTEBOOKS = Course(ROOT).notebook_names()
+MISTAKES, TYPICAL = load_mistakes(Course(ROOT))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_reference_earns_every_autograded_point(graded, notebook):
+    r = graded.results[("reference", notebook)]
+    assert r.status == "graded", r.reason
+    assert r.max_points > 0
+    assert r.points == r.max_points, r.losses()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_reference_runs_top_to_bottom_without_errors(graded, notebook):
+    """The autograded reference is the source notebook with hidden tests: no cell may raise."""
+    path = graded.course.autograded / "reference" / "attention_kernels" / f"{notebook}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    errors = [(c.metadata.get("nbgrader", {}).get("grade_id", c.id), o.get("ename"), o.get("evalue", "")[:200])
+              for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_blank_release_scores_zero_and_finishes(graded, notebook):
+    r = graded.results[("blank", notebook)]
+    assert r.status == "graded", r.reason
+    assert r.points == 0
+    assert r.seconds < 120
+
+
+def test_typical_mistakes_lose_points_only_where_aimed(graded):
+    by_id = {m.id: m for m in MISTAKES}
+    aimed = {by_id[t].notebook: by_id[t] for t in TYPICAL}
+    for notebook in NOTEBOOKS:
+        r = graded.results[("typical_mistakes", notebook)]
+        lost = {c.grade_id for c in r.cells if c.points < c.max_points}
+        if notebook in aimed:
+            assert lost == set(aimed[notebook].fails), (notebook, r.losses())
+        else:
+            assert r.points == r.max_points, (notebook, r.losses())
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.id for m in MISTAKES])
+def test_each_mistake_fails_exactly_its_tests(graded, mistake):
+    r = graded.results[(f"mistake-{mistake.id}", mistake.notebook)]
+    assert r.status == "graded", r.reason
+    lost = {c.grade_id for c in r.cells if c.points < c.max_points}
+    assert lost == set(mistake.fails), f"{mistake.why}: lost {sorted(lost)}; {r.losses()}"
+    for c in r.cells:  # the reason a learner sees names the failing check
+        if c.grade_id in mistake.fails:
+            assert c.reason and "no points" not in c.reason
