@@ -1,0 +1,86 @@
+"""Measuring on a GPU: medians from ``triton.testing.do_bench``, FLOP and byte counts, rates.
+
+Timing rules the course follows (and teaches): warm up first, time with CUDA events, report the
+median of many runs, never time zeros, and compare against ceilings measured on the same device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["median_ms", "attention_flops", "tflops", "gb_per_s", "copy_bandwidth_gbs", "matmul_tflops",
+           "sdpa_backend"]
+
+
+def median_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median time of ``fn()`` in milliseconds, by ``triton.testing.do_bench`` (CUDA events).
+
+    ``warmup_ms`` and ``rep_ms`` are durations, not counts (do_bench's convention). On a CPU (no
+    CUDA) this falls back to a wall-clock median of a few runs, good only for dry runs.
+    """
+    if torch.cuda.is_available():
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    import statistics
+    import time
+
+    fn()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def attention_flops(B: int, H: int, T: int, D: int, causal: bool, T_k: int | None = None) -> float:
+    """Forward FLOPs of attention: two matmuls of 2·T_q·T_k·D each per head, i.e. 4·B·H·T²·D.
+
+    Causal attention does about half of it, and the course (like FlashAttention's benchmarks)
+    counts exactly half.
+    """
+    T_k = T if T_k is None else T_k
+    flops = 4.0 * B * H * T * T_k * D
+    return flops / 2 if causal else flops
+
+
+def tflops(flops: float, ms: float) -> float:
+    """TFLOP/s of ``flops`` done in ``ms`` milliseconds."""
+    return flops / (ms * 1e-3) / 1e12
+
+
+def gb_per_s(n_bytes: float, ms: float) -> float:
+    """GB/s (10^9 bytes per second) of ``n_bytes`` moved in ``ms`` milliseconds."""
+    return n_bytes / (ms * 1e-3) / 1e9
+
+
+def copy_bandwidth_gbs(n_bytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    src = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    return gb_per_s(2 * n_bytes, ms)
+
+
+def matmul_tflops(n: int = 8192, dtype=torch.bfloat16) -> float:
+    """Dense n×n×n matmul rate in TFLOP/s on random (not zero) data: the device's practical peak."""
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    ms = median_ms(lambda: a @ b)
+    return tflops(2.0 * n**3, ms)
+
+
+def sdpa_backend(q, k, v, causal: bool) -> str:
+    """Which kernel ``scaled_dot_product_attention`` dispatched to, from the profiler's kernel names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+    names = " ".join(e.key.lower() for e in prof.key_averages())
+    for key, label in (("cudnn", "cuDNN"), ("flash", "FlashAttention-2 (flash backend)"),
+                       ("fmha", "memory-efficient (cutlass)"), ("efficient", "memory-efficient")):
+        if key in names:
+            return label
+    return "math (unfused)"
