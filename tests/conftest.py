@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.grading.autograde import NotebookResult, autograde_submission
+from attnlab.grading.build import generate_assignment
 from attnlab.grading.course import Course
 from attnlab.grading.samples import Mistake, write_main_samples, write_mistake_samples
 
@@ -44,8 +45,8 @@ class GradedCourse:
 def graded(tmp_path_factory) -> GradedCourse:
     tmp = tmp_path_factory.mktemp("course")
     c = copy_course(tmp)
-    # generate_assignment registers the assignment in a fresh gradebook (release/ stays as committed)
-    c.nbgrader("generate_assignment", "attention_kernels", "--force", timeout=600)
+    # register the assignment in a fresh gradebook; release/ must stay exactly as committed
+    generate_assignment(c)
     shutil.rmtree(c.release)
     shutil.copytree(Course(ROOT).release, c.release)
     students = write_main_samples(c)

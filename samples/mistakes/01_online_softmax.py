@@ -26,3 +26,18 @@ MISTAKES = [
 ]
 
 TYPICAL = "01-no-rescale"
+
+# Correct solutions written differently: they must keep every point.
+MISTAKES += [
+    Mistake(
+        id="01-ok-float64-statistics", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("stat_dtype = torch.promote_types(x.dtype, torch.float32)", "stat_dtype = torch.float64"),),
+        fails=(), why="keeps m and l in float64 whatever the input dtype",
+    ),
+    Mistake(
+        id="01-ok-nan-to-num-guard", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("offset = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)",
+                "offset = m_new.nan_to_num(neginf=0.0)"),),
+        fails=(), why="guards the all-masked case with nan_to_num instead of torch.where",
+    ),
+]

@@ -79,17 +79,35 @@ def build_source(course: Course) -> list[Path]:
     return written
 
 
-def build_release(course: Course) -> None:
-    """Run ``nbgrader generate_assignment`` (student version, gradebook entries) for the assignment."""
-    if course.release.exists():
-        shutil.rmtree(course.release)  # so a notebook removed from the course leaves no stale copy
+def generate_assignment(course: Course) -> None:
+    """``nbgrader generate_assignment`` in ``course``: writes release/ and registers the notebooks and
+    their test cells in the course's gradebook (autograde needs them there)."""
     course.nbgrader("generate_assignment", ASSIGNMENT, "--force", timeout=600)
 
 
+def _build_fresh(course: Course, tmp: Path) -> Course:
+    """Build ``course``'s notebooks/ in a new course directory under ``tmp`` (fresh gradebook)."""
+    fresh = Course(tmp)
+    shutil.copytree(course.notebooks, fresh.notebooks)
+    shutil.copy(course.root / "nbgrader_config.py", fresh.root / "nbgrader_config.py")
+    build_source(fresh)
+    generate_assignment(fresh)
+    return fresh
+
+
 def build(course: Course) -> None:
-    """notebooks/ -> source/ -> release/."""
-    build_source(course)
-    build_release(course)
+    """notebooks/ -> source/ -> release/, built in a scratch course so the gradebook is untouched.
+
+    (nbgrader refuses to change an assignment's notebooks in a gradebook that has submissions;
+    building aside keeps ``attnlab build`` working whatever has been graded.)
+    """
+    with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
+        fresh = _build_fresh(course, Path(tmp))
+        for kind in ("source", "release"):
+            dest = getattr(course, kind)
+            if dest.exists():
+                shutil.rmtree(dest)
+            shutil.copytree(getattr(fresh, kind), dest)
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -103,10 +121,7 @@ def stale_files(course: Course) -> list[str]:
     Builds in a temporary copy of the course, so the working tree and its gradebook are untouched.
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
-        fresh = Course(Path(tmp))
-        shutil.copytree(course.notebooks, fresh.notebooks)
-        shutil.copy(course.root / "nbgrader_config.py", fresh.root / "nbgrader_config.py")
-        build(fresh)
+        fresh = _build_fresh(course, Path(tmp))
         problems = []
         for kind in ("source", "release"):
             want, have = _tree(getattr(fresh, kind)), _tree(getattr(course, kind))

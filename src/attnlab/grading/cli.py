@@ -73,13 +73,16 @@ def _cmd_autograde(args) -> int:
 
 
 def _cmd_grade_samples(args) -> int:
-    from .build import build
-    from .samples import write_main_samples
+    from .build import build, generate_assignment
+    from .samples import SAMPLE_STUDENTS, forget_students, write_main_samples
 
     course = Course.find(args.course)
     start = time.perf_counter()
     build(course)
-    print(f"built release/ from notebooks/ in {time.perf_counter() - start:.1f} s")
+    # Earlier sample grades would stop nbgrader from registering changed notebooks: drop them first.
+    forget_students(course, SAMPLE_STUDENTS)
+    generate_assignment(course)
+    print(f"built release/ from notebooks/ and registered it in the gradebook in {time.perf_counter() - start:.1f} s")
     students = write_main_samples(course)
     print(f"sample submissions: {', '.join(students)}\n")
     results = _grade_and_report(course, students, None, course.root / "grades.csv",

@@ -124,6 +124,30 @@ def write_submission(course: Course, student: str, notebooks: dict[str, nbformat
     return folder
 
 
+SAMPLE_STUDENTS = ("reference", "blank", "typical_mistakes")
+
+
+def forget_students(course: Course, students) -> None:
+    """Remove ``students`` and their submissions from the gradebook (if there is one) and from
+    submitted/ and autograded/."""
+    db = course.root / "gradebook.db"
+    if db.exists():
+        from nbgrader.api import Gradebook, MissingEntry
+
+        from .course import COURSE_ID
+
+        with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
+            for s in students:
+                try:
+                    gb.remove_student(s)
+                except MissingEntry:
+                    pass
+    for s in students:
+        for folder in (course.submitted / s, course.autograded / s):
+            if folder.exists():
+                shutil.rmtree(folder)
+
+
 def write_main_samples(course: Course) -> list[str]:
     """Write the three submissions the main job grades; returns the student ids."""
     names = course.notebook_names()
@@ -137,7 +161,7 @@ def write_main_samples(course: Course) -> list[str]:
     write_submission(course, "reference", reference)
     write_submission(course, "blank", {n: release_notebook(course, n) for n in names})
     write_submission(course, "typical_mistakes", typical_nbs)
-    return ["reference", "blank", "typical_mistakes"]
+    return list(SAMPLE_STUDENTS)
 
 
 def write_mistake_samples(course: Course) -> list[Mistake]:

@@ -1,0 +1,303 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · FlashAttention forward, tile by tile
+#
+# *Attention Kernels Lab, notebook 2 of 6.* In notebook 01 you kept a running $(m, \ell)$ per row.
+# Here you add a third running quantity, the **unnormalised output** $\text{acc}$, and obtain the
+# whole attention output without ever holding a $T \times T$ matrix. You write it in plain PyTorch
+# with explicit loops over tiles: the same algorithm a GPU kernel runs (notebook 05), but readable
+# and exact in float64.
+#
+# Run the cells from the top. *Given* cells are read-only; write code where it says
+# `YOUR CODE HERE` and answers where it says `YOUR ANSWER HERE`. Hidden tests run at grading.
+
+# %% nbgrader={"grade_id": "setup", "locked": true}
+# Given: picks GPU or CPU mode and loads the course's support package.
+from attnlab import init
+
+RUNTIME = init()
+
+import math
+
+import torch
+
+from attnlab.reference import naive_attention
+from attnlab.verify import check_flash_forward
+
+# %% [markdown]
+# ## 1. The reference you must match
+#
+# `naive_attention(q, k, v, causal=False, scale=None) -> (o, lse)` (given, from `attnlab`) builds
+# the full score matrix. Layout is `(B, H, T, D)`: batch, heads, sequence, head dimension. Queries
+# may be a different length $T_q$ from keys and values $T_k$ (cross-attention, or decoding a few new
+# tokens against a long cache). With `causal=True`, query $i$ sees keys $j \le i$ only, counted from
+# the top-left corner, as `torch.nn.functional.scaled_dot_product_attention(is_causal=True)` does.
+# `lse` is the natural-log log-sum-exp of each score row, in float32 or wider.
+
+# %%
+q, k, v = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(3))
+o_ref, lse_ref = naive_attention(q, k, v, causal=True)
+print(o_ref.shape, lse_ref.shape, lse_ref.dtype)
+sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+print("matches SDPA:", torch.allclose(o_ref, sdpa))
+
+# %% [markdown]
+# ## 2. From the online softmax to the output
+#
+# Fix one query row $q$ and let $s_j = q \cdot k_j \cdot \text{scale}$. Its output is
+#
+# $$o = \sum_j p_j v_j = \frac{\sum_j e^{s_j - m}\, v_j}{\sum_j e^{s_j - m}} = \frac{\text{acc}}{\ell},$$
+#
+# for any offset $m$, in particular the running max. The numerator is a sum over keys exactly like
+# $\ell$, only with vectors instead of scalars, so it obeys the same update. Processing the keys in
+# tiles $K_j, V_j$ and holding $(m, \ell, \text{acc})$ for a *tile of queries* $Q_i$:
+#
+# $$
+# \begin{aligned}
+# S &= Q_i K_j^\top \cdot \text{scale} && \text{(a } b_q \times b_k \text{ tile, never stored)}\\
+# m' &= \max\big(m, \operatorname{rowmax} S\big)\\
+# \tilde P &= e^{\,S - m'} && \text{(row-wise offset)}\\
+# \text{acc} &\leftarrow \text{acc} \cdot e^{\,m - m'} + \tilde P\, V_j\\
+# \ell &\leftarrow \ell \cdot e^{\,m - m'} + \operatorname{rowsum} \tilde P\\
+# m &\leftarrow m'
+# \end{aligned}
+# $$
+#
+# Start from $m = -\infty$, $\ell = 0$, $\text{acc} = 0$. After the last key tile,
+# $O_i = \text{acc} / \ell$ and $\text{LSE}_i = m + \log \ell$. The rescale of $\text{acc}$ is exact
+# for the same reason as in notebook 01: every vector already summed into $\text{acc}$ carries a
+# factor $e^{s - m}$, and multiplying by $e^{m - m'}$ converts it to $e^{s - m'}$.
+#
+# **Ragged tiles.** Block sizes need not divide $T$: the last query tile and the last key tile are
+# simply shorter. Slicing (`q[:, :, i0:i1]` with `i1 = min(i0 + block_q, T_q)`) handles it.
+
+# %% [markdown]
+# ## 3. Causal attention: which tiles to visit
+#
+# Take a query tile covering rows $[i_0, i_1)$ and a key tile covering columns $[j_0, j_1)$.
+# Row $i$ may see column $j$ only when $j \le i$. Three cases:
+#
+# | tile class | condition | what to do |
+# |---|---|---|
+# | **full** | $j_1 - 1 \le i_0$: the tile's last key is at or left of its first query | no mask needed |
+# | **diagonal** | neither full nor skipped | mask entries with $j > i$ to $-\infty$ before the max and the exp |
+# | **skip** | $j_0 > i_1 - 1$: the tile's first key is right of its last query | never load it |
+#
+# So the last key tile a query tile needs is the one that contains column $i_1 - 1$; key tiles
+# $[0, \min(i_1, T_k))$ are visited, everything after is skipped. With equal block sizes about half
+# of all tiles are skipped at large $T$.
+#
+# ```
+#             keys →   tile 0   tile 1   tile 2   tile 3
+# queries  tile 0   [ diag  ][  skip  ][  skip  ][  skip  ]
+#    ↓     tile 1   [ full  ][ diag   ][  skip  ][  skip  ]
+#          tile 2   [ full  ][ full   ][ diag   ][  skip  ]
+#          tile 3   [ full  ][ full   ][ full   ][ diag   ]
+# ```
+#
+# With different block sizes ($b_q \ne b_k$) a query tile can touch two diagonal key tiles, or a key
+# tile can be diagonal for several query tiles; the conditions above still decide every case.
+#
+# **Why $-\infty$ never turns into NaN here.** If you visit key tiles from 0 upward, every query row
+# sees key 0 in its first tile (row $i \ge 0$ sees column $0$), so its running max is finite before
+# any later tile can mask the row completely; a fully masked row then contributes
+# $e^{-\infty - m} = 0$. Visit tiles in another order (as split-K kernels do) and a row can meet a
+# fully masked tile first: $m' = -\infty$ and $e^{-\infty - (-\infty)}$ is NaN. Your code must be
+# correct whichever order you choose.
+
+# %% [markdown]
+# ## 4. How much memory traffic does this save?
+#
+# Naive attention moves $\Theta(T d + T^2)$ bytes per head: the inputs and output, plus the score
+# and probability matrices. The tiled algorithm reads each $K_j, V_j$ tile once per *query tile*.
+# With on-chip memory of $M$ bytes per multiprocessor, a query tile can hold about $b_q \approx M/d$
+# rows, so there are $T d / M$ query tiles, each streaming all of $K$ and $V$ ($\Theta(T d)$):
+# in total $\Theta(T^2 d^2 / M)$ bytes (Dao et al. 2022, Theorem 2). That is smaller than $T^2$
+# exactly when $d^2 < M$. For $d = 64$ to $128$ and $M \approx$ 100 to 200 KB it is a large win;
+# the FLOPs are unchanged, only the bytes shrink.
+
+# %% [markdown]
+# ### Predict before you measure
+#
+# 1. `causal_tiles_visited`: with $T_q = T_k = 1024$ and $b_q = b_k = 64$, how many (query tile, key
+#    tile) pairs does a causal forward visit? (A non-causal one visits $16 \times 16 = 256$.)
+# 2. `causal_fraction_large_T`: as $T \to \infty$ with fixed equal blocks, what fraction of the
+#    non-causal tile count does the causal forward visit?
+
+# %% nbgrader={"grade_id": "predict-tiles", "solution": true}
+causal_tiles_visited = None
+causal_fraction_large_T = None
+### BEGIN SOLUTION
+n_tiles = 1024 // 64
+causal_tiles_visited = n_tiles * (n_tiles + 1) // 2
+causal_fraction_large_T = 0.5
+### END SOLUTION
+
+# %% nbgrader={"grade_id": "test-predict-tiles", "grade": true, "locked": true, "points": 1}
+from attnlab.checks import assert_number
+
+assert isinstance(causal_tiles_visited, (int, float)), "store a number in causal_tiles_visited"
+assert isinstance(causal_fraction_large_T, (int, float)), "store a number in causal_fraction_large_T"
+### BEGIN HIDDEN TESTS
+assert_number(causal_tiles_visited, 136, name="causal_tiles_visited", rel=1e-9)
+assert_number(causal_fraction_large_T, 0.5, name="causal_fraction_large_T", rel=0.02)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 5. Your task: `flash_attention_forward`
+#
+# `flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None) -> (o, lse)`
+#
+# - `q`: `(B, H, T_q, D)`; `k`, `v`: `(B, H, T_k, D)`; $T_q$ may differ from $T_k$.
+# - Loop over query tiles of `block_q` rows; for each, loop over key tiles of `block_k` columns and
+#   apply the update of section 2. Operate on all batches and heads at once (the tiles are
+#   `(B, H, rows, ...)` slices), but never form a `(T_q, T_k)` matrix.
+# - `causal=True`: skip the key tiles that section 3 says to skip, and mask the diagonal ones.
+# - `scale` defaults to `D ** -0.5`.
+# - Return `o` in `q`'s dtype and `lse` (natural log) of shape `(B, H, T_q)` in
+#   `torch.promote_types(q.dtype, torch.float32)`; keep $m$, $\ell$ and $\text{acc}$ in that dtype too.
+
+# %% nbgrader={"grade_id": "flash_attention_forward", "solution": true}
+def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """FlashAttention forward (Dao et al. 2022, Algorithm 1), one query tile and one key tile at a time.
+
+    Args:
+        q: (B, H, T_q, D); k, v: (B, H, T_k, D); floating point.
+        causal: query i attends keys j <= i (top-left aligned).
+        block_q, block_k: tile sizes along queries and keys; need not divide T_q, T_k.
+        scale: score multiplier, default D ** -0.5.
+
+    Returns:
+        o: (B, H, T_q, D) in q's dtype; lse: (B, H, T_q), natural log, at least float32.
+    """
+    ### BEGIN SOLUTION
+    B, H, T_q, D = q.shape
+    T_k = k.shape[2]
+    if scale is None:
+        scale = D ** -0.5
+    work = torch.promote_types(q.dtype, torch.float32)
+    o = torch.empty(B, H, T_q, D, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, H, T_q, dtype=work, device=q.device)
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        q_tile = q[:, :, i0:i1].to(work)
+        m = torch.full((B, H, i1 - i0), float("-inf"), dtype=work, device=q.device)
+        l = torch.zeros(B, H, i1 - i0, dtype=work, device=q.device)
+        acc = torch.zeros(B, H, i1 - i0, D, dtype=work, device=q.device)
+        # Causal: the last key this query tile needs is i1 - 1; later key tiles are skipped.
+        k_end = min(i1, T_k) if causal else T_k
+        for j0 in range(0, k_end, block_k):
+            j1 = min(j0 + block_k, T_k)
+            s = q_tile @ k[:, :, j0:j1].to(work).transpose(-1, -2) * scale
+            if causal and j1 - 1 > i0:  # diagonal tile: some keys lie right of some queries
+                rows = torch.arange(i0, i1, device=q.device)[:, None]
+                cols = torch.arange(j0, j1, device=q.device)[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            alpha = torch.exp(m - m_new)  # m_new is finite: key 0 was in the first tile visited
+            p = torch.exp(s - m_new[..., None])
+            l = l * alpha + p.sum(dim=-1)
+            acc = acc * alpha[..., None] + p @ v[:, :, j0:j1].to(work)
+            m = m_new
+        o[:, :, i0:i1] = (acc / l[..., None]).to(q.dtype)
+        lse[:, :, i0:i1] = m + torch.log(l)
+    return o, lse
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Tests
+#
+# Each check draws seeded random float64 inputs, calls your function on copies, and compares `o`
+# and `lse` with `naive_attention` (relative error within 1e-10). Failure messages name the case
+# and the first wrong index.
+
+# %% nbgrader={"grade_id": "test_flash_forward_matches_naive", "grade": true, "locked": true, "points": 3}
+check_flash_forward(flash_attention_forward, T_q=40, block_q=16, block_k=16)
+check_flash_forward(flash_attention_forward, T_q=40, block_q=16, block_k=16, causal=True)
+print("visible checks passed")
+### BEGIN HIDDEN TESTS
+for seed, (T, bq, bk) in enumerate([(50, 7, 11), (50, 11, 7), (33, 16, 32), (64, 32, 16), (20, 32, 32)]):
+    check_flash_forward(flash_attention_forward, T_q=T, block_q=bq, block_k=bk, seed=seed, B=2, D=16)
+check_flash_forward(flash_attention_forward, T_q=45, block_q=16, block_k=16, scale=0.3, seed=9)
+check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=16, growing=True, seed=10)
+check_flash_forward(flash_attention_forward, T_q=45, block_q=8, block_k=7, growing=True, seed=11)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_forward_causal_tiles", "grade": true, "locked": true, "points": 3}
+check_flash_forward(flash_attention_forward, T_q=32, block_q=8, block_k=8, causal=True)
+print("visible checks passed")
+### BEGIN HIDDEN TESTS
+for seed, (T, bq, bk) in enumerate([(33, 7, 11), (33, 11, 7), (50, 16, 16), (37, 16, 32), (37, 32, 16),
+                                    (50, 7, 7), (20, 32, 32)]):
+    check_flash_forward(flash_attention_forward, T_q=T, block_q=bq, block_k=bk, causal=True, seed=20 + seed)
+check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=8, causal=True, growing=True, seed=30)
+check_flash_forward(flash_attention_forward, T_q=40, block_q=8, block_k=16, causal=True, scale=0.2, B=2,
+                    seed=31)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_forward_cross_attention_lengths", "grade": true, "locked": true, "points": 2}
+check_flash_forward(flash_attention_forward, T_q=20, T_k=45, block_q=16, block_k=16)
+print("visible checks passed")
+### BEGIN HIDDEN TESTS
+check_flash_forward(flash_attention_forward, T_q=45, T_k=20, block_q=16, block_k=16, seed=40)
+check_flash_forward(flash_attention_forward, T_q=1, T_k=50, block_q=16, block_k=7, seed=41)  # decoding
+check_flash_forward(flash_attention_forward, T_q=13, T_k=37, block_q=7, block_k=11, causal=True, seed=42)
+check_flash_forward(flash_attention_forward, T_q=37, T_k=13, block_q=7, block_k=11, causal=True, seed=43)
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade_id": "test_flash_forward_lse_dtype", "grade": true, "locked": true, "points": 1}
+check_flash_forward(flash_attention_forward, T_q=24, block_q=8, block_k=8, dtype=torch.float32)
+print("visible checks passed")
+### BEGIN HIDDEN TESTS
+_o, _lse = flash_attention_forward(*(torch.randn(1, 1, 9, 16, dtype=torch.float16) for _ in range(3)))
+assert _o.dtype == torch.float16, f"o must keep q's dtype (float16), got {_o.dtype}"
+assert _lse.dtype in (torch.float32, torch.float64), f"lse of float16 inputs must be float32 or wider, got {_lse.dtype}"
+check_flash_forward(flash_attention_forward, T_q=30, block_q=16, block_k=8, causal=True, dtype=torch.float32,
+                    seed=50)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 6. Check yourself
+#
+# Answer in two to four sentences each, in your own words; graded by hand.
+#
+# **Q1.** FlashAttention performs the same matrix products as naive attention (and, in the backward,
+# even more). Why does it still run 2 to 4 times faster on a GPU?
+
+# %% [markdown] nbgrader={"grade_id": "answer-why-faster", "solution": true, "grade": true, "points": 1}
+# At realistic sizes attention's time is dominated by memory traffic, not arithmetic: naive attention
+# writes and re-reads $T^2$ scores and probabilities in HBM (softmax and masking do about one FLOP
+# per byte). FlashAttention keeps each score tile in registers and shared memory and only reads
+# $Q, K, V$ and writes $O$ and the LSE, removing the $\Theta(T^2)$ HBM traffic. Fewer bytes moved
+# means less time even though the FLOP count stays the same (or rises slightly with recomputation).
+
+# %% [markdown]
+# **Q2.** Would FlashAttention help much with a head dimension of $d = 1024$? Use the traffic bound
+# of section 4.
+
+# %% [markdown] nbgrader={"grade_id": "answer-large-head-dim", "solution": true, "grade": true, "points": 1}
+# Much less. The tiled traffic is $\Theta(T^2 d^2 / M)$, which beats naive attention's
+# $\Theta(T^2)$ only when $d^2$ is well below the on-chip memory $M$. At $d = 1024$ a single row of
+# $Q$ in fp16 is 2 KB, so only a handful of query rows fit on chip next to a key tile; each $K, V$
+# tile is then reused by very few queries and the number of passes over $K$ and $V$ grows until the
+# savings are gone.
+
+# %% [markdown]
+# **Q3.** Your loop visits key tiles from 0 upward. Explain why a causal row can never produce NaN in
+# your code, and what you would have to add if the key tiles were processed last-to-first.
+
+# %% [markdown] nbgrader={"grade_id": "answer-nan-order", "solution": true, "grade": true, "points": 1}
+# Every query row $i \ge 0$ may see key 0, which lies in the first key tile visited, so after that
+# tile the row's running max is finite; a later tile that masks the whole row gives
+# $e^{-\infty - m} = 0$ and the rescale factor is 1. Processing tiles last-to-first, a row can meet a
+# fully masked tile first, leaving $m' = -\infty$ and computing $e^{-\infty - (-\infty)} = $ NaN. The
+# guard is to use a finite offset (e.g. 0) wherever $m' = -\infty$, or to skip fully masked tiles
+# explicitly.

@@ -1,0 +1,56 @@
+"""Typical mistakes in notebook 02 (format: samples/README.md), and correct variants that must pass."""
+
+from attnlab.grading.samples import Mistake
+
+NB, CELL = "02_flash_forward", "flash_attention_forward"
+ALL = ("test_flash_forward_matches_naive", "test_flash_forward_causal_tiles",
+       "test_flash_forward_cross_attention_lengths", "test_flash_forward_lse_dtype")
+
+MISTAKES = [
+    Mistake("02-acc-not-rescaled", NB, CELL,
+            (("acc = acc * alpha[..., None] + p @", "acc = acc + p @"),), ALL,
+            "forgets to rescale acc when the running max grows"),
+    Mistake("02-l-not-rescaled", NB, CELL,
+            (("l = l * alpha + p.sum(dim=-1)", "l = l + p.sum(dim=-1)"),), ALL,
+            "forgets to rescale l when the running max grows"),
+    Mistake("02-causal-skip-off-by-one", NB, CELL,
+            (("k_end = min(i1, T_k) if causal else T_k", "k_end = min(i1 // block_k * block_k, T_k) if causal else T_k"),),
+            ALL, "stops at the last key tile that ends before i1, dropping the diagonal tile when blocks differ"),
+    Mistake("02-no-diagonal-mask", NB, CELL,
+            (("if causal and j1 - 1 > i0:", "if False:"),), ALL,
+            "skips the tiles above the diagonal but forgets to mask the diagonal tile"),
+    Mistake("02-lse-log2", NB, CELL,
+            (("lse[:, :, i0:i1] = m + torch.log(l)", "lse[:, :, i0:i1] = m + torch.log2(l)"),), ALL,
+            "returns the LSE in the wrong base"),
+    Mistake("02-lse-without-log-l", NB, CELL,
+            (("lse[:, :, i0:i1] = m + torch.log(l)", "lse[:, :, i0:i1] = m"),), ALL,
+            "returns the running max as the LSE"),
+    Mistake("02-stats-in-input-dtype", NB, CELL,
+            (("work = torch.promote_types(q.dtype, torch.float32)", "work = q.dtype"),),
+            ("test_flash_forward_lse_dtype",), "keeps the statistics (and the LSE) in float16 for float16 inputs"),
+    Mistake("02-assumes-tq-equals-tk", NB, CELL,
+            (("T_k = k.shape[2]", "T_k = q.shape[2]"),), ("test_flash_forward_cross_attention_lengths",),
+            "assumes T_q == T_k"),
+    Mistake("02-ragged-tile-dropped", NB, CELL,
+            (("for j0 in range(0, k_end, block_k):", "for j0 in range(0, k_end - block_k + 1, block_k):"),), ALL,
+            "visits only whole key tiles, dropping a ragged last tile"),
+    Mistake("02-reverse-order-no-guard", NB, CELL,
+            (("for j0 in range(0, k_end, block_k):", "for j0 in reversed(range(0, k_end, block_k)):"),),
+            ("test_flash_forward_causal_tiles", "test_flash_forward_cross_attention_lengths",
+             "test_flash_forward_lse_dtype"),
+            "visits key tiles last-to-first without guarding exp(-inf - (-inf))"),
+    # Correct solutions written differently: they must keep every point.
+    Mistake("02-ok-reverse-order-guarded", NB, CELL,
+            (("for j0 in range(0, k_end, block_k):", "for j0 in reversed(range(0, k_end, block_k)):"),
+             ("alpha = torch.exp(m - m_new)  # m_new is finite: key 0 was in the first tile visited\n"
+              "            p = torch.exp(s - m_new[..., None])",
+              "safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)\n"
+              "            alpha = torch.exp(m - safe)\n"
+              "            p = torch.exp(s - safe[..., None])")),
+            (), "visits key tiles last-to-first, with a guard for fully masked rows"),
+    Mistake("02-ok-float64-statistics", NB, CELL,
+            (("work = torch.promote_types(q.dtype, torch.float32)", "work = torch.float64"),),
+            (), "keeps every statistic in float64 whatever the input dtype"),
+]
+
+TYPICAL = "02-causal-skip-off-by-one"
