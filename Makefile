@@ -1,0 +1,37 @@
+# The course's commands. `make grade` is the main job, `make test` the test suite; both create the
+# virtual environment .venv first (Python >= 3.11 for nbgrader 0.9).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The torch to install. 2.13.0 is on PyPI for every platform (and, as a CPU build, on the course's
+# CI machines' disk, which keeps installs fast); any torch >= 2.3 works: make TORCH=torch
+TORCH  ?= torch==2.13.0
+
+.PHONY: install build check grade test clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[course]"
+	touch $@
+
+install: $(VENV)/.installed
+
+# notebooks/ -> source/ -> release/
+build: install
+	$(BIN)/attnlab build
+
+# fail if source/ or release/ is stale against notebooks/
+check: install
+	$(BIN)/attnlab build --check
+
+# The main job: build, write the sample submissions, autograde them, print the table, export grades.csv
+grade: install
+	$(BIN)/attnlab grade-samples
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf submitted autograded/* feedback gradebook.db grades.csv grading_report.csv
