@@ -1,0 +1,71 @@
+"""Load a learner's code from another notebook of the course (notebook 06 times notebook 05's kernel).
+
+A Triton kernel must come from a real source file: ``@triton.jit`` reads the function's source
+with ``inspect``. So the notebook's code cells are written to a module file and imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["load_notebook_module", "NotebookLoadError"]
+
+
+class NotebookLoadError(RuntimeError):
+    """The notebook is missing, unreadable, or its code raised while loading."""
+
+
+def _code_cells(nb) -> list[str]:
+    """Given and solution cells; test cells and ungraded cells (demos, timings) are left out."""
+    keep = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta or (meta.get("grade") and not meta.get("solution")):
+            continue
+        # IPython-only lines (magics, shell escapes) are not Python
+        keep.append("\n".join(ln for ln in cell.source.splitlines() if not re.match(r"\s*[%!]", ln)))
+    return keep
+
+
+def load_notebook_module(path: str | Path, required: tuple[str, ...] = ()) -> ModuleType:
+    """Import the given and solution cells of the notebook at ``path`` as a module.
+
+    Args:
+        path: the ``.ipynb`` file (e.g. ``"05_triton_flash.ipynb"``, relative to the working directory).
+        required: names the module must define (checked after import).
+
+    Returns:
+        The module; its attributes are the notebook's functions and variables.
+
+    Raises:
+        NotebookLoadError: the file is missing or not a notebook, a cell raised while loading, or a
+        required name is not defined; the message says which.
+    """
+    import nbformat
+
+    path = Path(path)
+    if not path.is_file():
+        raise NotebookLoadError(f"{path.name} not found in {path.resolve().parent}: keep your notebooks "
+                                f"together in one folder (as the release is laid out)")
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:  # unreadable JSON, wrong format
+        raise NotebookLoadError(f"{path.name} could not be read as a notebook: {exc}") from None
+    folder = Path(tempfile.mkdtemp(prefix="attnlab-nb-"))
+    mod_name = "attnlab_nb_" + re.sub(r"\W", "_", path.stem)
+    mod_file = folder / f"{mod_name}.py"
+    mod_file.write_text("\n\n".join(_code_cells(nb)) + "\n")
+    spec = importlib.util.spec_from_file_location(mod_name, mod_file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise NotebookLoadError(f"running the code of {path.name} failed: {type(exc).__name__}: {exc}") from exc
+    missing = [n for n in required if not hasattr(module, n)]
+    if missing:
+        raise NotebookLoadError(f"{path.name} does not define {', '.join(missing)}")
+    return module
