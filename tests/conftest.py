@@ -18,7 +18,7 @@ from attnlab.grading.course import Course
 from attnlab.grading.samples import Mistake, write_main_samples, write_mistake_samples
 
 ROOT = Path(__file__).resolve().parents[1]
-COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py")
+COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
 
 
 @pytest.fixture(scope="session")

@@ -33,13 +33,48 @@ def _cell_id(cell, used: set[str]) -> str:
     return cid
 
 
-def notebook_from_source(path: Path) -> nbformat.NotebookNode:
+def course_settings(root: Path) -> dict:
+    """``[tool.attnlab]`` of the course's pyproject.toml: the repository address and branch."""
+    import tomllib
+
+    return tomllib.loads((root / "pyproject.toml").read_text())["tool"]["attnlab"]
+
+
+def colab_url(settings: dict, name: str) -> str:
+    repo = settings["repository"].removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{repo}/blob/{settings['branch']}/release/{ASSIGNMENT}/{name}.ipynb"
+
+
+_BOOTSTRAP = """\
+# Given: makes the course's support package importable. Where it is missing (Google Colab, a bare
+# Jupyter) it is installed from the course repository; ATTNLAB_INSTALL overrides the address.
+import importlib, importlib.util, os, subprocess, sys
+
+if importlib.util.find_spec("attnlab") is None:
+    _source = os.environ.get("ATTNLAB_INSTALL", "attnlab @ git+{repository}@{branch}")
+    print("Installing the course's support package from", _source)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", _source], check=True)
+    importlib.invalidate_caches()"""
+
+
+def _bootstrap_cells(settings: dict, name: str) -> list[nbformat.NotebookNode]:
+    """The two cells every notebook starts with: an Open-in-Colab badge and the install cell."""
+    badge = nbformat.v4.new_markdown_cell(
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(settings, name)})")
+    code = nbformat.v4.new_code_cell(_BOOTSTRAP.format(**settings))
+    code.metadata["nbgrader"] = {"grade_id": "bootstrap", "locked": True}
+    return [badge, code]
+
+
+def notebook_from_source(path: Path, settings: dict | None = None) -> nbformat.NotebookNode:
     """Read one jupytext percent file and return the instructor notebook, with stable cell ids.
 
     Raises:
         ValueError: a graded cell without points, or a duplicate grade_id.
     """
     nb = jupytext.read(path)
+    if settings is not None:
+        nb.cells[:0] = _bootstrap_cells(settings, path.stem)
     grade_ids: set[str] = set()
     used_ids: set[str] = set()
     for cell in nb.cells:
@@ -72,9 +107,10 @@ def build_source(course: Course) -> list[Path]:
         if stale.stem not in names:
             stale.unlink()
     written = []
+    settings = course_settings(course.root)
     for name in names:
         out = course.source / f"{name}.ipynb"
-        nbformat.write(notebook_from_source(course.notebooks / f"{name}.py"), out)
+        nbformat.write(notebook_from_source(course.notebooks / f"{name}.py", settings), out)
         written.append(out)
     return written
 
@@ -89,7 +125,8 @@ def _build_fresh(course: Course, tmp: Path) -> Course:
     """Build ``course``'s notebooks/ in a new course directory under ``tmp`` (fresh gradebook)."""
     fresh = Course(tmp)
     shutil.copytree(course.notebooks, fresh.notebooks)
-    shutil.copy(course.root / "nbgrader_config.py", fresh.root / "nbgrader_config.py")
+    for name in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy(course.root / name, fresh.root / name)
     build_source(fresh)
     generate_assignment(fresh)
     return fresh
