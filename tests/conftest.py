@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading.autograde import NotebookResult, autograde_submission
+from attnlab.grading.autograde import NotebookResult, autograde_jobs, autograde_submission
 from attnlab.grading.build import generate_assignment
 from attnlab.grading.course import Course
 from attnlab.grading.samples import Mistake, write_main_samples, write_mistake_samples
@@ -55,7 +55,6 @@ def graded(tmp_path_factory) -> GradedCourse:
     for s in students:
         for r in autograde_submission(c, s, progress=print):
             results[(r.student, r.notebook)] = r
-    for m in mistakes:
-        for r in autograde_submission(c, f"mistake-{m.id}", [m.notebook], progress=print):
-            results[(r.student, r.notebook)] = r
+    for r in autograde_jobs(c, [(f"mistake-{m.id}", m.notebook) for m in mistakes], progress=print):
+        results[(r.student, r.notebook)] = r
     return GradedCourse(c, results, mistakes)

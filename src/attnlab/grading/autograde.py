@@ -126,9 +126,8 @@ def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple
                          g.max_score) for g in sub.grades}
 
 
-def _run_worker(course: Course, student: str, notebooks: list[str], limit_s: float,
-                progress=None) -> dict[str, tuple[str, str, float]]:
-    """Grade ``notebooks`` of ``student`` in worker processes; notebook -> (status, log, seconds).
+def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -> dict[str, tuple[str, str, float]]:
+    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds).
 
     status is ``ok`` (nbgrader finished), ``failed`` (nbgrader reported an error, or the worker
     died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
@@ -137,10 +136,10 @@ def _run_worker(course: Course, student: str, notebooks: list[str], limit_s: flo
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     outcomes: dict[str, tuple[str, str, float]] = {}
-    remaining = list(notebooks)
+    remaining = list(jobs)
     while remaining:
         with tempfile.TemporaryFile("w+") as errfile:
-            proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root), student,
+            proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root),
                                      *remaining], stdout=subprocess.PIPE, stderr=errfile, text=True, env=env,
                                     start_new_session=True)
             lines: queue.Queue = queue.Queue()
@@ -153,13 +152,18 @@ def _run_worker(course: Course, student: str, notebooks: list[str], limit_s: flo
                     line = lines.get(timeout=max(wait, 0.1))
                 except queue.Empty:
                     os.killpg(proc.pid, signal.SIGKILL)
-                    outcomes[current or remaining[0]] = ("timeout", "", time.perf_counter() - started)
+                    job = current or next(j for j in remaining if j not in outcomes)
+                    outcomes[job] = ("timeout", "", time.perf_counter() - started)
+                    if on_done:
+                        on_done(job, outcomes[job])
                     break
                 if line is None:  # the worker exited
                     if current is not None:
                         errfile.seek(0)
                         outcomes[current] = ("failed", "the grading process died\n" + errfile.read()[-3000:],
                                              time.perf_counter() - started)
+                        if on_done:
+                            on_done(current, outcomes[current])
                     break
                 try:
                     msg = json.loads(line)
@@ -170,8 +174,8 @@ def _run_worker(course: Course, student: str, notebooks: list[str], limit_s: flo
                 elif "done" in msg and msg["done"] == current:
                     outcomes[current] = ("ok" if msg["success"] else "failed", msg["log"],
                                          time.perf_counter() - started)
-                    if progress:
-                        progress(current)
+                    if on_done:
+                        on_done(current, outcomes[current])
                     current = None
             proc.wait()
             if not any(n in outcomes for n in remaining):  # the worker could not start at all
@@ -208,26 +212,45 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
     return res
 
 
+def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
+                   progress=None) -> list[NotebookResult]:
+    """Autograde (student, notebook) pairs, each on its own; never raises for a bad submission.
+
+    A notebook that was not submitted scores 0 with the reason "not submitted".
+    """
+    results: dict[str, NotebookResult] = {}
+
+    def finish(job: str, outcome) -> None:
+        s, n = job.split("/")
+        if outcome is None:
+            auto, manual = _points(course, n)
+            r = NotebookResult(s, n, "missing", max_points=sum(auto.values()), manual_max=manual,
+                               reason=f"{n}.ipynb was not submitted")
+            _zero_notebook(course, s, n)
+        else:
+            r = _evaluate(course, s, n, *outcome, limit_s=limit_s)
+        results[job] = r
+        if progress:
+            progress(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s")
+
+    present = []
+    for s, n in jobs:
+        if (course.submitted / s / ASSIGNMENT / f"{n}.ipynb").exists():
+            present.append(f"{s}/{n}")
+        else:
+            finish(f"{s}/{n}", None)
+    if present:
+        outcomes = _run_worker(course, present, limit_s, on_done=finish)
+        for job in present:  # a worker that never started reports nothing through on_done
+            if job not in results:
+                finish(job, outcomes[job])
+    return [results[f"{s}/{n}"] for s, n in jobs]
+
+
 def autograde_submission(course: Course, student: str, notebooks: list[str] | None = None,
                          limit_s: float = NOTEBOOK_LIMIT_S, progress=None) -> list[NotebookResult]:
-    """Autograde ``notebooks`` (default: all) of one submission; never raises for a bad submission."""
-    notebooks = notebooks or course.notebook_names()
-    folder = course.submitted / student / ASSIGNMENT
-    present = [n for n in notebooks if (folder / f"{n}.ipynb").exists()]
-    outcomes = _run_worker(course, student, present, limit_s) if present else {}
-    results = []
-    for n in notebooks:
-        if n not in present:
-            auto, manual = _points(course, n)
-            r = NotebookResult(student, n, "missing", max_points=sum(auto.values()), manual_max=manual,
-                               reason=f"{n}.ipynb was not submitted")
-            _zero_notebook(course, student, n)
-        else:
-            r = _evaluate(course, student, n, *outcomes[n], limit_s=limit_s)
-        if progress:
-            progress(f"  {student:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s")
-        results.append(r)
-    return results
+    """Autograde ``notebooks`` (default: all) of one submission."""
+    return autograde_jobs(course, [(student, n) for n in notebooks or course.notebook_names()], limit_s, progress)
 
 
 def submitted_students(course: Course) -> list[str]:
@@ -239,10 +262,9 @@ def submitted_students(course: Course) -> list[str]:
 def autograde(course: Course, students: list[str] | None = None, notebooks: list[str] | None = None,
               progress=print) -> list[NotebookResult]:
     """Autograde every submission in submitted/ (or ``students``), one notebook at a time."""
-    results = []
-    for student in students or submitted_students(course):
-        results += autograde_submission(course, student, notebooks, progress=progress)
-    return results
+    notebooks = notebooks or course.notebook_names()
+    jobs = [(s, n) for s in students or submitted_students(course) for n in notebooks]
+    return autograde_jobs(course, jobs, progress=progress)
 
 
 def format_report(results: list[NotebookResult]) -> str:

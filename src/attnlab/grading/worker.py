@@ -1,11 +1,12 @@
-"""Grade one student's notebooks in one process, one nbgrader run per notebook.
+"""Grade a list of (student, notebook) jobs in one process, one nbgrader run per notebook.
 
-Started by :mod:`attnlab.grading.autograde` as ``python -m attnlab.grading.worker ROOT STUDENT NB...``.
-Loading nbgrader once per student instead of once per notebook saves ~3 s a notebook; running
-each notebook separately (``CourseDirectory.notebook_id``) keeps a dead kernel from costing the
-other notebooks. Protocol on stdout, one JSON object per line: ``{"start": nb}`` before a notebook,
-``{"done": nb, "success": bool, "log": str}`` after it. The parent watches the clock and kills this
-process group if a notebook overruns.
+Started by :mod:`attnlab.grading.autograde` as
+``python -m attnlab.grading.worker ROOT STUDENT/NOTEBOOK ...``. Loading nbgrader once for many
+notebooks instead of once per notebook saves ~3 s each; running each notebook separately
+(``CourseDirectory.notebook_id``) keeps a dead kernel from costing the other notebooks. Protocol
+on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
+``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
+this process group if a notebook overruns.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _emit(obj) -> None:
 
 
 def main(argv: list[str]) -> int:
-    root, student, *notebooks = argv
+    root, *jobs = argv
     os.chdir(root)
     # nbgrader shells out to alembic when it touches the gradebook: make it findable.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -34,13 +35,14 @@ def main(argv: list[str]) -> int:
 
     # NbGraderAPI does not read nbgrader_config.py by itself.
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
-    for name in notebooks:
-        _emit({"start": name})
+    for job in jobs:
+        student, name = job.split("/")
+        _emit({"start": job})
         coursedir = CourseDirectory(config=config, root=root)
         coursedir.notebook_id = name
         api = NbGraderAPI(coursedir=coursedir, config=config)
         result = api.autograde(ASSIGNMENT, student, force=True, create=True)
-        _emit({"done": name, "success": bool(result.get("success")),
+        _emit({"done": job, "success": bool(result.get("success")),
                "log": (result.get("log") or "") + (result.get("error") or "")})
     return 0
 
