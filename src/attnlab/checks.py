@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import signal
 import threading
 import time
@@ -184,10 +185,11 @@ def assert_number(value, expected: float, *, name: str, rel: float = 0.02) -> No
 
     Used for the numeric answers of "predict before you measure" cells.
     """
-    try:
-        got = float(value)
-    except (TypeError, ValueError):
-        raise AssertionError(f"{name}: expected a number, got {value!r}") from None
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise AssertionError(f"{name}: expected a number, got {value!r} ({type(value).__name__})")
+    got = float(value)
     if not math.isfinite(got) or abs(got - expected) > rel * abs(expected):
         raise AssertionError(f"{name}: {got:.6g} is not within {rel:.0%} of the expected value. "
                              f"Recheck the units (bytes vs GiB, FLOPs vs TFLOPs, s vs ms).")

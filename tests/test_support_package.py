@@ -1,0 +1,280 @@
+"""Unit tests of the support package: references, checks, checkers, launchers' validation, loaders."""
+
+from __future__ import annotations
+
+import time
+
+import nbformat
+import pytest
+import torch
+
+from attnlab import checks, sweep
+from attnlab.launch import launch_flash_forward, launch_softmax
+from attnlab.nbload import NotebookLoadError, load_notebook_module
+from attnlab.reference import naive_attention, reference_gradients, validate_qkv
+from attnlab.verify import check_flash_backward, check_flash_forward, check_online_softmax
+
+
+def qkv(T_q=9, T_k=None, D=8, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    T_k = T_q if T_k is None else T_k
+    return (torch.randn(2, 3, T_q, D, generator=g, dtype=dtype),
+            torch.randn(2, 3, T_k, D, generator=g, dtype=dtype),
+            torch.randn(2, 3, T_k, D, generator=g, dtype=dtype))
+
+
+# ------------------------------------------------------------------------------------ reference
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("T_q,T_k", [(9, 9), (5, 12), (12, 5)])
+def test_naive_attention_matches_sdpa_top_left_causal(causal, T_q, T_k):
+    q, k, v = qkv(T_q, T_k)
+    o, lse = naive_attention(q, k, v, causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(o, ref, rtol=1e-12, atol=1e-12)
+    s = q @ k.transpose(-1, -2) * 8 ** -0.5
+    if causal:
+        s = s.masked_fill(torch.ones(T_q, T_k, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype,lse_dtype", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                             (torch.bfloat16, torch.float32), (torch.float16, torch.float32)])
+def test_naive_attention_dtypes(dtype, lse_dtype):
+    o, lse = naive_attention(*qkv(dtype=dtype))
+    assert o.dtype == dtype and lse.dtype == lse_dtype
+
+
+def test_naive_attention_scale_argument():
+    q, k, v = qkv()
+    o1, _ = naive_attention(q, k, v, scale=0.3)
+    o2, _ = naive_attention(q * 0.3 / 8 ** -0.5, k, v)
+    torch.testing.assert_close(o1, o2)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda q, k, v: (q[0], k, v), "4 dims"),
+    (lambda q, k, v: (q, k[..., :4], v[..., :4]), "head dim"),
+    (lambda q, k, v: (q, k, v[:, :, :3]), "same length"),
+    (lambda q, k, v: (q, k[:1], v[:1]), "batch and head"),
+    (lambda q, k, v: (q.long(), k.long(), v.long()), "floating-point"),
+    (lambda q, k, v: (q, k.float(), v), "one dtype"),
+    (lambda q, k, v: (q.numpy(), k, v), "torch.Tensor"),
+])
+def test_bad_input_gets_a_clear_error(bad, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        naive_attention(*bad(*qkv()))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_gradients_match_sdpa_autograd(causal):
+    q, k, v = (t.requires_grad_(True) for t in qkv(7, 11))
+    do = torch.randn(2, 3, 7, 8, dtype=torch.float64)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+    for got, t in zip(reference_gradients(q, k, v, do, causal), (q, k, v)):
+        torch.testing.assert_close(got, t.grad)
+
+
+# ------------------------------------------------------------------------------------ checks
+def test_assert_close_message_names_case_and_index():
+    expected = torch.arange(12, dtype=torch.float64).reshape(3, 4) + 1
+    actual = expected.clone()
+    actual[2, 1] += 5
+    with pytest.raises(AssertionError, match=r"o \[T=3\].*index \(2, 1\).*got 15.*expected 10"):
+        checks.assert_close(actual, expected, name="o", case=checks.Case(T=3))
+
+
+def test_assert_close_rejects_nan_shape_and_non_tensors():
+    e = torch.ones(2, 3, dtype=torch.float64)
+    with pytest.raises(AssertionError, match="not finite"):
+        checks.assert_close(checks.poisoned((2, 3), torch.float64), e, name="x")
+    with pytest.raises(AssertionError, match="wrong shape"):
+        checks.assert_close(torch.ones(3, 2, dtype=torch.float64), e, name="x")
+    with pytest.raises(AssertionError, match="torch.Tensor"):
+        checks.assert_close([1.0, 2.0], e, name="x")
+
+
+def test_seeded_inputs_ignore_the_global_seed():
+    torch.manual_seed(1)
+    a = checks.randn(4, seed=7)
+    torch.manual_seed(2)
+    assert torch.equal(a, checks.randn(4, seed=7)) and not torch.equal(a, checks.randn(4, seed=8))
+    assert (a != 0).all()
+
+
+def test_time_limit_stops_an_endless_loop():
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
+        with checks.time_limit(0.5, "spin"):
+            while True:
+                pass
+    assert time.perf_counter() - start < 3
+
+
+def test_time_limit_cannot_be_swallowed_by_except_exception():
+    with pytest.raises(TimeoutError):
+        with checks.time_limit(0.3, "sneaky"):
+            while True:
+                try:
+                    time.sleep(0.05)
+                except Exception:
+                    pass
+
+
+def test_assert_number():
+    checks.assert_number(1.0e9, 1.0e9, name="x")
+    for bad in (2.0e9, "1e9", None, float("nan")):
+        with pytest.raises(AssertionError):
+            checks.assert_number(bad, 1.0e9, name="x")
+
+
+# ------------------------------------------------------------------------------------ checkers
+def naive_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    return naive_attention(q, k, v, causal=causal, scale=scale)
+
+
+def test_checkers_accept_a_correct_function():
+    check_flash_forward(naive_forward, T_q=13, T_k=21, causal=True, block_q=7, block_k=11, growing=True)
+    check_online_softmax(lambda x, b: (x.amax(-1), torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)),
+                         block_size=4)
+
+    def backward(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+        return reference_gradients(q, k, v, do, causal, scale)
+    check_flash_backward(backward, T_q=9, T_k=14, causal=True)
+
+
+@pytest.mark.parametrize("wrong,match", [
+    (lambda *a, **kw: naive_forward(*a, **kw)[::-1], "wrong shape"),
+    (lambda *a, **kw: naive_forward(*a, **kw)[0], "must return a tuple"),
+    (lambda q, k, v, **kw: (naive_forward(q, k, v, **kw)[0], naive_forward(q, k, v, **kw)[1] / 0.6931471805599453),
+     "lse"),
+    (lambda q, k, v, **kw: (naive_forward(q, k, v, **kw)[0], naive_forward(q, k, v, **kw)[1].half()), "too narrow|dtype"),
+    (lambda q, k, v, causal=False, **kw: naive_forward(q, k, v, causal=False), "o "),
+])
+def test_forward_checker_rejects_wrong_results(wrong, match):
+    with pytest.raises(AssertionError, match=match):
+        check_flash_forward(wrong, T_q=12, causal=True)
+
+
+def test_checker_reports_a_timeout_once_then_skips():
+    def hang(*args, **kwargs):
+        while True:
+            pass
+    import attnlab.verify as verify
+
+    old = verify.call_limit_s
+    verify.call_limit_s = lambda: 0.3
+    try:
+        with pytest.raises(TimeoutError, match="did not finish"):
+            check_flash_forward(hang, T_q=4)
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError, match="already timed out"):
+            check_flash_forward(hang, T_q=4)
+        assert time.perf_counter() - start < 0.2
+    finally:
+        verify.call_limit_s = old
+
+
+# ------------------------------------------------------------------------------------ launchers
+def _never_called(*args, **kwargs):
+    raise AssertionError("the kernel must not be launched on invalid input")
+
+
+@pytest.mark.parametrize("x,exc,match", [
+    (torch.ones(2, 3, 4), ValueError, "2-D"),
+    (torch.ones(2, 3, dtype=torch.int32), TypeError, "dtype"),
+    (torch.ones(2, 3, dtype=torch.float64), TypeError, "dtype"),
+    ([[1.0]], TypeError, "torch.Tensor"),
+])
+def test_softmax_launcher_validates(x, exc, match):
+    with pytest.raises(exc, match=match):
+        launch_softmax(_never_called, x)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(D=24), ValueError, "power of two"),
+    (dict(D=8), ValueError, ">= 16"),
+    (dict(block_m=48), ValueError, "block_m"),
+    (dict(block_n=8), ValueError, "block_n"),
+    (dict(T_k=12), ValueError, "self-attention"),
+    (dict(dtype=torch.float64), TypeError, "float64"),
+])
+def test_flash_launcher_validates(kwargs, exc, match):
+    D, T_k = kwargs.pop("D", 32), kwargs.pop("T_k", 16)
+    dtype = kwargs.pop("dtype", torch.float32)
+    q = torch.ones(1, 2, 16, D, dtype=dtype)
+    k = torch.ones(1, 2, T_k, D, dtype=dtype)
+    with pytest.raises(exc, match=match):
+        launch_flash_forward(_never_called, q, k, k.clone(), **kwargs)
+
+
+# ------------------------------------------------------------------------------------ loaders, sweep
+def _notebook(tmp_path, cells):
+    nb = nbformat.v4.new_notebook()
+    for src, meta in cells:
+        c = nbformat.v4.new_code_cell(src)
+        if meta:
+            c.metadata["nbgrader"] = meta
+        nb.cells.append(c)
+    path = tmp_path / "05_triton_flash.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_load_notebook_module_takes_given_and_solution_cells_only(tmp_path):
+    path = _notebook(tmp_path, [
+        ("import math\n%matplotlib inline", {"grade_id": "setup", "locked": True}),
+        ("def f(x):\n    return math.sqrt(x)", {"grade_id": "f", "solution": True}),
+        ("raise RuntimeError('a test cell must not run')", {"grade_id": "t", "grade": True, "points": 1}),
+        ("raise RuntimeError('an ungraded demo cell must not run')", None),
+    ])
+    mod = load_notebook_module(path, required=("f",))
+    assert mod.f(16) == 4
+
+
+def test_load_notebook_module_errors_are_clear(tmp_path):
+    with pytest.raises(NotebookLoadError, match="not found"):
+        load_notebook_module(tmp_path / "missing.ipynb")
+    path = _notebook(tmp_path, [("raise NotImplementedError()", {"grade_id": "k", "solution": True})])
+    with pytest.raises(NotebookLoadError, match="NotImplementedError"):
+        load_notebook_module(path)
+    (tmp_path / "bad.ipynb").write_text("{not json")
+    with pytest.raises(NotebookLoadError, match="could not be read"):
+        load_notebook_module(tmp_path / "bad.ipynb")
+
+
+def test_sweep_records_oom_and_skips_larger_T(tmp_path):
+    def oom_at_16(q, k, v, causal):
+        if q.shape[2] >= 16:
+            raise torch.OutOfMemoryError("fake")
+        return q
+
+    def broken(q, k, v, causal):
+        raise ValueError("bad kernel")
+
+    points = sweep.run_sweep({"ok": sweep.sdpa, "oom": oom_at_16, "broken": broken}, [8, 16, 32],
+                             B=1, H=1, D=8, dtype=torch.float32, device="cpu", progress=False)
+    status = {(p.impl, p.T): p.status for p in points}
+    assert status[("ok", 32)] == "ok" and status[("oom", 8)] == "ok"
+    assert status[("oom", 16)] == "oom" and status[("oom", 32)] == "skipped"
+    assert status[("broken", 8)].startswith("error: ValueError")
+    path = sweep.write_csv(points, tmp_path / "s.csv")
+    back = sweep.read_csv(path)
+    assert [(p.impl, p.T, p.status, p.causal) for p in back] == [(p.impl, p.T, p.status, p.causal) for p in points]
+    sweep.plot_sweep(points, ceiling_tflops=100.0, path=tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_naive_unfused_matches_reference():
+    q, k, v = qkv(10)
+    torch.testing.assert_close(sweep.naive_unfused(q, k, v, True), naive_attention(q, k, v, causal=True)[0])
+
+
+def test_force_cpu_mode(monkeypatch):
+    from attnlab import device
+
+    monkeypatch.setenv("ATTNLAB_DEVICE", "cpu")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rt = device.init(verbose=False)
+    assert rt.interpret and rt.device == "cpu"
+    import os
+    assert os.environ["TRITON_INTERPRET"] == "1"
