@@ -105,7 +105,8 @@ from attnlab.verify import check_attention_gradcheck, check_autograd_attention, 
 #
 # - **Not $m$ and $\ell$.** The forward's running max $m$ and normaliser $\ell$ give
 #   $P = e^{S - m} / \ell$, but they only ever act together, as $m + \ln \ell$, which is the LSE.
-#   One number per row instead of two, one subtraction instead of a subtraction and a division.
+#   Storing their combination halves the statistics kept per row and replaces a subtraction plus
+#   a division per entry by a single subtraction.
 #   And $e^{S - m}$ on its own is *not* $P$: its rows do not sum to one.
 # - **Natural log.** The course's LSE is a natural log. GPU kernels often use `exp2`, which is
 #   cheaper; they then multiply both the scores and the LSE by $\log_2 e$. A base-2 exponential
@@ -167,7 +168,7 @@ assert_number(flops_per_byte_saved, 32, name="flops_per_byte_saved", rel=0.01)
 # $P$ would be $2 \cdot 8192^2 \cdot 2 \text{ B} \approx 268$ MB, about 63 µs at 4.27 TB/s. Recomputing
 # is roughly five times cheaper. The ratio is $2T^2 d / 4T^2 = d/2$ FLOP per byte: it does not depend
 # on $T$ at all and grows with $d$; at $d = 64$ it is 32, far below the ridge of about 165, and it
-# would take $d$ above 300 or so before the bytes became the cheaper side (the exponentials we
+# would take $d$ above about 330 before the bytes became the cheaper side (the exponentials we
 # ignored make the recomputation somewhat dearer, not enough to change the verdict). Apart from
 # time, a stored $P$ must live in memory from the forward to the backward: at $B = 8$, $H = 16$,
 # $T = 8192$ in bf16 that is 16 GiB per layer, against 4 MiB for a float32 LSE.
@@ -188,8 +189,8 @@ assert_number(flops_per_byte_saved, 32, name="flops_per_byte_saved", rel=0.01)
 # that can stay in fast on-chip memory, and the other side accumulates over the *outer* loop, so
 # its partial sums keep going back to memory. FlashAttention-2 puts **key tiles outside and query
 # tiles inside**. Then $K_j$, $V_j$ and the accumulators $dK_j$, $dV_j$ stay put for the whole
-# inner loop and are written once, while $dQ_i$ receives a contribution from every key tile (on a
-# GPU through atomic additions, or in a separate pass). In outline:
+# inner loop and are written once, while every key tile adds its share to each $dQ_i$ it reaches
+# (on a GPU through atomic additions, or in a separate pass). In outline:
 #
 # ```
 # D = rowsum(dO ∘ O)                       once, T_q·d work
