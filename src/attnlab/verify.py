@@ -8,6 +8,7 @@ same way for the visible and the hidden tests. Every reference comes from this p
 from __future__ import annotations
 
 import torch
+from torch.autograd.gradcheck import GradcheckError
 
 from . import launch
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
@@ -17,6 +18,7 @@ from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
+    "check_attention_gradcheck",
     "check_softmax_kernel", "check_flash_kernel", "call_limit_s",
 ]
 
@@ -124,26 +126,35 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
 # ---------------------------------------------------------------------------------------------- 03
 def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
                          causal: bool = False, block_q: int = 16, block_k: int = 16,
-                         scale: float | None = None, seed: int = 0, name: str = "flash_attention_backward"):
-    """Check ``fn(q, k, v, o, lse, do, causal, block_q, block_k[, scale]) -> (dq, dk, dv)`` in float64.
+                         scale: float | None = None, dtype=torch.float64, seed: int = 0,
+                         name: str = "flash_attention_backward"):
+    """Check ``fn(q, k, v, o, lse, do, causal, block_q, block_k[, scale]) -> (dq, dk, dv)``.
 
     o and lse come from the package's ``naive_attention`` (not from the learner's forward); the
-    expected gradients from autograd through it (:func:`attnlab.reference.reference_gradients`).
+    expected gradients from autograd through it in float64 (:func:`attnlab.reference.reference_gradients`).
+    Inputs are float64 by default (tolerance 1e-10); with ``dtype=torch.float32`` the inputs, o and
+    do are float32, the LSE float32, and the tolerance 1e-5. The gradients must come back in q's dtype.
+    ``scale`` is passed only when given, so the default ``D ** -0.5`` is exercised too.
     """
     T_k = T_q if T_k is None else T_k
-    q, k, v = _qkv(B, H, T_q, T_k, D, seed=seed)
-    do = randn(B, H, T_q, D, seed=seed + 3)
+    q, k, v = _qkv(B, H, T_q, T_k, D, seed=seed, dtype=dtype)
+    do = randn(B, H, T_q, D, seed=seed + 3, dtype=dtype)
     o, lse = naive_attention(q, k, v, causal=causal, scale=scale)
     case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal, block_q=block_q, block_k=block_k)
     if scale is not None:
         case["scale"] = scale
+    if dtype != torch.float64:
+        case["dtype"] = str(dtype).replace("torch.", "")
     kwargs = dict(causal=causal, block_q=block_q, block_k=block_k)
     if scale is not None:
         kwargs["scale"] = scale
     args = (t.clone() for t in (q, k, v, o, lse, do))
     grads = _pair(_call(fn, name, *args, **kwargs), name, ("dq", "dk", "dv"))
     for gname, got, ref in zip(("dq", "dk", "dv"), grads, reference_gradients(q, k, v, do, causal, scale)):
-        assert_close(got, ref, name=gname, case=case)
+        assert_close(got, ref, name=gname, case=case, tol=tolerance(dtype))
+        if got.dtype != dtype:
+            raise AssertionError(f"{gname} [{case}]: dtype {got.dtype}, expected q's dtype {dtype}. "
+                                 f"Compute in a wider dtype if you like, but cast the result back.")
 
 
 def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
@@ -162,6 +173,36 @@ def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int =
         if t.grad is None:
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
         assert_close(t.grad, ref, name=gname, case=case)
+
+
+def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: int = 1, H: int = 1, D: int = 3,
+                              causal: bool = False, block_q: int | None = None, block_k: int | None = None,
+                              seed: int = 0, name: str = "attention"):
+    """``torch.autograd.gradcheck`` of ``attn(q, k, v, causal[, block_q=, block_k=]) -> o`` on a tiny float64 case.
+
+    gradcheck compares the Jacobian the backward implies (one backward call per output element)
+    with central finite differences of the forward, so keep the sizes tiny. Block sizes are passed
+    only when given, so that small tiles can be exercised on a tiny input.
+    """
+    T_k = T_q if T_k is None else T_k
+    q, k, v = (t.requires_grad_(True) for t in _qkv(B, H, T_q, T_k, D, seed=seed))
+    case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal)
+    kwargs = {}
+    for key, val in (("block_q", block_q), ("block_k", block_k)):
+        if val is not None:
+            kwargs[key] = case[key] = val
+
+    def fn(q_, k_, v_):
+        return attn(q_, k_, v_, causal, **kwargs)
+
+    try:
+        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v))
+    except GradcheckError as exc:
+        first = str(exc).strip().splitlines()[0].rstrip(",. ") if str(exc).strip() else "gradcheck failed"
+        for i, input_name in enumerate(("q", "k", "v")):
+            first = first.replace(f"with respect to input {i}", f"with respect to {input_name}")
+        raise AssertionError(f"gradcheck of {name} [{case}]: {first}. The gradient your backward returns "
+                             f"disagrees with finite differences of the forward.") from None
 
 
 # ---------------------------------------------------------------------------------------------- 04
