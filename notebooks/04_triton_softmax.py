@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 
 from attnlab import bench, launch
-from attnlab.verify import check_softmax_kernel
+from attnlab.checks import time_limit
+from attnlab.verify import call_limit_s, check_softmax_kernel
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -196,7 +197,8 @@ def triton_softmax(x: torch.Tensor) -> torch.Tensor:
 
 # %% nbgrader={"grade_id": "try-softmax", "locked": true}
 x_try = torch.randn(3, 37, device=DEVICE)
-y_try = triton_softmax(x_try)
+with time_limit(call_limit_s(), "triton_softmax"):  # a kernel that never returns fails after 20 s on a CPU
+    y_try = triton_softmax(x_try)
 print("max |triton_softmax - torch.softmax| =", (y_try - torch.softmax(x_try, dim=-1)).abs().max().item())
 print("row sums:", y_try.sum(dim=-1).tolist())
 
