@@ -21,6 +21,19 @@ def _is_pow2(n) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
 
+def _poisoned_with_tail(shape, extra: int, dtype, device) -> torch.Tensor:
+    """A NaN-filled contiguous tensor of ``shape`` followed in memory by ``extra`` spare elements.
+
+    An output a kernel forgets to write stays NaN; a store that runs past the end (a missing mask)
+    lands in the spare elements instead of corrupting other memory, which on the CPU interpreter
+    could crash the whole Python process.
+    """
+    n = 1
+    for size in shape:
+        n *= size
+    return torch.full((n + extra,), float("nan"), dtype=dtype, device=device)[:n].view(shape)
+
+
 def _softmax_warps(block_size: int) -> int:
     # One row per program: wide rows need more threads to keep enough loads in flight.
     return 4 if block_size < 2048 else 8 if block_size < 8192 else 16
@@ -46,7 +59,8 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
         x: (n_rows, n_cols) float16, bfloat16 or float32; made contiguous first.
 
     Returns:
-        y: like ``x``; allocated full of NaN, so any element the kernel does not write stays NaN.
+        y: like ``x``; allocated full of NaN, so any element the kernel does not write stays NaN
+        (with one spare block after it, so an unmasked store cannot corrupt other memory).
 
     Raises:
         TypeError: ``x`` is not a floating tensor of a supported dtype.
@@ -60,8 +74,10 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"triton_softmax: dtype {x.dtype} not supported; use float16, bfloat16 or float32")
     if x.shape[1] == 0:
         raise ValueError("triton_softmax: x has no columns")
+    import triton
+
     x = x.contiguous()
-    y = torch.full_like(x, float("nan"))
+    y = _poisoned_with_tail(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
     return run_softmax_kernel(kernel, x, y)
 
 
@@ -110,14 +126,15 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
         num_warps, num_stages: passed to Triton (ignored by the interpreter).
 
     Returns:
-        o: (B, H, T, D) in q's dtype; lse: (B, H, T) float32, natural log. Both start as NaN.
+        o: (B, H, T, D) in q's dtype; lse: (B, H, T) float32, natural log. Both start as NaN and are
+        followed by room for one padded tile of rows, so an unmasked store cannot corrupt other memory.
 
     Raises:
         TypeError, ValueError: naming the argument that is wrong (see ``validate_qkv`` too).
     """
     _validate_flash(q, k, v, block_m, block_n)
     q, k, v = (t.contiguous() for t in (q, k, v))
-    o = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
+    o = _poisoned_with_tail(q.shape, block_m * q.shape[-1], q.dtype, q.device)
+    lse = _poisoned_with_tail(q.shape[:3], block_m, torch.float32, q.device)
     return run_flash_kernel(kernel, q, k, v, o, lse, causal=causal, block_m=block_m, block_n=block_n,
                             num_warps=num_warps, num_stages=num_stages)

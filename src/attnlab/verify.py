@@ -31,14 +31,17 @@ def call_limit_s() -> float:
     return 20.0 if runtime().interpret else 120.0
 
 
-def _call(fn, what: str, *args, **kwargs):
-    if id(fn) in _HUNG:
+def _call(fn, what: str, *args, blame=None, **kwargs):
+    """``fn(*args, **kwargs)`` under the time limit; ``blame`` (default ``fn``) is the learner's object
+    that is not run again once a call has timed out (for a kernel: the kernel, not the launcher)."""
+    culprit = fn if blame is None else blame
+    if id(culprit) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
     try:
         with time_limit(call_limit_s(), what):
             return fn(*args, **kwargs)
     except TimeoutError:
-        _HUNG[id(fn)] = fn
+        _HUNG[id(culprit)] = culprit
         raise
 
 
@@ -213,6 +216,11 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
                          padded: bool = False, seed: int = 0, device: str | None = None):
     """Check a ``_softmax_kernel`` through the course launcher against ``torch.softmax`` in float64.
 
+    The kernel is launched as ``triton_softmax`` launches it (grid (n_rows,), BLOCK_SIZE the next
+    power of two of n_cols), on views into larger buffers: after the last row there is room for
+    one whole block, so an unmasked load or store stays inside memory the check owns. Every output
+    element the kernel must not write holds a guard value; changing one fails the check.
+
     Args:
         n_rows, n_cols: input shape; n_cols need not be a power of two.
         offset: added to every input (a large offset overflows exp unless the max is subtracted).
@@ -220,31 +228,48 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
             large values a kernel must not read, the output's a guard value it must not overwrite.
         device: defaults to the runtime's (``cuda`` on a GPU, ``cpu`` under the interpreter).
     """
+    import triton
+
     device = device or runtime().device
     case = Case(n_rows=n_rows, n_cols=n_cols, dtype=str(dtype).replace("torch.", ""), offset=offset,
                 padded=padded)
     x64 = randn(n_rows, n_cols, seed=seed) * 3.0 + offset
     x = x64.to(device=device, dtype=dtype)
     expected = torch.softmax(x.to(torch.float64), dim=-1).cpu()
-    if padded:
-        pad = 7
-        x_buf = torch.full((n_rows, n_cols + pad), 1e4, dtype=dtype, device=device)
-        x_buf[:, :n_cols] = x
-        y_buf = torch.full((n_rows, n_cols + pad), _GUARD, dtype=dtype, device=device)
-        y_buf[:, :n_cols] = float("nan")
-        _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_buf[:, :n_cols], y_buf[:, :n_cols])
-        y = y_buf[:, :n_cols]
-        touched = (y_buf[:, n_cols:] != _GUARD).any(dim=1)
-        if touched.any():
-            raise AssertionError(f"_softmax_kernel [{case}]: wrote past the end of row "
-                                 f"{int(touched.nonzero()[0])} (columns >= n_cols). Mask the store.")
-    else:
-        y = _call(launch.launch_softmax, "_softmax_kernel", kernel, x)
+    width = n_cols + 7 if padded else n_cols  # the row stride of input and output
+    size = n_rows * width + triton.next_power_of_2(n_cols)
+    x_buf = torch.full((size,), 1e4, dtype=dtype, device=device)
+    x_in = x_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
+    x_in.copy_(x)
+    y_buf = torch.full((size,), _GUARD, dtype=dtype, device=device)
+    y = y_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
+    y.fill_(float("nan"))
+    _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, blame=kernel)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    outside = torch.ones(size, dtype=torch.bool, device=device)
+    outside[:n_rows * width].view(n_rows, width)[:, :n_cols] = False
+    touched = (y_buf != _GUARD) & outside
+    if touched.any():
+        pos = int(touched.nonzero()[0])
+        row, col = divmod(pos, width)
+        where = (f"past the last row (element {pos - n_rows * width} after it)" if row >= n_rows
+                 else f"in row {row}, column {col} >= n_cols")
+        raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. "
+                             f"Mask the store with the columns < n_cols, and step rows by output_row_stride.")
     assert_close(y.cpu(), expected, name="softmax", case=case,
                  tol=max(1e-5, tolerance(dtype, device)))
 
 
 # ---------------------------------------------------------------------------------------------- 05
+def _tail_room(t: torch.Tensor, extra: int) -> torch.Tensor:
+    """A contiguous copy of ``t`` followed in memory by ``extra`` NaN elements (reads past the end stay in bounds)."""
+    buf = torch.full((t.numel() + extra,), float("nan"), dtype=t.dtype, device=t.device)
+    out = buf[:t.numel()].view(t.shape)
+    out.copy_(t)
+    return out
+
+
 def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, causal: bool = False,
                        block_m: int = 16, block_n: int = 16, dtype=torch.float32, seed: int = 0,
                        growing: bool = False, num_warps: int = 4, num_stages: int = 2,
@@ -253,6 +278,8 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
 
     The outputs are NaN-poisoned and followed in memory by guard values: a row the kernel forgets
     to write stays NaN, and a store past the last row (padded rows beyond T) changes a guard.
+    The inputs too are followed by one tile of NaN: a kernel that reads K or V past the last key
+    without a mask gets NaN in its output (0 * NaN is NaN), as it may get garbage on a GPU.
     Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16.
     """
     device = device or runtime().device
@@ -262,7 +289,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     if growing:
         growing_scores(q, k, D ** -0.5)
         case["growing_scores"] = True
-    q, k, v = (t.to(device=device, dtype=dtype) for t in (q, k, v))
+    q, k, v = (_tail_room(t.to(device=device, dtype=dtype), max(block_m, block_n) * D) for t in (q, k, v))
     launch._validate_flash(q, k, v, block_m, block_n)
     guard = block_m * D  # room for every row of one padded tile
     n = B * H * T * D
@@ -272,7 +299,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     lse_buf[:B * H * T] = float("nan")
     o, lse = o_buf[:n].view(B, H, T, D), lse_buf[:B * H * T].view(B, H, T)
     _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
-          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, blame=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():

@@ -1,0 +1,122 @@
+"""Typical mistakes in notebook 05 (format: samples/README.md).
+
+Entries whose ``fails`` is empty are not mistakes: they are correct kernels written differently
+from the reference (a single masked loop, ``tl.exp`` instead of ``tl.exp2``), which must keep
+every point.
+"""
+
+from pathlib import Path
+
+from attnlab.grading.samples import Mistake
+
+_NB, _CELL = "05_triton_flash", "_flash_fwd_kernel"
+_REF = "test_flash_kernel_matches_reference"
+_RAG = "test_flash_kernel_ragged"
+_GROW = "test_flash_kernel_growing_scores"
+_ALL = (_REF, _RAG, _GROW)
+
+# the online-softmax update of each phase (the two differ only in m_new / m_use)
+_UPDATE_1 = ("p = tl.exp2(s - m_new[:, None])\n        l_i = l_i * alpha + tl.sum(p, axis=1)\n"
+             "        acc = acc * alpha[:, None]\n")
+_UPDATE_2 = _UPDATE_1.replace("m_new[:, None]", "m_use[:, None]")
+
+# A correct kernel in the plainest form: one loop over every key tile it needs, always masked, tl.exp,
+# no guard. It replaces the reference's body from the Q load up to the stores.
+_REF_SRC = (Path(__file__).resolve().parents[2] / "notebooks" / f"{_NB}.py").read_text()
+_REF_BODY = _REF_SRC[_REF_SRC.index("    q = tl.load(Q + offs_m"):_REF_SRC.index("    tl.store(O + offs_m")]
+_SINGLE_PHASE_BODY = '''    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if CAUSAL:
+        end = tl.minimum(start_m + BLOCK_M, T)
+    else:
+        end = T
+    for start_n in range(0, end, BLOCK_N):
+        offs_n = start_n + offs_j
+        kv_offs = offs_n[:, None] * stride_t + offs_d[None, :]
+        k = tl.load(K + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+        v = tl.load(V + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        ok = offs_n[None, :] < T
+        if CAUSAL:
+            ok = ok & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+'''
+
+
+MISTAKES = [
+    Mistake(
+        id="05-no-rescale", notebook=_NB, cell=_CELL,
+        edits=((_UPDATE_1, _UPDATE_1.replace("        acc = acc * alpha[:, None]\n", "")),
+               (_UPDATE_2, _UPDATE_2.replace("        acc = acc * alpha[:, None]\n", ""))),
+        fails=_ALL,
+        why="forgets to rescale acc when the running max grows",
+    ),
+    Mistake(
+        id="05-lse-without-log-l", notebook=_NB, cell=_CELL,
+        edits=(("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i * 0.6931471805599453"),),
+        fails=_ALL,
+        why="stores the running max as the LSE, forgetting + log(l)",
+    ),
+    Mistake(
+        id="05-exp2-without-log2e", notebook=_NB, cell=_CELL,
+        edits=(("qk_scale = scale * 1.4426950408889634", "qk_scale = scale"),),
+        fails=_ALL,
+        why="switches to exp2 without folding log2(e) into the score scale",
+    ),
+    Mistake(
+        id="05-causal-skip-off-by-one", notebook=_NB, cell=_CELL,
+        edits=(("hi = tl.minimum(start_m + BLOCK_M, T)", "hi = tl.minimum(start_m + BLOCK_M, T) - 1"),),
+        fails=(_RAG,),
+        why="stops the causal loop at the last row's index instead of one past it: skips a tile when T = 33",
+    ),
+    Mistake(
+        id="05-no-diagonal-mask", notebook=_NB, cell=_CELL,
+        edits=(('        s = tl.where(visible, s, float("-inf"))   # hidden keys get probability exactly 0\n', ""),),
+        fails=_ALL,
+        why="loads the diagonal and ragged tiles but never masks their scores",
+    ),
+    Mistake(
+        id="05-masked-score-zero", notebook=_NB, cell=_CELL,
+        edits=(('s = tl.where(visible, s, float("-inf"))', "s = tl.where(visible, s, 0.0)"),),
+        fails=_ALL,
+        why="gives hidden keys a score of 0 instead of -inf: they still take probability",
+    ),
+    Mistake(
+        id="05-causal-mask-excludes-diagonal", notebook=_NB, cell=_CELL,
+        edits=(("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] < offs_m[:, None]"),),
+        fails=_ALL,
+        why="hides each query's own key (j < i instead of j <= i): row 0 sees nothing",
+    ),
+    Mistake(
+        id="05-unmasked-store", notebook=_NB, cell=_CELL,
+        edits=(("o.to(O.dtype.element_ty), mask=row_ok[:, None])", "o.to(O.dtype.element_ty))"),
+               ("tl.store(LSE + offs_m, lse, mask=row_ok)", "tl.store(LSE + offs_m, lse)")),
+        fails=(_RAG,),
+        why="stores the padded rows beyond T: into the next head, or past the end of O and LSE",
+    ),
+    Mistake(
+        id="05-unmasked-kv-load", notebook=_NB, cell=_CELL,
+        edits=(("k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)", "k = tl.load(K + kv_offs)"),
+               ("v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)", "v = tl.load(V + kv_offs)")),
+        fails=(_RAG, _GROW),
+        why="loads K and V past the last key without a mask, trusting the score mask alone",
+    ),
+    Mistake(
+        id="05-ok-single-phase-exp", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _SINGLE_PHASE_BODY),),
+        fails=(),
+        why="not a mistake: one masked loop with tl.exp and no guard is correct, only slower on a GPU",
+    ),
+]
+
+TYPICAL = "05-no-rescale"
