@@ -13,5 +13,6 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 mkdir -p "$OUT/nb"
 python3 benchmarks/execute_notebooks.py "$OUT/nb" source/attention_kernels/0*.ipynb 2>&1 | tee "$OUT/notebooks.log"
 cp "$OUT"/nb/sweep.png "$OUT"/nb/sweep_results.csv "$OUT"/nb/tuning_results.csv "$OUT"/ 2>/dev/null
+python3 benchmarks/softmax_warps.py source/attention_kernels 2>&1 | tee "$OUT/softmax_warps.log"
 python3 benchmarks/kernels.py source/attention_kernels "$OUT/kernels.json" 2>&1 | tee "$OUT/kernels.log"
 tar -czf "$OUT/executed_notebooks.tar.gz" -C "$OUT" nb && rm -rf "$OUT/nb"

@@ -55,12 +55,14 @@ def _pair(out, what: str, names: tuple[str, ...]):
 def growing_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
     """Make every score row grow along the keys (in place), so each new key tile raises the max.
 
-    With q[..., 0] >= 1 and k[..., j, 0] += j / (2 * scale), score (i, j) grows by at least 0.5 per
-    key: an implementation that forgets to rescale acc or l is wrong on every row.
+    q[..., 0] is set into [1, 2] and k[..., j, 0] grows by ``slope / scale`` per key, with
+    slope = min(0.5, 24 / T_k): score (i, j) grows by at least ``slope`` per key (0.5 for short
+    rows), so an implementation that forgets to rescale acc or l is wrong on every row, while the
+    scores stay below about 50 whatever T_k (large scores magnify tf32 rounding on a GPU).
     """
-    q[..., 0] = q[..., 0].abs() + 1.0
-    ramp = torch.arange(k.shape[2], dtype=k.dtype, device=k.device) / (2.0 * scale)
-    k[..., 0] += ramp
+    q[..., 0] = q[..., 0].abs().clamp(max=1.0) + 1.0
+    slope = min(0.5, 24.0 / k.shape[2])
+    k[..., 0] += torch.arange(k.shape[2], dtype=k.dtype, device=k.device) * (slope / scale)
 
 
 # ---------------------------------------------------------------------------------------------- 01
@@ -307,5 +309,9 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
                              f"rows (offs_m >= T) must be masked out of the stores")
     o_ref, lse_ref = naive_attention(*(t.to(torch.float64) for t in (q, k, v)), causal=causal)
     tol = tolerance(dtype, device)
+    if growing and dtype == torch.float32 and device == "cuda":
+        # tf32 rounds the scores to ~2^-11 relative; at scores near 50 that is a few percent of
+        # each probability. A missing rescale is off by O(1), so this still catches it.
+        tol = 5e-2
     assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol)
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
