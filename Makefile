@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # The torch to install. 2.13.0 is on PyPI for every platform (and, as a CPU build, on the course's
-# CI machines' disk, which keeps installs fast); any torch >= 2.3 works: make TORCH=torch
+# CI machines' disk, which keeps installs fast); any torch >= 2.5 works: make TORCH=torch
 TORCH  ?= torch==2.13.0
+
+SAMPLES := reference blank typical_mistakes
 
 .PHONY: install build check grade test clean
 
@@ -33,5 +35,7 @@ grade: install
 test: install
 	$(BIN)/python -m pytest
 
+# Removes the sample submissions' files only; real submissions and the gradebook are never touched.
 clean:
-	rm -rf submitted autograded/* feedback gradebook.db grades.csv grading_report.csv
+	rm -rf $(addprefix submitted/,$(SAMPLES)) $(addprefix autograded/,$(SAMPLES)) \
+		$(addprefix feedback/,$(SAMPLES)) grades.csv grading_report.csv

@@ -86,8 +86,10 @@ def flash_figures(flash) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     source, out = Path(argv[0]), Path(argv[1])
-    nb04 = load_notebook_module(source / "04_triton_softmax.ipynb", required=("_softmax_kernel",))
-    nb05 = load_notebook_module(source / "05_triton_flash.ipynb", required=("triton_flash_attention",))
+    nb04 = load_notebook_module(source / "04_triton_softmax.ipynb", required=("_softmax_kernel",),
+                                  cells=("bootstrap", "setup", "_softmax_kernel"))
+    nb05 = load_notebook_module(source / "05_triton_flash.ipynb", required=("triton_flash_attention",),
+                                cells=("bootstrap", "setup", "_flash_fwd_kernel", "triton_flash_attention"))
     result = {"versions": versions(),
               "copy_gbs": bench.copy_bandwidth_gbs(),
               "matmul_bf16_tflops": bench.matmul_tflops(8192)}

@@ -19,7 +19,8 @@ from attnlab.nbload import load_notebook_module
 
 
 def main(argv):
-    kernel = load_notebook_module(Path(argv[0]) / "04_triton_softmax.ipynb", required=("_softmax_kernel",))._softmax_kernel
+    kernel = load_notebook_module(Path(argv[0]) / "04_triton_softmax.ipynb", required=("_softmax_kernel",),
+                                  cells=("bootstrap", "setup", "_softmax_kernel"))._softmax_kernel
     print(f"copy: {bench.copy_bandwidth_gbs():.0f} GB/s")
     for n_cols in (1000, 1024, 2048, 4096, 8192):
         n_rows = (1 << 28) // n_cols

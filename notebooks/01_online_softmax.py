@@ -75,10 +75,10 @@ hbm_bytes_naive_one_head = 4 * bytes_scores_one_head
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test-predict-bytes", "grade": true, "locked": true, "points": 1}
-from attnlab.checks import assert_number
+from attnlab.checks import assert_number, require_number
 
-assert isinstance(bytes_scores_one_head, (int, float)), "store a number in bytes_scores_one_head"
-assert isinstance(hbm_bytes_naive_one_head, (int, float)), "store a number in hbm_bytes_naive_one_head"
+require_number(bytes_scores_one_head, "bytes_scores_one_head")
+require_number(hbm_bytes_naive_one_head, "hbm_bytes_naive_one_head")
 ### BEGIN HIDDEN TESTS
 assert_number(bytes_scores_one_head, 8192**2 * 2, name="bytes_scores_one_head", rel=0.01)
 assert_number(hbm_bytes_naive_one_head, 4 * 8192**2 * 2, name="hbm_bytes_naive_one_head", rel=0.01)

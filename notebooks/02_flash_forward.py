@@ -90,8 +90,8 @@ print("matches SDPA:", torch.allclose(o_ref, sdpa))
 # | **diagonal** | neither full nor skipped | mask entries with $j > i$ to $-\infty$ before the max and the exp |
 # | **skip** | $j_0 > i_1 - 1$: the tile's first key is right of its last query | never load it |
 #
-# So the last key tile a query tile needs is the one that contains column $i_1 - 1$; key tiles
-# $[0, \min(i_1, T_k))$ are visited, everything after is skipped. With equal block sizes about half
+# So the last key tile a query tile needs is the one that contains column $i_1 - 1$: the tiles
+# covering key columns $[0, \min(i_1, T_k))$ are visited, everything after is skipped. With equal block sizes about half
 # of all tiles are skipped at large $T$.
 #
 # ```
@@ -141,10 +141,10 @@ causal_fraction_large_T = 0.5
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test-predict-tiles", "grade": true, "locked": true, "points": 1}
-from attnlab.checks import assert_number
+from attnlab.checks import assert_number, require_number
 
-assert isinstance(causal_tiles_visited, (int, float)), "store a number in causal_tiles_visited"
-assert isinstance(causal_fraction_large_T, (int, float)), "store a number in causal_fraction_large_T"
+require_number(causal_tiles_visited, "causal_tiles_visited")
+require_number(causal_fraction_large_T, "causal_fraction_large_T")
 ### BEGIN HIDDEN TESTS
 assert_number(causal_tiles_visited, 136, name="causal_tiles_visited", rel=1e-9)
 assert_number(causal_fraction_large_T, 0.5, name="causal_fraction_large_T", rel=0.02)

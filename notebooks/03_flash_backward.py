@@ -148,10 +148,10 @@ flops_per_byte_saved = extra_flops_recompute / p_traffic_bytes
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test-predict-recompute", "grade": true, "locked": true, "points": 2}
-from attnlab.checks import assert_number
+from attnlab.checks import assert_number, require_number
 
 for _name in ("extra_flops_recompute", "p_traffic_bytes", "flops_per_byte_saved"):
-    assert isinstance(globals()[_name], (int, float)), f"store a number in {_name}"
+    require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
 assert_number(extra_flops_recompute, 2 * 8192**2 * 64, name="extra_flops_recompute", rel=0.01)
 assert_number(p_traffic_bytes, 2 * 8192**2 * 2, name="p_traffic_bytes", rel=0.01)
@@ -227,8 +227,8 @@ assert_number(flops_per_byte_saved, 32, name="flops_per_byte_saved", rel=0.01)
 # cannot tell them apart; with unequal sizes a query tile can straddle $j_0$.
 #
 # **Different lengths.** Nothing changes when $T_q \ne T_k$. If $T_q > T_k$, the rows from $T_k$ on
-# see every key. If $T_q < T_k$, no query sees the keys $j \ge T_q$: their rows of $dK$ and $dV$
-# are zero, and your function still returns them.
+# see every key. If $T_q < T_k$ and the attention is causal, no query sees the keys $j \ge T_q$:
+# their rows of $dK$ and $dV$ are zero, and your function still returns them.
 
 # %% [markdown]
 # ### Predict: the tile pairs of a causal backward
@@ -249,7 +249,7 @@ causal_pairs_masked = 2 + 2 + 2
 
 # %% nbgrader={"grade_id": "test-predict-causal-tiles", "grade": true, "locked": true, "points": 1}
 for _name in ("causal_pairs_visited", "causal_pairs_masked"):
-    assert isinstance(globals()[_name], (int, float)), f"store a number in {_name}"
+    require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
 assert_number(causal_pairs_visited, 11, name="causal_pairs_visited", rel=0.01)
 assert_number(causal_pairs_masked, 6, name="causal_pairs_masked", rel=0.01)

@@ -408,10 +408,10 @@ ideal_us = causal_fwd_flops / 700e12 * 1e6
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test-predict-attention-cost", "grade": true, "locked": true, "points": 1}
-from attnlab.checks import assert_number
+from attnlab.checks import assert_number, require_number
 
 for _name in ("score_matrix_bytes", "causal_fwd_flops", "ideal_us"):
-    assert isinstance(globals()[_name], (int, float)), f"store a number in {_name}"
+    require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
 assert_number(score_matrix_bytes, 8 * 16 * 2048**2 * 2, name="score_matrix_bytes", rel=0.01)
 assert_number(causal_fwd_flops, 4 * 8 * 16 * 2048**2 * 64 / 2, name="causal_fwd_flops", rel=0.01)

@@ -57,10 +57,10 @@ microseconds_at_700_tflops = causal_forward_flops / 700e12 * 1e6  # about 98 us
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test_predictions", "grade": true, "locked": true, "points": 3}
-from attnlab.checks import assert_number
+from attnlab.checks import assert_number, require_number
 
 for _name in ("score_matrix_bytes", "causal_forward_flops", "microseconds_at_700_tflops"):
-    assert isinstance(globals()[_name], (int, float)), f"store a number in {_name}"
+    require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
 assert_number(score_matrix_bytes, 2**30, name="score_matrix_bytes", rel=0.01)
 assert_number(causal_forward_flops, 4 * 8 * 16 * 2048**2 * 64 / 2, name="causal_forward_flops", rel=0.01)
@@ -104,15 +104,17 @@ assert_number(microseconds_at_700_tflops, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12
 # %% [markdown]
 # ## 3. Load your kernel from notebook 05
 #
-# The cell below imports the given and solution cells of `05_triton_flash.ipynb` from this folder
-# (not its test cells) and takes `triton_flash_attention` from it. If your notebook 05 is missing
+# The cell below imports four cells of `05_triton_flash.ipynb` from this folder (its set-up, your
+# kernel and the given launcher; no tests, timings or predictions) and takes
+# `triton_flash_attention` from them. If your notebook 05 is missing
 # or its code fails, the sweep runs without "yours" and says why.
 
 # %% nbgrader={"grade_id": "load-yours", "locked": true}
 def load_yours(path="05_triton_flash.ipynb"):
     """Your ``triton_flash_attention`` from notebook 05, wrapped as fn(q, k, v, causal) -> o; or None."""
     try:
-        nb05 = load_notebook_module(path, required=("triton_flash_attention",))
+        nb05 = load_notebook_module(path, required=("triton_flash_attention",),
+                                    cells=("bootstrap", "setup", "_flash_fwd_kernel", "triton_flash_attention"))
     except NotebookLoadError as exc:
         print(f"Your kernel is not available, so the sweep runs without it: {exc}")
         return None, None

@@ -18,7 +18,7 @@ import torch
 
 __all__ = [
     "generator", "randn", "poisoned", "tolerance", "assert_close", "assert_finite",
-    "assert_shape", "assert_dtype_at_least", "time_limit", "assert_number", "Case",
+    "assert_shape", "assert_dtype_at_least", "time_limit", "assert_number", "require_number", "Case",
 ]
 
 
@@ -180,16 +180,26 @@ def time_limit(seconds: float | None, what: str):
         signal.signal(signal.SIGALRM, old)
 
 
+def _real(value, name: str) -> float:
+    """``value`` as a float when it is a real number (Python, NumPy or a one-element tensor)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise AssertionError(f"{name}: expected a number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def require_number(value, name: str) -> None:
+    """Fail unless ``value`` is a real number (the visible half of a prediction's test)."""
+    _real(value, name)
+
+
 def assert_number(value, expected: float, *, name: str, rel: float = 0.02) -> None:
     """Fail unless ``value`` is a real number within ``rel`` (relative) of ``expected``.
 
     Used for the numeric answers of "predict before you measure" cells.
     """
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise AssertionError(f"{name}: expected a number, got {value!r} ({type(value).__name__})")
-    got = float(value)
+    got = _real(value, name)
     if not math.isfinite(got) or abs(got - expected) > rel * abs(expected):
         raise AssertionError(f"{name}: {got:.6g} is not within {rel:.0%} of the expected value. "
                              f"Recheck the units (bytes vs GiB, FLOPs vs TFLOPs, s vs ms).")

@@ -19,24 +19,30 @@ class NotebookLoadError(RuntimeError):
     """The notebook is missing, unreadable, or its code raised while loading."""
 
 
-def _code_cells(nb) -> list[str]:
-    """Given and solution cells; test cells and ungraded cells (demos, timings) are left out."""
+def _code_cells(nb, cells: tuple[str, ...] | None) -> list[str]:
+    """The code cells named in ``cells`` (grade_ids), or when None every given and solution cell;
+    test cells and ungraded cells are always left out."""
     keep = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "code" or not meta or (meta.get("grade") and not meta.get("solution")):
+            continue
+        if cells is not None and meta.get("grade_id") not in cells:
             continue
         # IPython-only lines (magics, shell escapes) are not Python
         keep.append("\n".join(ln for ln in cell.source.splitlines() if not re.match(r"\s*[%!]", ln)))
     return keep
 
 
-def load_notebook_module(path: str | Path, required: tuple[str, ...] = ()) -> ModuleType:
-    """Import the given and solution cells of the notebook at ``path`` as a module.
+def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
+                         cells: tuple[str, ...] | None = None) -> ModuleType:
+    """Import code cells of the notebook at ``path`` as a module.
 
     Args:
         path: the ``.ipynb`` file (e.g. ``"05_triton_flash.ipynb"``, relative to the working directory).
         required: names the module must define (checked after import).
+        cells: grade_ids of the cells to run, in notebook order (e.g. the set-up, the kernel and its
+            launcher); by default every given and solution cell, which also runs demos and timings.
 
     Returns:
         The module; its attributes are the notebook's functions and variables.
@@ -58,7 +64,7 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = ()) -> Mo
     folder = Path(tempfile.mkdtemp(prefix="attnlab-nb-"))
     mod_name = "attnlab_nb_" + re.sub(r"\W", "_", path.stem)
     mod_file = folder / f"{mod_name}.py"
-    mod_file.write_text("\n\n".join(_code_cells(nb)) + "\n")
+    mod_file.write_text("\n\n".join(_code_cells(nb, cells)) + "\n")
     spec = importlib.util.spec_from_file_location(mod_name, mod_file)
     module = importlib.util.module_from_spec(spec)
     try:

@@ -15,7 +15,7 @@ def validate_qkv(q, k, v, *, where: str = "attention") -> None:
 
     Args:
         q: (B, H, T_q, D) floating tensor.
-        k, v: (B, H, T_k, D) floating tensors on q's device, with q's dtype.
+        k, v: (B, H, T_k, D) floating tensors on q's device, with q's dtype (same D as q).
         where: the caller's name, used in the message.
 
     Raises:
@@ -37,8 +37,9 @@ def validate_qkv(q, k, v, *, where: str = "attention") -> None:
     if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
         raise ValueError(f"{where}: batch and head sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}")
-    if k.shape[2] != v.shape[2]:
-        raise ValueError(f"{where}: k and v need the same length T_k, got {k.shape[2]} and {v.shape[2]}")
+    if k.shape != v.shape:
+        raise ValueError(f"{where}: k and v must have the same shape (B, H, T_k, D), got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
     if q.shape[3] != k.shape[3]:
         raise ValueError(f"{where}: q and k need the same head dim D, got {q.shape[3]} and {k.shape[3]}")
     if k.shape[2] == 0 or q.shape[2] == 0:
