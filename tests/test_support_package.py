@@ -54,7 +54,8 @@ def test_naive_attention_scale_argument():
 @pytest.mark.parametrize("bad,match", [
     (lambda q, k, v: (q[0], k, v), "4 dims"),
     (lambda q, k, v: (q, k[..., :4], v[..., :4]), "head dim"),
-    (lambda q, k, v: (q, k, v[:, :, :3]), "same length"),
+    (lambda q, k, v: (q, k, v[:, :, :3]), "same shape"),
+    (lambda q, k, v: (q, k, v[..., :4]), "same shape"),
     (lambda q, k, v: (q, k[:1], v[:1]), "batch and head"),
     (lambda q, k, v: (q.long(), k.long(), v.long()), "floating-point"),
     (lambda q, k, v: (q, k.float(), v), "one dtype"),
