@@ -233,6 +233,7 @@ check_flash_forward(flash_attention_forward, T_q=45, block_q=8, block_k=7, growi
 
 # %% nbgrader={"grade_id": "test_flash_forward_causal_tiles", "grade": true, "locked": true, "points": 3}
 check_flash_forward(flash_attention_forward, T_q=32, block_q=8, block_k=8, causal=True)
+check_flash_forward(flash_attention_forward, T_q=33, block_q=7, block_k=11, causal=True)  # unequal tiles
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 for seed, (T, bq, bk) in enumerate([(33, 7, 11), (33, 11, 7), (50, 16, 16), (37, 16, 32), (37, 32, 16),
