@@ -317,7 +317,7 @@ def tile_map_figure(T: int = 256, block_q: int = 32, block_k: int = 32, D: int =
     cls = tile_classes(T, block_q, block_k)
     summ = tile_summary(T, block_q, block_k, D)
     cmap = ListedColormap(["#e5e5e5", "#f0a35e", "#6aa870"])
-    fig, ax = plt.subplots(figsize=(6.4, 6.4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(5.6, 5.6), constrained_layout=True)
     # draw in token coordinates, so ragged last tiles look shorter
     qe = np.minimum(np.arange(cls.shape[0] + 1) * block_q, T)
     ke = np.minimum(np.arange(cls.shape[1] + 1) * block_k, T)
