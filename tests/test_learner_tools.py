@@ -273,3 +273,19 @@ def test_doctor_gives_advice_for_problems(monkeypatch):
     assert checks["ipywidgets"].status == doctor.WARN
     text = doctor.format_checks(list(checks.values()))
     assert "problem(s) to fix" in text
+
+
+# ------------------------------------------------------------------------------------------- README
+def test_readme_colab_badges_match_the_configured_repository(course):
+    """The README's badge table is built from the same [tool.attnlab] as the notebooks' own badges."""
+    from attnlab.grading.build import colab_url, course_settings
+
+    readme = (ROOT / "README.md").read_text()
+    settings = course_settings(ROOT)
+    for path in sorted(course.release.glob("*.ipynb")):
+        url = colab_url(settings, path.stem)
+        assert f"(https://colab.research.google.com/assets/colab-badge.svg)]({url})" in readme, path.stem
+        first = nbformat.read(path, as_version=4).cells[0].source
+        assert url in first  # the notebook's own badge
+    for title in ("### Student in JupyterLab", "### Self-study on Colab", "### Instructor"):
+        assert title in readme
