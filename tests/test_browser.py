@@ -197,6 +197,9 @@ def test_student_runs_a_notebook_sees_widgets_and_validates(lab, page):
     tile_map.scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.screenshot(path=str(NOTES / "browser_student_widgets.png"))
+    boxes.nth(1).locator("img").first.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(NOTES / "browser_student_roofline.png"))
 
     # nbgrader's Validate button, in the notebook's toolbar
     page.locator(".validate-button").first.click()

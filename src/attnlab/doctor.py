@@ -227,9 +227,11 @@ def _check_widgets() -> list[Check]:
     if ipw is None:
         checks.append(Check("ipywidgets", WARN, "not installed", "pip install 'ipywidgets>=8'; the figures are "
                                                                  "static without it."))
+    elif _vtuple(ipw) >= (8,) or "google.colab" in sys.modules:  # Colab renders its own ipywidgets 7
+        checks.append(Check("ipywidgets", OK, ipw))
     else:
-        checks.append(Check("ipywidgets", OK if _vtuple(ipw) >= (8,) else WARN, ipw,
-                            "" if _vtuple(ipw) >= (8,) else "pip install -U 'ipywidgets>=8'"))
+        checks.append(Check("ipywidgets", WARN, ipw, "JupyterLab 4 renders ipywidgets 8: pip install -U 'ipywidgets>=8' "
+                                                     "(the figures are static images until then)."))
     mpl = _version("matplotlib")
     checks.append(Check("matplotlib", OK, mpl) if mpl else
                   Check("matplotlib", FAIL, "not installed", "pip install matplotlib"))

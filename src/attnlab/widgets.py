@@ -67,6 +67,19 @@ def interactive_frontend() -> bool:
     return "cellId" in ((parent or {}).get("metadata") or {})
 
 
+def _colab_widgets() -> None:
+    """Colab renders ipywidgets 7 natively; ipywidgets 8 (if a learner upgraded) needs its custom manager."""
+    try:
+        import ipywidgets
+
+        if int(ipywidgets.__version__.split(".")[0]) >= 8:
+            from google.colab import output
+
+            output.enable_custom_widget_manager()
+    except Exception:  # rendering falls back to Colab's default manager
+        pass
+
+
 def _ipython():
     try:
         from IPython import get_ipython
@@ -122,6 +135,8 @@ def _display_or_static(build_widget, make_figure, params: dict, interactive: boo
     if interactive is None:
         interactive = interactive_frontend()
     if interactive:
+        if "google.colab" in sys.modules:
+            _colab_widgets()
         box = build_widget()
         if _ipython() is not None:
             from IPython.display import display
