@@ -161,6 +161,11 @@ _NOTEBOOK_STATE = """() => {
 }"""
 
 
+def _current_panel(page):
+    """The notebook panel in front (other notebooks stay in the page, hidden, in their tabs)."""
+    return page.locator("#" + page.evaluate("() => window.jupyterapp.shell.currentWidget.id"))
+
+
 def _menu(page, menu: str, item: str) -> None:
     """Click ``item`` (its exact label) in the main menu ``menu``, as a person would."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{re.escape(menu)}$")).first.click()
@@ -181,7 +186,7 @@ def test_student_runs_a_notebook_sees_widgets_and_validates(lab, page):
     assert state["errors"] == [], state["errors"]
 
     # the two interactive figures of notebook 02 render as live widgets, each with its figure
-    boxes = page.locator(".attnlab-widget")
+    boxes = _current_panel(page).locator(".attnlab-widget")
     boxes.first.wait_for(timeout=60_000)
     assert boxes.count() == 2
     for i in range(2):
@@ -211,6 +216,40 @@ def test_student_runs_a_notebook_sees_widgets_and_validates(lab, page):
     page.screenshot(path=str(NOTES / "browser_student_validate.png"))
     assert "Success! Your notebook passes all the tests." in text, text[:2000]
     dialog.locator("button").last.click()
+
+
+def test_online_softmax_stepper_steps_through_blocks(lab, page):
+    """Notebook 01's widget: moving the block slider redraws the figure through the kernel."""
+    name = "01_online_softmax"
+    nbformat.write(reference_notebook(Course(ROOT), name), lab["root"] / "learner" / f"{name}.ipynb")
+    page.goto(f"{lab['base']}/lab/tree/learner/{name}.ipynb?token={lab['token']}")
+    page.wait_for_function(f"() => {{ const s = ({_NOTEBOOK_STATE})(); return s && s.kernel === 'idle' && "
+                           f"window.jupyterapp.shell.currentWidget.title.label === '{name}.ipynb'; }}",
+                           timeout=90_000)
+    _menu(page, "Run", "Run All Cells")
+    page.wait_for_function(
+        f"() => {{ const s = ({_NOTEBOOK_STATE})(); return s && s.kernel === 'idle' && s.ran === s.cells && s.busy === 0; }}",
+        timeout=240_000, polling=1000)
+    assert page.evaluate(_NOTEBOOK_STATE)["errors"] == []
+    box = _current_panel(page).locator(".attnlab-widget")
+    assert box.count() == 1
+    img = box.locator("img").first
+    img.wait_for(timeout=60_000)
+    before = img.get_attribute("src")
+    handle = box.locator(".widget-slider").nth(1).locator(".noUi-handle").first  # the "block" slider
+    handle.focus()
+    for _ in range(3):
+        handle.press("ArrowRight")
+    page.wait_for_function(
+        "([el, before]) => { const i = el.querySelector('img'); return i && i.src !== before; }",
+        arg=[box.element_handle(), before], timeout=60_000)
+    assert box.locator(".widget-readout").nth(1).inner_text().strip() == "3"
+    # let the last redraw (block 3) land before the screenshot
+    page.wait_for_function(f"() => {{ const s = ({_NOTEBOOK_STATE})(); return s && s.kernel === 'idle'; }}",
+                           timeout=60_000)
+    box.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(NOTES / "browser_student_online_softmax.png"))
 
 
 def test_instructor_sees_autograded_samples_in_formgrader(lab, page, graded):
