@@ -9,16 +9,21 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install build check grade test clean
+.PHONY: install browser build check grade test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[course]"
+	$(BIN)/python -m pip install -q -e ".[course,test]"
 	touch $@
 
-install: $(VENV)/.installed
+# Debian's chromium + chromium-driver for the browser test, when missing (needs root and apt-get;
+# otherwise the test skips and says so). Playwright drives it; its own browser downloads are never used.
+browser:
+	@bash .ci/install-browser
+
+install: $(VENV)/.installed browser
 
 # notebooks/ -> source/ -> release/
 build: install

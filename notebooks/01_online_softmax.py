@@ -118,6 +118,20 @@ assert_number(hbm_bytes_naive_one_head, 4 * 8192**2 * 2, name="hbm_bytes_naive_o
 # $\ell$ is still 0 and every term is $e^{-\infty} = 0$).
 
 # %% [markdown]
+# ### See it run
+#
+# Step through the online softmax of one row, block by block: the bars you have already fed in are
+# blue, the current block orange. Watch $m$ jump when a block holds a new maximum and the old $\ell$
+# shrink by the rescale factor $e^{m - m'}$ at that moment. Try `block_size` 1 and 40: the path
+# changes, the final $m + \log \ell$ does not. (Interactive in JupyterLab and Colab; elsewhere a
+# static figure of the last step.)
+
+# %%
+from attnlab.widgets import online_softmax_explorer
+
+online_softmax_explorer(block_size=8)
+
+# %% [markdown]
 # ### Your task: `online_softmax_stats`
 #
 # `online_softmax_stats(x, block_size) -> (m, l)`

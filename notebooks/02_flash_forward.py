@@ -151,6 +151,23 @@ assert_number(causal_fraction_large_T, 0.5, name="causal_fraction_large_T", rel=
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ### Check your predictions
+#
+# Once your numbers are in, explore. The tile map shows which (query tile, key tile) pairs a causal
+# forward visits in full, masks on the diagonal, or skips, for any $T$, $b_q$ and $b_k$ (set
+# $T = 1024$ and blocks of 64 to check `causal_tiles_visited`). The calculator below it counts the
+# HBM bytes and FLOPs of naive and fused attention and places both on a GPU's roofline: the memory
+# argument of section 4 in numbers. (Interactive in JupyterLab and Colab; elsewhere static figures.)
+
+# %%
+from attnlab.widgets import causal_tile_map, roofline_calculator
+
+causal_tile_map(T=256, block_q=32, block_k=32)
+
+# %%
+roofline_calculator(T=4096, D=64, B=8, H=16, causal=True)
+
+# %% [markdown]
 # ## 5. Your task: `flash_attention_forward`
 #
 # `flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None) -> (o, lse)`

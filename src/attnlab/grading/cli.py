@@ -4,6 +4,8 @@
     attnlab samples                write the bundled sample submissions into submitted/
     attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
     attnlab grade-samples          the main job: build, samples, autograde, grades.csv
+    attnlab selfcheck NB.ipynb     grade your own notebook with the hidden tests (self-study)
+    attnlab doctor                 check this environment (GPU or interpreter, versions, lab extension)
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("grade-samples", help="the main job: build, write samples, autograde, export grades.csv")
     p.set_defaults(func=_cmd_grade_samples)
+
+    from .. import doctor, selfcheck  # the learner's commands live in their own modules
+
+    selfcheck.add_parser(sub)
+    doctor.add_parser(sub)
 
     args = parser.parse_args(argv)
     return args.func(args)

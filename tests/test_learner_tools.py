@@ -1,0 +1,291 @@
+"""The learner's tools: interactive figures (and their static fallback), ``attnlab selfcheck``,
+``attnlab doctor``, and the notebook cells that show the figures."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import matplotlib
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from attnlab import widgets as W
+from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook
+
+from .conftest import ROOT, Course
+
+matplotlib.use("Agg")
+
+
+# ------------------------------------------------------------------------------------------ widgets
+@pytest.mark.parametrize("block_size", [1, 3, 8, 40, 100])
+def test_online_softmax_trace_ends_at_logsumexp(block_size):
+    x = W.default_softmax_row()
+    steps = W.online_softmax_trace(x, block_size)
+    assert len(steps) == math.ceil(len(x) / block_size)
+    last = steps[-1]
+    assert last.m_new == pytest.approx(x.max())
+    assert last.m_new + math.log(last.l_new) == pytest.approx(float(torch.logsumexp(torch.tensor(x), 0)), abs=1e-12)
+    assert steps[0].rescale == 0.0  # nothing to rescale before the first block
+    for s in steps[1:]:
+        assert s.rescale == pytest.approx(math.exp(s.m_old - s.m_new))
+        assert (s.rescale == 1.0) == (s.block_max <= s.m_old)
+
+
+def test_online_softmax_trace_survives_a_masked_leading_block():
+    x = np.r_[np.full(8, -np.inf), np.arange(5.0)]
+    last = W.online_softmax_trace(x, 4)[-1]
+    assert math.isfinite(last.l_new) and last.m_new + math.log(last.l_new) == pytest.approx(
+        float(torch.logsumexp(torch.arange(5.0, dtype=torch.float64), 0)))
+
+
+@pytest.mark.parametrize("T,bq,bk", [(1024, 64, 64), (256, 32, 32), (50, 7, 11), (50, 11, 7), (20, 32, 32), (37, 16, 8)])
+def test_tile_classes_agree_with_the_causal_mask(T, bq, bk):
+    cls = W.tile_classes(T, bq, bk)
+    mask = np.tril(np.ones((T, T), dtype=bool))  # query i sees key j <= i
+    for a in range(cls.shape[0]):
+        for b in range(cls.shape[1]):
+            tile = mask[a * bq:(a + 1) * bq, b * bk:(b + 1) * bk]
+            want = W.FULL if tile.all() else W.SKIP if not tile.any() else W.DIAGONAL
+            assert cls[a, b] == want, (a, b)
+    s = W.tile_summary(T, bq, bk, D=16)
+    assert s["full"] + s["diagonal"] + s["skipped"] == s["total"] == cls.size
+    assert s["useful_flops"] == pytest.approx(4 * 16 * mask.sum())
+    assert s["useful_flops"] <= s["flops_visited"] <= s["flops_noncausal"]
+
+
+def test_tile_summary_answers_the_prediction_cell():
+    s = W.tile_summary(1024, 64, 64)
+    assert s["visited"] == 136 and s["total"] == 256  # notebook 02's causal_tiles_visited
+
+
+def test_attention_traffic_matches_the_prediction_cells():
+    t = W.attention_traffic(T=2048, D=64, B=8, H=16, bytes_per_el=2, causal=True)
+    assert t["score_matrix_bytes"] == 2**30                       # notebook 06's score_matrix_bytes
+    assert t["fused_flops"] == 4 * 8 * 16 * 2048**2 * 64 / 2      # notebook 06's causal_forward_flops
+    one = W.attention_traffic(T=8192, D=64, bytes_per_el=2)
+    assert one["score_matrix_bytes"] == 8192**2 * 2               # notebook 01's bytes_scores_one_head
+    assert one["naive_bytes"] > 4 * one["score_matrix_bytes"]     # four trips of S and P, plus Q, K, V, O
+    assert t["naive_intensity"] < t["fused_intensity"] < t["fused_ideal_intensity"]
+
+
+def test_figures_draw_with_defaults_and_odd_sizes():
+    import matplotlib.pyplot as plt
+
+    for fig in (W.online_softmax_figure(), W.online_softmax_figure(block_size=3, step=2),
+                W.tile_map_figure(), W.tile_map_figure(T=50, block_q=7, block_k=11),
+                W.roofline_figure(), W.roofline_figure(T=512, D=1024, causal=False, bytes_per_el=4)):
+        assert fig.axes
+        plt.close(fig)
+
+
+def test_frontend_detection(monkeypatch):
+    monkeypatch.delenv("ATTNLAB_WIDGETS", raising=False)
+    assert not W.interactive_frontend()  # plain Python, no kernel
+    monkeypatch.setenv("ATTNLAB_WIDGETS", "1")
+    assert W.interactive_frontend()
+    monkeypatch.setenv("ATTNLAB_WIDGETS", "0")
+    assert not W.interactive_frontend()
+
+
+def test_no_ipywidgets_means_a_static_figure(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name.startswith("ipywidgets"):
+            raise ImportError("no ipywidgets here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setenv("ATTNLAB_WIDGETS", "1")
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    assert not W.interactive_frontend()
+    drawn = []
+    monkeypatch.setattr(W, "_show_static", lambda fig: drawn.append(fig))
+    W.causal_tile_map()
+    W.online_softmax_explorer()
+    W.roofline_calculator()
+    assert len(drawn) == 3
+
+
+def test_widgets_redraw_when_a_control_changes():
+    box = W.tile_map_widget(T=64, block_q=16, block_k=16)
+    controls = {c.description: c for c in box.children[0].children}
+    assert set(controls) == {"T", "block_q", "block_k", "D"}
+    calls = []
+    original = box._attnlab_redraw
+    controls["block_q"].observe(lambda ch: calls.append(ch["new"]), names="value")
+    controls["block_q"].value = 32
+    assert calls == [32]
+    original()
+    sm = W.online_softmax_widget()
+    size, step = sm.children[0].children
+    size.value = 5
+    assert step.max == math.ceil(40 / 5) - 1
+    size.value = 40
+    assert step.max == 0
+    rf = W.roofline_widget()
+    assert {c.description for c in rf.children[0].children} >= {"T", "D", "causal", "device"}
+
+
+def _widget_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and "attnlab.widgets" in c.source]
+
+
+def test_notebooks_01_and_02_show_the_figures_in_plain_cells(course):
+    for name, calls in (("01_online_softmax", ["online_softmax_explorer("]),
+                        ("02_flash_forward", ["causal_tile_map(", "roofline_calculator("])):
+        nb = release_notebook(course, name)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        for call in calls:
+            assert call in text, (name, call)
+        for cell in _widget_cells(nb):
+            assert "nbgrader" not in cell.metadata  # ungraded, not locked: a learner may play with it
+
+
+# ---------------------------------------------------------------------------------------- selfcheck
+@pytest.fixture(scope="module")
+def learner_folder(tmp_path_factory):
+    """A self-study learner's folder: notebook 01 with a bug only the hidden tests catch (saved by Colab
+    under another name), and notebook 02 as released (nothing implemented)."""
+    folder = tmp_path_factory.mktemp("learner")
+    course = Course(ROOT)
+    mistakes, _ = load_mistakes(course)
+    hidden_only = next(m for m in mistakes if m.id == "01-no-inf-guard")
+    nbformat.write(apply_mistake(reference_notebook(course, "01_online_softmax"), hidden_only),
+                   folder / "Copy of 01_online_softmax.ipynb")
+    nbformat.write(release_notebook(course, "02_flash_forward"), folder / "02_flash_forward.ipynb")
+    nbformat.write(reference_notebook(course, "02_flash_forward"), folder / "my_flash.ipynb")
+    return folder
+
+
+def _attnlab(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "attnlab.grading.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=900, env=env)
+
+
+def test_selfcheck_reports_each_test_with_hidden_and_visible_failures(learner_folder, tmp_path):
+    p = _attnlab("selfcheck", "Copy of 01_online_softmax.ipynb", "02_flash_forward.ipynb",
+                 "--keep", str(tmp_path / "kept"), cwd=learner_folder)
+    out = p.stdout
+    assert p.returncode == 1, p.stderr + out
+    lines = out.splitlines()
+    # notebook 01: everything passes except the masked-block case, which only a hidden test has
+    assert "Copy of 01_online_softmax.ipynb (as 01_online_softmax): 4/6 autograded points" in out, out
+    assert any(ln.split()[:2] == ["PASS", "test_online_softmax_matches_logsumexp"] for ln in lines)
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["FAIL", "test_online_softmax_handles_growing_max"])
+    assert "a hidden check failed" in lines[i + 1]
+    assert "AssertionError" in lines[i + 2] and "not finite" in out
+    # notebook 02 as released: nothing implemented, a visible check fails with a readable reason
+    assert "02_flash_forward.ipynb (as 02_flash_forward): 0/10 autograded points" in out
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["FAIL", "test_flash_forward_matches_naive"])
+    assert "a visible check failed" in lines[i + 1] and "NotImplementedError" in lines[i + 2]
+    assert "answer-why-faster" in out and "NOT ANSWERED YET" in out
+    assert "Total: 4/16 autograded points" in out
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [
+        "01_online_softmax.autograded.ipynb", "02_flash_forward.autograded.ipynb"]
+
+
+def test_selfcheck_recognises_notebooks_by_name_or_cells(learner_folder):
+    from attnlab.course_files import source_notebooks
+    from attnlab.selfcheck import identify_notebook
+
+    sources = source_notebooks()
+    assert identify_notebook(learner_folder / "Copy of 01_online_softmax.ipynb", sources) == "01_online_softmax"
+    assert identify_notebook(learner_folder / "my_flash.ipynb", sources) == "02_flash_forward"
+
+
+def test_selfcheck_report_of_full_marks():
+    from pathlib import Path
+
+    from attnlab.selfcheck import NotebookReport, TestReport, format_report
+
+    rep = NotebookReport(Path("mine.ipynb"), "02_flash_forward", "graded", seconds=3.0, tests=[
+        TestReport("test_a", 3.0, 3.0, "test"), TestReport("answer-b", None, 1.0, "written answer", answered=True)])
+    text = format_report([rep])
+    assert "mine.ipynb (as 02_flash_forward): 3/3 autograded points" in text
+    assert "PASS  test_a" in text and "graded by hand: answered" in text
+    assert "Every test passes, hidden ones included." in text
+    dead = NotebookReport(Path("x.ipynb"), "01_online_softmax", "failed", reason="the kernel died")
+    assert "NOT GRADED: the kernel died" in format_report([dead])
+
+
+def test_selfcheck_refuses_what_it_cannot_grade(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    nbformat.write(nb, tmp_path / "notes.ipynb")
+    p = _attnlab("selfcheck", "notes.ipynb", cwd=tmp_path)
+    assert p.returncode == 2 and "is not one of the course's notebooks" in p.stderr
+    p = _attnlab("selfcheck", "missing.ipynb", cwd=tmp_path)
+    assert p.returncode == 2 and "no such file" in p.stderr
+
+
+def test_selfcheck_without_nbgrader_says_how_to_get_it(monkeypatch, tmp_path):
+    import importlib.util
+
+    from attnlab import selfcheck
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbgrader" else real(name, *a))
+    with pytest.raises(selfcheck.SelfcheckError, match="pip install 'nbgrader==0.9.6'"):
+        selfcheck.selfcheck([tmp_path / "x.ipynb"])
+
+
+def test_course_files_found_in_a_checkout_and_from_the_environment(monkeypatch, tmp_path):
+    from attnlab import course_files
+
+    assert set(course_files.source_notebooks()) == set(Course(ROOT).notebook_names())
+    monkeypatch.setenv(course_files.COURSE_ENV, str(tmp_path))  # not a course: falls through to the checkout
+    assert course_files.course_root() == ROOT
+
+
+# ------------------------------------------------------------------------------------------- doctor
+def test_doctor_reports_this_environment():
+    p = _attnlab("doctor", cwd=ROOT)
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    for name in ("Python", "PyTorch", "device", "Triton", "Triton interpreter", "nbgrader", "JupyterLab",
+                 "nbgrader lab extension", "nbgrader server extension", "widgets lab extension", "ipywidgets"):
+        assert any(ln.split()[1:2] and ln[8:].startswith(name) for ln in out.splitlines()), (name, out)
+    assert "OK    nbgrader lab extension     @jupyter/nbgrader 0.9.6 enabled" in out
+    mode = "GPU mode" if torch.cuda.is_available() else "interpreter mode"
+    assert mode in out
+    assert out.rstrip().endswith(("Ready.", ")."))
+
+
+def test_doctor_gives_advice_for_problems(monkeypatch):
+    from attnlab import doctor
+
+    monkeypatch.setattr(doctor, "_version", lambda dist: {"nbgrader": "0.9.5", "jupyterlab": "3.6.0",
+                                                          "triton": "3.9.0", "ipywidgets": "7.8.0",
+                                                          "matplotlib": "3.9"}.get(dist))
+    monkeypatch.setattr(doctor, "_jupyter", lambda *a, **k: "@jupyter/nbgrader v0.9.5 disabled OK\n")
+    checks = {c.name: c for c in doctor.run_checks(smoke=False)}
+    assert checks["nbgrader"].status == doctor.WARN and "nbgrader==0.9.6" in checks["nbgrader"].advice
+    assert checks["JupyterLab"].status == doctor.FAIL
+    assert checks["nbgrader lab extension"].status == doctor.FAIL
+    assert "labextension enable" in checks["nbgrader lab extension"].advice
+    assert checks["nbgrader server extension"].status == doctor.FAIL
+    assert checks["ipywidgets"].status == doctor.WARN
+    text = doctor.format_checks(list(checks.values()))
+    assert "problem(s) to fix" in text
+
+
+# ------------------------------------------------------------------------------------------- README
+def test_readme_colab_badges_match_the_configured_repository(course):
+    """The README's badge table is built from the same [tool.attnlab] as the notebooks' own badges."""
+    from attnlab.grading.build import colab_url, course_settings
+
+    readme = (ROOT / "README.md").read_text()
+    settings = course_settings(ROOT)
+    for path in sorted(course.release.glob("*.ipynb")):
+        url = colab_url(settings, path.stem)
+        assert f"(https://colab.research.google.com/assets/colab-badge.svg)]({url})" in readme, path.stem
+        first = nbformat.read(path, as_version=4).cells[0].source
+        assert url in first  # the notebook's own badge
+    for title in ("### Student in JupyterLab", "### Self-study on Colab", "### Instructor"):
+        assert title in readme
