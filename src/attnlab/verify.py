@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import torch
 
+import os
+
 from . import launch
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
 from .device import runtime
+from .grading import guard as _guard
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -24,20 +27,39 @@ __all__ = [
 _HUNG: dict[int, object] = {}
 
 
+#: Overrides :func:`call_limit_s` (seconds); the course's tests set it low to grade hangs quickly.
+CALL_LIMIT_ENV = "ATTNLAB_CALL_LIMIT_S"
+
+
 def call_limit_s() -> float:
-    """Seconds one call of learner code may take: 20 on the CPU; 120 on a GPU, where Triton compiles."""
+    """Seconds one call of learner code may take: 20 on the CPU; 120 on a GPU, where Triton compiles
+    (``ATTNLAB_CALL_LIMIT_S`` overrides both)."""
+    override = os.environ.get(CALL_LIMIT_ENV)
+    if override:
+        return float(override)
     return 20.0 if runtime().interpret else 120.0
 
 
 def _call(fn, what: str, *args, **kwargs):
+    """Call learner code under :func:`call_limit_s`, then undo global changes it made.
+
+    Gradient mode and the default dtype are put back as they were; while autograding, the grader's
+    guard (:mod:`attnlab.grading.guard`) also restores the references and helpers the checks use,
+    so the comparison that follows uses the course's code, not a replacement.
+    """
     if id(fn) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     try:
         with time_limit(call_limit_s(), what):
             return fn(*args, **kwargs)
     except TimeoutError:
         _HUNG[id(fn)] = fn
         raise
+    finally:
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+        _guard.after_call()
 
 
 def _pair(out, what: str, names: tuple[str, ...]):

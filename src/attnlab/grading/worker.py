@@ -24,6 +24,7 @@ def _emit(obj) -> None:
 
 def main(argv: list[str]) -> int:
     root, *jobs = argv
+    root = os.path.abspath(root)
     os.chdir(root)
     # nbgrader shells out to alembic when it touches the gradebook: make it findable.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
