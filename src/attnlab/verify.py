@@ -40,26 +40,29 @@ def call_limit_s() -> float:
     return 20.0 if runtime().interpret else 120.0
 
 
-def _call(fn, what: str, *args, **kwargs):
+def _call(fn, what: str, *args, _key=None, **kwargs):
     """Call learner code under :func:`call_limit_s`, then undo global changes it made.
 
-    Gradient mode and the default dtype are put back as they were; while autograding, the grader's
-    guard (:mod:`attnlab.grading.guard`) also restores the references and helpers the checks use,
-    so the comparison that follows uses the course's code, not a replacement.
+    ``_key`` is the learner's object when ``fn`` is a course launcher around it (a kernel): a
+    timeout marks that object as hung, so later checks of it fail at once, and checks of another
+    kernel still run. Gradient mode and the default dtype are put back as they were; while
+    autograding, the grader's guard (:mod:`attnlab.grading.guard`) also restores the references and
+    helpers the checks use, so the comparison that follows uses the course's code, not a replacement.
     """
-    if id(fn) in _HUNG:
+    key = fn if _key is None else _key
+    if id(key) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
     grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     try:
         with time_limit(call_limit_s(), what):
             return fn(*args, **kwargs)
     except TimeoutError:
-        _HUNG[id(fn)] = fn
+        _HUNG[id(key)] = key
         raise
     finally:
+        _guard.after_call()  # first: it reports what the call changed
         torch.set_grad_enabled(grad)
         torch.set_default_dtype(dtype)
-        _guard.after_call()
 
 
 def _pair(out, what: str, names: tuple[str, ...]):
@@ -213,14 +216,15 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         x_buf[:, :n_cols] = x
         y_buf = torch.full((n_rows, n_cols + pad), _GUARD, dtype=dtype, device=device)
         y_buf[:, :n_cols] = float("nan")
-        _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_buf[:, :n_cols], y_buf[:, :n_cols])
+        _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_buf[:, :n_cols], y_buf[:, :n_cols],
+              _key=kernel)
         y = y_buf[:, :n_cols]
         touched = (y_buf[:, n_cols:] != _GUARD).any(dim=1)
         if touched.any():
             raise AssertionError(f"_softmax_kernel [{case}]: wrote past the end of row "
                                  f"{int(touched.nonzero()[0])} (columns >= n_cols). Mask the store.")
     else:
-        y = _call(launch.launch_softmax, "_softmax_kernel", kernel, x)
+        y = _call(launch.launch_softmax, "_softmax_kernel", kernel, x, _key=kernel)
     assert_close(y.cpu(), expected, name="softmax", case=case,
                  tol=max(1e-5, tolerance(dtype, device)))
 
@@ -253,7 +257,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     lse_buf[:B * H * T] = float("nan")
     o, lse = o_buf[:n].view(B, H, T, D), lse_buf[:B * H * T].view(B, H, T)
     _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
-          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():

@@ -392,6 +392,21 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
                         f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses()), " | ".join(r.notes)])
 
 
+def write_report_json(results: list[NotebookResult], path: Path) -> None:
+    """Every result with its cells and notes, for scripts (``attnlab autograde --report-json``)."""
+    from dataclasses import asdict
+
+    Path(path).write_text(json.dumps([asdict(r) for r in results], indent=1))
+
+
+def read_report_json(path: Path) -> list[NotebookResult]:
+    results = []
+    for d in json.loads(Path(path).read_text()):
+        cells = [CellResult(**c) for c in d.pop("cells")]
+        results.append(NotebookResult(**d, cells=cells))
+    return results
+
+
 def export_grades(course: Course, path: Path) -> Path:
     """``nbgrader export`` of the gradebook to a CSV (one row per student and assignment)."""
     course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300)
@@ -405,7 +420,7 @@ def generate_feedback(course: Course, students: list[str] | None = None,
     Writes ``feedback/<student>/attention_kernels/<notebook>.html``: the autograded notebook with
     the hidden tests, each failing check's message, and the grader's notes at the top. All
     students go through one nbgrader run (nbgrader carries on past a student it cannot process and
-    reports the failure at the end); a student given by name gets a run of their own.
+    reports the failure at the end); students given by name go through one process, one by one.
 
     Returns:
         student -> the feedback files written (empty: none; see nbgrader's log).
@@ -414,10 +429,15 @@ def generate_feedback(course: Course, students: list[str] | None = None,
         course.nbgrader("generate_feedback", ASSIGNMENT, "--force", timeout=timeout, check=False)
         students = sorted(p.name for p in course.autograded.iterdir()
                           if (p / ASSIGNMENT).is_dir()) if course.autograded.is_dir() else []
-    else:
-        for s in students:
-            course.nbgrader("generate_feedback", ASSIGNMENT, f"--student={s}", "--force", timeout=timeout,
-                            check=False)
+    elif students:
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        try:
+            subprocess.run([sys.executable, "-m", "attnlab.grading.worker", "--feedback", str(course.root),
+                            *students], cwd=course.root, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
     return {s: feedback_files(course, s) for s in students}
 
 

@@ -50,8 +50,9 @@ def _cmd_samples(args) -> int:
     return 0
 
 
-def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None):
-    from .autograde import autograde, export_grades, format_report, write_report_csv
+def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None,
+                      report_json: Path | None = None):
+    from .autograde import autograde, export_grades, format_report, write_report_csv, write_report_json
 
     start = time.perf_counter()
     print("Autograding, one notebook at a time:")
@@ -66,6 +67,9 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
     if report_csv:
         write_report_csv(results, report_csv)
         print(f"per-notebook report: {report_csv}")
+    if report_json:
+        write_report_json(results, report_json)
+        print(f"per-notebook report (JSON): {report_json}")
     if export:
         export_grades(course, export)
         print(f"gradebook exported by nbgrader: {export}")
@@ -74,7 +78,8 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
 
 def _cmd_autograde(args) -> int:
     course = Course.find(args.course)
-    _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv)
+    _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv,
+                      args.report_json)
     if args.feedback:
         _feedback(course, args.student or None)
     return 0
@@ -173,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
     p.add_argument("--export", type=Path, default=None, help="also export the gradebook to this CSV")
     p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
+    p.add_argument("--report-json", type=Path, default=None, help="write every result, cell and note here")
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
     p.set_defaults(func=_cmd_autograde)
 

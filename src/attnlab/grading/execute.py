@@ -16,6 +16,8 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
 - caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
   ``MemoryError`` in its cell instead of starving the machine;
 - truncates output past ``max_output_chars`` per cell;
+- keeps one spare kernel warm (started, with torch and the course's package imported) while a
+  notebook runs, so the next notebook graded by the same process starts at once (``prewarm``);
 - installs the integrity guard (:mod:`attnlab.grading.guard`) in the kernel and runs it around
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
@@ -27,15 +29,18 @@ Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and sho
 from __future__ import annotations
 
 import ast
+import atexit
 import json
 import os
 import shutil
+import signal
 import tempfile
 from time import monotonic
 
 from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_markdown_cell, new_output
+from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer
 
@@ -55,6 +60,40 @@ def _label(cell, index: int) -> str:
     return f"cell {gid!r}" if gid else f"cell {index + 1}"
 
 
+#: What a spare kernel imports while it waits (names deleted again: the notebook starts clean).
+_PRELOAD = "import torch, attnlab.verify, attnlab.nbload, attnlab.grading.guard; del torch, attnlab"
+_SPARE = None  # a kernel manager whose kernel is started and waiting, or None
+
+
+def _record_pid(km) -> None:
+    path = os.environ.get(PIDFILE_ENV)
+    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    if path and pid:
+        with open(path, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def _kill(km) -> None:
+    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    try:
+        if pid:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        km.cleanup_connection_file()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@atexit.register
+def _drop_spare() -> None:
+    global _SPARE
+    km, _SPARE = _SPARE, None
+    if km is not None:
+        _kill(km)
+
+
 def add_notes(nb, notes: list[str]) -> None:
     nb.metadata.setdefault("attnlab", {}).setdefault("notes", [])
     for note in notes:
@@ -71,6 +110,7 @@ class GradingExecute(Execute):
     max_output_chars = Integer(100_000, help="Output kept per cell; the rest is dropped").tag(config=True)
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
+    prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -137,16 +177,25 @@ class GradingExecute(Execute):
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
         kwargs = {"cwd": run_dir} if run_dir else {}
+        spare = self._take_spare(nb)
+        if spare is not None:
+            self.km = spare
         with self.setup_kernel(**kwargs):
-            self._record_pid()
+            if spare is None:
+                _record_pid(self.km)
+            self._start_spare(nb)
             info = self.wait_for_reply(self.kc.kernel_info())
             if info and "language_info" in info["content"]:
                 nb.metadata["language_info"] = info["content"]["language_info"]
+            cwd = run_dir or os.getcwd()
             guarded = False
             if self.guard:
-                guarded = self._kernel_eval(f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r})") is not None
+                guarded = self._kernel_eval(
+                    f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r})") is not None
                 if not guarded:
                     self._notes.append("the grader could not install its integrity guard in the kernel")
+            if not guarded:
+                self._kernel_eval(f"__import__('json').dumps(__import__('os').chdir({cwd!r}))")
             over_budget = False
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
@@ -176,13 +225,21 @@ class GradingExecute(Execute):
         if guarded and locked:
             after = self._kernel_eval(f"{_GUARD}.after_locked(globals())") or []
         label = _label(cell, index)
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers
+            # is not a failed test (failed checks raise), so keep such text as ordinary output
+            for out in cell.outputs:
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    out["name"] = "stdout"
         if before:
-            cell.outputs.insert(0, new_output("stream", name="stderr", text=(
+            # the grader's own messages go to stdout: nbgrader scores stderr as a failure
+            cell.outputs.insert(0, new_output("stream", name="stdout", text=(
                 "[grader] Before this cell ran, the grader undid changes that earlier code made: "
                 + "; ".join(before) + ".\n")))
             self._notes.append(f"before {label} ran, the grader undid: " + "; ".join(before))
         if after:
-            cell.outputs.append(new_output("stream", name="stderr", text=(
+            cell.outputs.append(new_output("stream", name="stdout", text=(
                 "[grader] While this cell ran, code it called made changes that the grader undid: "
                 + "; ".join(after) + ".\n")))
             self._notes.append(f"while {label} ran, the grader undid: " + "; ".join(after))
@@ -215,7 +272,7 @@ class GradingExecute(Execute):
                                  display_id, cell_index)
         if not self._truncated:
             self._truncated = True
-            outs.append(new_output("stream", name="stderr", text=(
+            outs.append(new_output("stream", name="stdout", text=(
                 f"\n[grader] Output truncated: this cell printed more than {self.max_output_chars:,} "
                 f"characters; the rest was dropped.\n")))
             cell = self.nb.cells[cell_index]
@@ -243,12 +300,39 @@ class GradingExecute(Execute):
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
 
-    def _record_pid(self) -> None:
-        path = os.environ.get(PIDFILE_ENV)
-        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
-        if path and pid:
-            with open(path, "a") as f:
-                f.write(f"{pid}\n")
+    def _kernel_name(self, nb) -> str:
+        return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
+
+    def _take_spare(self, nb):
+        """The spare kernel, if one is waiting for this kind of kernel and still alive."""
+        global _SPARE
+        km, _SPARE = _SPARE, None
+        if km is None:
+            return None
+        try:
+            if km.kernel_name == self._kernel_name(nb) and run_sync(km.is_alive)():
+                return km
+        except Exception:  # noqa: BLE001
+            pass
+        _kill(km)
+        return None
+
+    def _start_spare(self, nb) -> None:
+        """Start the next notebook's kernel now; it imports torch and the course's package while it waits."""
+        global _SPARE
+        if not self.prewarm or _SPARE is not None:
+            return
+        try:
+            km = self.kernel_manager_class(kernel_name=self._kernel_name(nb), config=self.config)
+            extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
+            if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
+                extra.append("--HistoryManager.hist_file=:memory:")
+            run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir())
+        except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
+            self.log.warning("attnlab: could not start a spare kernel: %s", exc)
+            return
+        _record_pid(km)
+        _SPARE = km
 
     def _run_dir(self, resources: dict) -> str | None:
         """A scratch folder for the kernel: the submission's notebooks, and the instructor's other

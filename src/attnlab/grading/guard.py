@@ -82,11 +82,13 @@ def _functions_of(owner_name: str, value, out: list) -> None:
                     f"{owner_name}"))
 
 
-def install(memory_limit_gb: float = 0.0) -> str:
-    """Snapshot what the tests rely on; cap the kernel's memory (CPU only). Idempotent."""
+def install(memory_limit_gb: float = 0.0, cwd: str | None = None) -> str:
+    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only). Idempotent."""
     global _STATE
     if _STATE is not None:
         return json.dumps({"installed": True, "again": True})
+    if cwd:
+        os.chdir(cwd)
     state = _State()
     for name in _MODULES:
         try:
@@ -95,6 +97,8 @@ def install(memory_limit_gb: float = 0.0) -> str:
             continue
         state.modules[name] = mod
         snap = dict(vars(mod))
+        if name == __name__:
+            snap.pop("_STATE", None)  # the guard's own state is set after this snapshot
         if not name.startswith("attnlab"):
             # public names only: private module state may change legitimately as the library runs
             snap = {k: v for k, v in snap.items() if not k.startswith("_") or k in ("__import__", "__build_class__")}
