@@ -104,10 +104,13 @@ def normalize_submission(folder: Path, names: list[str]) -> dict[str, list[str]]
         notes.setdefault(name, []).append(msg)
         used.update(candidates)
         changed = True
+    mentioned = " ".join(n for lines in notes.values() for n in lines)
     for p in files:
         if p in used or (p.parent == folder and p.stem in names):
             continue
         rel = p.relative_to(folder).as_posix()
+        if repr(rel) in mentioned:  # already reported (an earlier run)
+            continue
         copy_of = next((n for n in names if canonical(p.name) == n.lower()), None)
         if copy_of:
             msg = f"{rel!r} looks like a copy of {copy_of}.ipynb, which was submitted too: graded {copy_of}.ipynb, ignored the copy"
