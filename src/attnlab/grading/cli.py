@@ -76,8 +76,28 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
     return results
 
 
+def _registered(course: Course) -> bool:
+    """Whether gradebook.db knows the assignment (autograde needs its notebooks and test cells)."""
+    from .course import ASSIGNMENT, COURSE_ID
+
+    db = course.root / "gradebook.db"
+    if not db.exists():
+        return False
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
+        try:
+            return bool(gb.find_assignment(ASSIGNMENT).notebooks)
+        except MissingEntry:
+            return False
+
+
 def _cmd_autograde(args) -> int:
     course = Course.find(args.course)
+    if not _registered(course):
+        print("attnlab autograde: gradebook.db does not know the assignment yet; run once:\n"
+              "  nbgrader generate_assignment attention_kernels --force")
+        return 1
     _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv,
                       args.report_json)
     if args.feedback:
