@@ -19,7 +19,7 @@ import pytest
 
 from attnlab.grading import cli
 from attnlab.grading.abuse import Abuse, build_submission, canvas_zip, load_cases
-from attnlab.grading.autograde import NotebookResult, autograde_jobs, autograde_submission, read_report_json
+from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
 from attnlab.grading.samples import Mistake, reference_notebook, write_main_samples, write_mistake_samples
@@ -58,12 +58,10 @@ def graded(tmp_path_factory) -> GradedCourse:
     shutil.copytree(Course(ROOT).release, c.release)
     students = write_main_samples(c)
     mistakes = write_mistake_samples(c)
-    results = {}
-    for s in students:
-        for r in autograde_submission(c, s, progress=print):
-            results[(r.student, r.notebook)] = r
-    for r in autograde_jobs(c, [(f"mistake-{m.id}", m.notebook) for m in mistakes], progress=print):
-        results[(r.student, r.notebook)] = r
+    # one batch: one worker process grades every notebook, each kernel started while the last one runs
+    jobs = [(s, n) for s in students for n in c.notebook_names()]
+    jobs += [(f"mistake-{m.id}", m.notebook) for m in mistakes]
+    results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print)}
     return GradedCourse(c, results, mistakes)
 
 
@@ -74,7 +72,7 @@ ABUSE_NOTEBOOKS = ("01_online_softmax", "02_flash_forward", "99_triton_probe")
 FAST_LIMITS = {"ATTNLAB_CALL_LIMIT_S": "2", "ATTNLAB_CELL_TIMEOUT_S": "6", "ATTNLAB_NOTEBOOK_BUDGET_S": "150",
                "ATTNLAB_KERNEL_MEMORY_GB": "4"}
 #: Students whose feedback the tests generate (nbgrader generate_feedback is slow per student).
-FEEDBACK_STUDENTS = ("reference", "abuse-swapped-tuple", "abuse-copied-test")
+FEEDBACK_STUDENTS = ("reference", "abuse-stripped")
 
 
 @contextlib.contextmanager

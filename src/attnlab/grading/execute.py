@@ -49,6 +49,7 @@ from traitlets import Bool, Enum, Float, Integer
 PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
+_MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
 
 
 def error_output(ename: str, evalue: str):
@@ -117,6 +118,7 @@ class GradingExecute(Execute):
     # ------------------------------------------------------------------ the run, with restarts
     def preprocess(self, nb, resources=None, km=None):
         self._notes: list[str] = []
+        self._out_chars, self._truncated = 0, False
         self.error_on_timeout = {
             "ename": "CellTimeoutError",
             "evalue": f"this cell ran past the {self.timeout} s limit and was interrupted",
@@ -344,7 +346,7 @@ class GradingExecute(Execute):
         try:
             for name in os.listdir(here):
                 src = os.path.join(here, name)
-                if os.path.isfile(src) and not name.endswith(".ipynb"):
+                if os.path.isfile(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
                     shutil.copy(src, os.path.join(run, name))
             submitted = here
             info = resources.get("nbgrader", {})
@@ -356,8 +358,9 @@ class GradingExecute(Execute):
                 if os.path.isdir(folder):
                     submitted = folder
             for name in os.listdir(submitted):
-                if name.endswith(".ipynb") and os.path.isfile(os.path.join(submitted, name)):
-                    shutil.copy(os.path.join(submitted, name), os.path.join(run, name))
+                src = os.path.join(submitted, name)
+                if name.endswith(".ipynb") and os.path.isfile(src) and os.path.getsize(src) < _MAX_COPY:
+                    shutil.copy(src, os.path.join(run, name))
         except OSError:
             pass
         return run
