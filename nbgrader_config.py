@@ -11,14 +11,43 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py"
                             "feedback", "*.csv", "*.png"]
 
 # Execution. Test cells finish in seconds on one CPU core (Triton through its interpreter);
-# each call of learner code is also limited to 20 s inside the checks (attnlab.verify), so an
-# endless loop fails its check quickly and this per-cell timeout is only the backstop.
-c.Execute.timeout = 90
+# each call of learner code is also limited to 20 s inside the checks (attnlab.verify;
+# ATTNLAB_CALL_LIMIT_S overrides it), so an endless loop fails its check quickly and this
+# per-cell timeout is only the backstop. The ATTNLAB_* variables let the course's own tests
+# grade hangs in seconds.
+c.Execute.timeout = int(os.environ.get("ATTNLAB_CELL_TIMEOUT_S", 90))
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
 # Learner output is capped in the autograded notebook and the feedback.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
+
+# Autograde with the course's hardened steps (src/attnlab/grading/): RepairSubmission fixes
+# copied, split, deleted or stripped cells and Colab-saved notebooks before nbgrader checks them;
+# GradingExecute survives dead and stuck kernels (restart, rerun without the cell), bounds the
+# notebook's time, isolates the kernel's working directory, caps its memory and output, and
+# guards the tests' references. The rest is nbgrader's own list, unchanged.
+c.Autograde.sanitize_preprocessors = [
+    "attnlab.grading.repair.RepairSubmission",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Autograde.autograde_preprocessors = [
+    "attnlab.grading.execute.GradingExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.GradingExecute.max_restarts = 3
+c.GradingExecute.notebook_budget = float(os.environ.get("ATTNLAB_NOTEBOOK_BUDGET_S", 420))
+c.GradingExecute.memory_limit_gb = float(os.environ.get("ATTNLAB_KERNEL_MEMORY_GB", 8))
+c.GradingExecute.max_output_chars = 100_000
 
 # Restore test cells a learner deleted, from the gradebook's copy of the source.
 c.OverwriteCells.add_missing_cells = True

@@ -76,6 +76,10 @@ def assert_shape(actual, shape, *, name: str, case=None) -> None:
     if not isinstance(actual, torch.Tensor):
         raise AssertionError(f"{where}: expected a torch.Tensor of shape {tuple(shape)}, "
                              f"got {type(actual).__name__}")
+    if type(actual) not in (torch.Tensor, torch.nn.Parameter):
+        # a subclass can redefine every operation the comparison uses
+        raise AssertionError(f"{where}: expected a plain torch.Tensor, got the subclass "
+                             f"{type(actual).__name__}")
     if tuple(actual.shape) != tuple(shape):
         raise AssertionError(f"{where}: wrong shape {tuple(actual.shape)}, expected {tuple(shape)}")
 
@@ -157,18 +161,24 @@ def time_limit(seconds: float | None, what: str):
     if not usable or not seconds or seconds <= 0:
         yield
         return
-    fired = []
+    fired, done = [], []
 
     def _raise(signum, frame):
+        if done:
+            return
         fired.append(True)
         raise _Timeout()
 
     old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # Fires again every 0.25 s past the limit: code that swallows the first alarm
+    # (``except BaseException: pass`` in a loop) is stopped by a later one.
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
     start = time.perf_counter()
     try:
         yield
     except BaseException as exc:
+        done.append(True)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         # Triton's interpreter may wrap the alarm in its own exception type: trust the flag.
         if fired or isinstance(exc, _Timeout):
             raise TimeoutError(f"{what} did not finish within {seconds:g} s (stopped after "
@@ -176,6 +186,7 @@ def time_limit(seconds: float | None, what: str):
                                f"for these small test sizes?") from None
         raise
     finally:
+        done.append(True)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 

@@ -7,6 +7,8 @@ same way for the visible and the hidden tests. Every reference comes from this p
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
@@ -14,6 +16,7 @@ from . import launch
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
 from .device import runtime
+from .grading import guard as _guard
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -26,23 +29,42 @@ __all__ = [
 _HUNG: dict[int, object] = {}
 
 
+#: Overrides :func:`call_limit_s` (seconds); the course's tests set it low to grade hangs quickly.
+CALL_LIMIT_ENV = "ATTNLAB_CALL_LIMIT_S"
+
+
 def call_limit_s() -> float:
-    """Seconds one call of learner code may take: 20 on the CPU; 120 on a GPU, where Triton compiles."""
+    """Seconds one call of learner code may take: 20 on the CPU; 120 on a GPU, where Triton compiles
+    (``ATTNLAB_CALL_LIMIT_S`` overrides both)."""
+    override = os.environ.get(CALL_LIMIT_ENV)
+    if override:
+        return float(override)
     return 20.0 if runtime().interpret else 120.0
 
 
-def _call(fn, what: str, *args, blame=None, **kwargs):
-    """``fn(*args, **kwargs)`` under the time limit; ``blame`` (default ``fn``) is the learner's object
-    that is not run again once a call has timed out (for a kernel: the kernel, not the launcher)."""
-    culprit = fn if blame is None else blame
-    if id(culprit) in _HUNG:
+def _call(fn, what: str, *args, _key=None, **kwargs):
+    """Call learner code under :func:`call_limit_s`, then undo global changes it made.
+
+    ``_key`` is the learner's object when ``fn`` is a course launcher around it (a kernel): a
+    timeout marks that object as hung, so later checks of it fail at once, and checks of another
+    kernel still run. Gradient mode and the default dtype are put back as they were; while
+    autograding, the grader's guard (:mod:`attnlab.grading.guard`) also restores the references and
+    helpers the checks use, so the comparison that follows uses the course's code, not a replacement.
+    """
+    key = fn if _key is None else _key
+    if id(key) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     try:
         with time_limit(call_limit_s(), what):
             return fn(*args, **kwargs)
     except TimeoutError:
-        _HUNG[id(culprit)] = culprit
+        _HUNG[id(key)] = key
         raise
+    finally:
+        _guard.after_call()  # first: it reports what the call changed
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
 
 
 def _pair(out, what: str, names: tuple[str, ...]):
@@ -238,15 +260,17 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     x64 = randn(n_rows, n_cols, seed=seed) * 3.0 + offset
     x = x64.to(device=device, dtype=dtype)
     expected = torch.softmax(x.to(torch.float64), dim=-1).cpu()
-    width = n_cols + 7 if padded else n_cols  # the row stride of input and output
+    # padded: rows of input and output are further apart than n_cols, by different amounts, so a
+    # kernel must use each row stride where it belongs
+    x_width, width = (n_cols + 7, n_cols + 3) if padded else (n_cols, n_cols)
     size = n_rows * width + triton.next_power_of_2(n_cols)
-    x_buf = torch.full((size,), 1e4, dtype=dtype, device=device)
-    x_in = x_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
+    x_buf = torch.full((n_rows * x_width + triton.next_power_of_2(n_cols),), 1e4, dtype=dtype, device=device)
+    x_in = x_buf[:n_rows * x_width].view(n_rows, x_width)[:, :n_cols]
     x_in.copy_(x)
     y_buf = torch.full((size,), _GUARD, dtype=dtype, device=device)
     y = y_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
     y.fill_(float("nan"))
-    _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, blame=kernel)
+    _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     outside = torch.ones(size, dtype=torch.bool, device=device)
@@ -301,7 +325,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     lse_buf[:B * H * T] = float("nan")
     o, lse = o_buf[:n].view(B, H, T, D), lse_buf[:B * H * T].view(B, H, T)
     _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
-          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, blame=kernel)
+          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():

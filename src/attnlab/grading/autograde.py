@@ -3,7 +3,11 @@
 nbgrader 0.9 grades a submission's notebooks in one loop: a kernel that dies in one notebook
 aborts the loop (zeroing the notebooks after it) and removes the autograded folder. Running
 ``nbgrader autograde --notebook NAME`` once per notebook, each in its own process group under a
-wall-clock limit, confines any failure to the notebook that caused it.
+wall-clock limit, confines any failure to the notebook that caused it. Inside a notebook the
+course's Execute step (:mod:`.execute`) keeps the points earned before a crash, and its
+sanitising step (:mod:`.repair`) fixes damaged cells; before grading, misnamed notebooks are
+matched back to the assignment's names (:mod:`.submissions`). Everything noticed on the way is a
+note in the report, beside the points and the reason for every loss.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class NotebookResult:
     reason: str = ""
     seconds: float = 0.0
     cells: list[CellResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the grader noticed or repaired
 
     def losses(self) -> list[str]:
         if self.status != "graded":
@@ -75,10 +80,23 @@ def _first_line(text: str, limit: int = 220) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def grader_notes(nb_path: Path) -> list[str]:
+    """The notes the grader's own steps left in an autograded notebook (``metadata.attnlab.notes``)."""
+    try:
+        notes = nbformat.read(nb_path, as_version=4).metadata.get("attnlab", {}).get("notes", [])
+    except Exception:  # noqa: BLE001 (unreadable: the grades in the gradebook still stand)
+        return ["the autograded notebook could not be read back"]
+    return [str(n) for n in notes] if isinstance(notes, list) else []
+
+
 def cell_errors(nb_path: Path) -> dict[str, str]:
     """grade_id -> one-line error of every graded cell that raised, from an autograded notebook."""
     errors = {}
-    for cell in nbformat.read(nb_path, as_version=4).cells:
+    try:
+        cells = nbformat.read(nb_path, as_version=4).cells
+    except Exception:  # noqa: BLE001
+        return errors
+    for cell in cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid and cell.cell_type == "code":
             for out in cell.get("outputs", []):
@@ -95,9 +113,15 @@ def _failure_reason(log: str) -> str:
         (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
         (r"old version of the nbgrader metadata|SchemaTooOld", "the notebook's nbgrader metadata is damaged (copied or edited cells)"),
         (r"NotJSONError|Notebook does not appear to be JSON|Unreadable Notebook", "the notebook file is not valid JSON"),
+        (r"No notebooks found|Skipping unknown notebook", "nbgrader did not find this notebook in the gradebook "
+                                                          "(run `attnlab build` / generate_assignment first?)"),
     ):
         if re.search(pattern, log, re.IGNORECASE):
             return reason
+    # the exception at the end of a traceback says more than nbgrader's closing lines
+    raised = re.findall(r"^\s*(\w+(?:\.\w+)*(?:Error|Exception|Interrupt)\b.*)$", log, re.MULTILINE)
+    if raised:
+        return "grading failed: " + _first_line(raised[-1])
     tail = [ln for ln in log.strip().splitlines() if "ERROR" in ln or "Error" in ln]
     return "grading failed: " + _first_line(tail[-1] if tail else log[-300:])
 
@@ -133,10 +157,42 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
     died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
     and a new worker carries on with the notebooks left).
     """
+    from .execute import PIDFILE_ENV
+
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
+    pidfile.close()
+    env[PIDFILE_ENV] = pidfile.name
     outcomes: dict[str, tuple[str, str, float]] = {}
     remaining = list(jobs)
+    try:
+        _run_workers(course, remaining, limit_s, on_done, env, outcomes, Path(pidfile.name))
+    finally:
+        os.unlink(pidfile.name)
+    return outcomes
+
+
+def _kill_kernels(pidfile: Path) -> None:
+    """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
+    runs in a session of its own, out of reach of the worker's process group)."""
+    try:
+        pids = {int(x) for x in pidfile.read_text().split()}
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Path) -> None:
     while remaining:
         with tempfile.TemporaryFile("w+") as errfile:
             proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root),
@@ -152,6 +208,7 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
                     line = lines.get(timeout=max(wait, 0.1))
                 except queue.Empty:
                     os.killpg(proc.pid, signal.SIGKILL)
+                    _kill_kernels(pidfile)
                     job = current or next(j for j in remaining if j not in outcomes)
                     outcomes[job] = ("timeout", "", time.perf_counter() - started)
                     if on_done:
@@ -184,7 +241,6 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
                 for n in remaining:
                     outcomes[n] = ("failed", "the grading worker did not start\n" + tail, 0.0)
         remaining = [n for n in remaining if n not in outcomes]
-    return outcomes
 
 
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
@@ -203,6 +259,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
         _zero_notebook(course, student, notebook)
         return res
     errors = cell_errors(out)
+    res.notes = grader_notes(out)
     grades = _read_grades(course, student, notebook)
     for gid, max_points in auto.items():
         score = grades.get(gid, (0.0, max_points))[0] or 0.0
@@ -216,19 +273,40 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
                    progress=None) -> list[NotebookResult]:
     """Autograde (student, notebook) pairs, each on its own; never raises for a bad submission.
 
-    A notebook that was not submitted scores 0 with the reason "not submitted".
+    Each submission folder is normalised first (:func:`.submissions.normalize_submission`:
+    "Copy of X.ipynb" becomes X.ipynb when X is missing). A notebook that was not submitted scores
+    0 with the reason "not submitted". Notes on the submission as a whole (ignored extra files)
+    go with the student's first notebook.
     """
+    from .submissions import WHOLE, normalize_submission
+
     results: dict[str, NotebookResult] = {}
+    folder_notes: dict[str, dict[str, list[str]]] = {}
+    for s in dict.fromkeys(s for s, _ in jobs):
+        folder_notes[s] = normalize_submission(course.submitted / s / ASSIGNMENT, course.notebook_names())
+    first_job = {}
+    for s, n in jobs:
+        first_job.setdefault(s, n)
 
     def finish(job: str, outcome) -> None:
         s, n = job.split("/")
+        notes = list(folder_notes[s].get(n, []))
+        if first_job[s] == n:
+            notes += folder_notes[s].get(WHOLE, [])
         if outcome is None:
             auto, manual = _points(course, n)
-            r = NotebookResult(s, n, "missing", max_points=sum(auto.values()), manual_max=manual,
-                               reason=f"{n}.ipynb was not submitted")
+            folder = course.submitted / s / ASSIGNMENT
+            others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
+            reason = f"{n}.ipynb was not submitted"
+            if not folder.is_dir():
+                reason += " (no submission folder)"
+            elif others:
+                reason += f" (the submission holds {', '.join(others)})"
+            r = NotebookResult(s, n, "missing", max_points=sum(auto.values()), manual_max=manual, reason=reason)
             _zero_notebook(course, s, n)
         else:
             r = _evaluate(course, s, n, *outcome, limit_s=limit_s)
+        r.notes = notes + r.notes
         results[job] = r
         if progress:
             progress(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s")
@@ -292,6 +370,12 @@ def format_report(results: list[NotebookResult]) -> str:
         lines.append("Points lost:")
         for r, loss in losses:
             lines.append(f"  {r.student} / {r.notebook}: {loss}")
+    notes = [(r, note) for r in results for note in r.notes]
+    if notes:
+        lines.append("")
+        lines.append("Grader's notes (what was repaired, restored or flagged; also shown to the learner):")
+        for r, note in notes:
+            lines.append(f"  {r.student} / {r.notebook}: {note}")
     return "\n".join(lines)
 
 
@@ -302,13 +386,60 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
-                    "seconds", "losses"])
+                    "seconds", "losses", "notes"])
         for r in results:
             w.writerow([r.student, r.notebook, r.status, f"{r.points:g}", f"{r.max_points:g}",
-                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses())])
+                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses()), " | ".join(r.notes)])
+
+
+def write_report_json(results: list[NotebookResult], path: Path) -> None:
+    """Every result with its cells and notes, for scripts (``attnlab autograde --report-json``)."""
+    from dataclasses import asdict
+
+    Path(path).write_text(json.dumps([asdict(r) for r in results], indent=1))
+
+
+def read_report_json(path: Path) -> list[NotebookResult]:
+    results = []
+    for d in json.loads(Path(path).read_text()):
+        cells = [CellResult(**c) for c in d.pop("cells")]
+        results.append(NotebookResult(**d, cells=cells))
+    return results
 
 
 def export_grades(course: Course, path: Path) -> Path:
     """``nbgrader export`` of the gradebook to a CSV (one row per student and assignment)."""
-    course.nbgrader("export", f"--to={path}", timeout=300)
+    course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300)
     return path
+
+
+def generate_feedback(course: Course, students: list[str] | None = None,
+                      timeout: float = 1800) -> dict[str, list[Path]]:
+    """``nbgrader generate_feedback`` for ``students`` (default: every autograded one).
+
+    Writes ``feedback/<student>/attention_kernels/<notebook>.html``: the autograded notebook with
+    the hidden tests, each failing check's message, and the grader's notes at the top. All
+    students go through one nbgrader run (nbgrader carries on past a student it cannot process and
+    reports the failure at the end); students given by name go through one process, one by one.
+
+    Returns:
+        student -> the feedback files written (empty: none; see nbgrader's log).
+    """
+    if students is None:
+        course.nbgrader("generate_feedback", ASSIGNMENT, "--force", timeout=timeout, check=False)
+        students = sorted(p.name for p in course.autograded.iterdir()
+                          if (p / ASSIGNMENT).is_dir()) if course.autograded.is_dir() else []
+    elif students:
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        try:
+            subprocess.run([sys.executable, "-m", "attnlab.grading.worker", "--feedback", str(course.root),
+                            *students], cwd=course.root, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    return {s: feedback_files(course, s) for s in students}
+
+
+def feedback_files(course: Course, student: str) -> list[Path]:
+    return sorted((course.root / "feedback" / student / ASSIGNMENT).glob("*.html"))

@@ -22,8 +22,30 @@ def _emit(obj) -> None:
     sys.__stdout__.flush()
 
 
+def feedback(root: str, students: list[str]) -> int:
+    """``generate_feedback`` for each student, in this one process (nbgrader loads once)."""
+    root = os.path.abspath(root)
+    os.chdir(root)
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from .course import ASSIGNMENT
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
+    for student in students:
+        api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=root), config=config)
+        result = api.generate_feedback(ASSIGNMENT, student, force=True)
+        _emit({"feedback": student, "success": bool(result.get("success")),
+               "log": ((result.get("log") or "") + (result.get("error") or ""))[-2000:]})
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--feedback":
+        return feedback(argv[1], argv[2:])
     root, *jobs = argv
+    root = os.path.abspath(root)
     os.chdir(root)
     # nbgrader shells out to alembic when it touches the gradebook: make it findable.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])

@@ -1,0 +1,286 @@
+"""Abusive submissions and what grading must make of them (format: samples/README.md, "abuse").
+
+Each case starts from the reference solution of the notebooks it lists and breaks them the way
+learners (and their editors) do. ``expect`` says, per notebook, which test cells must lose their
+points (all others keep theirs), and what the report must say. The course's tests grade every
+case in one batch beside the reference, with short time limits (2 s per call of learner code,
+6 s per cell).
+"""
+
+import nbformat
+
+from attnlab.grading.abuse import Abuse, Expect
+
+NB1, NB2, PROBE = "01_online_softmax", "02_flash_forward", "99_triton_probe"
+# the test cells of notebook 01
+T_PREDICT, T_LSE, T_GROW = ("test-predict-bytes", "test_online_softmax_matches_logsumexp",
+                            "test_online_softmax_handles_growing_max")
+# ... of notebook 02
+F_NAIVE, F_CAUSAL, F_CROSS, F_DTYPE = ("test_flash_forward_matches_naive", "test_flash_forward_causal_tiles",
+                                       "test_flash_forward_cross_attention_lengths", "test_flash_forward_lse_dtype")
+F_ALL = (F_NAIVE, F_CAUSAL, F_CROSS, F_DTYPE)
+SOFTMAX_BODY = "    stat_dtype = torch.promote_types(x.dtype, torch.float32)"
+FLASH_BODY = "    B, H, T_q, D = q.shape"
+
+
+def _body(sub, name, gid, anchor, code):
+    """Insert ``code`` (indented as a function body) before ``anchor`` in the graded function."""
+    sub.edit(name, gid, anchor, "".join(f"    {line}\n" for line in code.splitlines()) + anchor)
+
+
+# ------------------------------------------------------------------------------- 1. endless loops
+def loop_in_function(s):
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, "while True:\n    pass")
+
+
+def loop_top_level(s):
+    s.append(NB1, "online_softmax_stats", "\nwhile True:  # left over from debugging\n    pass\n")
+
+
+def hang_uninterruptible(s):
+    # like a compiled kernel that never returns: the interrupt does not get through
+    s.append(NB1, "predict-bytes", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                   "while True:\n    pass\n")
+
+
+def triton_hang(s):
+    s.edit(PROBE, "_softmax_kernel", "    row = tl.program_id(0)\n",
+           "    row = tl.program_id(0)\n    i = 0\n    while i >= 0:  # never ends\n        i += 1\n")
+
+
+# ------------------------------------------------------------------------------- 2. dead kernels
+def dead_exit(s):
+    s.append(NB1, "predict-bytes", "import os\nos._exit(1)\n")
+
+
+def dead_segfault(s):
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "if x.dim() == 1:  # only the hidden 1-D case\n    import ctypes\n    ctypes.string_at(0)")
+
+
+def dead_oom_killed(s):
+    # what the out-of-memory killer does to a kernel: SIGKILL, on the decoding case only
+    _body(s, NB2, "flash_attention_forward", FLASH_BODY,
+          "if q.shape[2] == 1:\n    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)")
+
+
+def memory_hog(s):
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "if block_size == 5:  # the hidden growing-max cases\n"
+          "    hog = [torch.empty(2**28, dtype=torch.uint8) for _ in range(4096)]  # 1 TiB")
+
+
+# ------------------------------------------------------------------------------- 3. damaged cells
+def deleted_test(s):
+    s.delete(NB1, T_GROW)
+
+
+def deleted_given(s):
+    s.delete(NB1, "setup")
+    s.delete(NB1, "online_softmax_stats")  # the solution too: its tests must fail, not the notebook
+    s.delete(NB1, T_PREDICT)
+
+
+def copied_test(s):
+    s.duplicate(NB1, T_LSE)
+    s.duplicate(NB1, T_GROW, new_gid="test_online_softmax_handles_growing_max_copy")
+
+
+def split_test(s):
+    s.split(NB1, T_LSE, 1)
+
+
+def edited_read_only(s):
+    s.mistake("01-no-rescale")
+    for gid in (T_LSE, T_GROW):
+        s.cell(NB1, gid).source = "print('all good')"
+        s.unlock(NB1, gid)
+    s.append(NB1, "setup", "check_online_softmax = lambda *args, **kwargs: None")
+    s.cell(NB1, T_GROW).metadata["nbgrader"]["points"] = 20
+
+
+def changed_cell_types(s):
+    s.set_type(NB1, T_GROW, "markdown")
+    s.set_type(NB1, "answer-rescale-exact", "code")
+
+
+# ------------------------------------------------------------------------------- 4. file names
+def renamed(s):
+    s.rename(NB2, "Copy of 02_flash_forward.ipynb")
+    s.rename(NB1, "01_online_softmax (1).ipynb")
+
+
+def missing(s):
+    pass  # only notebook 01 is in the submission
+
+
+def extra(s):
+    s.add("Copy of 01_online_softmax.ipynb", nbformat.v4.new_notebook())  # an old, empty copy
+    s.add("scratch.ipynb", nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]))
+
+
+# ------------------------------------------------------------------------------- 5. other editors
+def colab(s):
+    s.colab(NB2)
+
+
+def stripped(s):
+    s.mistake("01-no-inf-guard")
+    s.strip_nbgrader(NB1)
+
+
+# ------------------------------------------------------------------------------- 6. wrong results
+def returns_nan(s):
+    s.edit(NB1, "online_softmax_stats", "    return m, l", "    return m, l * float('nan')")
+
+
+def wrong_shape(s):
+    s.edit(NB1, "online_softmax_stats", "    return m, l", "    return m.unsqueeze(-1), l.unsqueeze(-1)")
+
+
+def wrong_dtype(s):
+    s.edit(NB2, "flash_attention_forward", "    return o, lse",
+           "    return o, (lse if q.dtype == torch.float64 else lse.half())")
+
+
+def swapped_tuple(s):
+    s.edit(NB1, "online_softmax_stats", "    return m, l", "    return l, m")
+
+
+def too_slow(s):
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, "import time\ntime.sleep(3)")
+
+
+# ------------------------------------------------------------------------------- 7. side effects
+def output_and_files(s):
+    s.append(NB1, "predict-bytes", "print('x' * 3_000_000)\nfor i in range(50_000):\n    print(i)\n")
+    s.append(NB1, "online_softmax_stats",
+             "import os\nopen('junk.txt', 'w').write('x' * 1000)\nopen('02_flash_forward.ipynb', 'w').write('garbage')\n"
+             "os.makedirs('outdir', exist_ok=True)\nos.chdir('/')\n")
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, "import os, tempfile\nos.chdir(tempfile.gettempdir())")
+
+
+# ------------------------------------------------------------------------------- 8. tampering
+def patch_reference(s):
+    s.mistake("02-no-diagonal-mask")
+    s.append(NB2, "flash_attention_forward", (
+        "import attnlab.reference, attnlab.verify\n"
+        "def _same_as_mine(q, k, v, causal=False, scale=None):\n"
+        "    return flash_attention_forward(q, k, v, causal=causal, scale=scale)\n"
+        "attnlab.reference.naive_attention = _same_as_mine\n"
+        "attnlab.verify.naive_attention = _same_as_mine\n"
+        "naive_attention = _same_as_mine\n"))
+
+
+def patch_checks(s):
+    s.mistake("01-no-rescale")
+    s.append(NB1, "online_softmax_stats", (
+        "import sys, types, torch\n"
+        "import attnlab.checks, attnlab.verify\n"
+        "attnlab.checks.assert_close = lambda *args, **kwargs: 0.0\n"
+        "attnlab.verify.assert_close = lambda *args, **kwargs: 0.0\n"
+        "attnlab.verify.check_online_softmax.__code__ = (lambda *args, **kwargs: None).__code__\n"
+        "check_online_softmax = lambda *args, **kwargs: None\n"
+        "_fake = types.ModuleType('attnlab.checks')\n"
+        "_fake.assert_number = lambda *args, **kwargs: None\n"
+        "sys.modules['attnlab.checks'] = _fake\n"
+        "torch.logsumexp = lambda x, dim: x.amax(dim=dim)\n"
+        "torch.Tensor.__sub__ = lambda a, b: torch.zeros_like(a)\n"))
+
+
+def patch_during_call(s):
+    s.mistake("01-no-inf-guard")
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "import attnlab.verify\nattnlab.verify.assert_close = lambda *args, **kwargs: 0.0\n"
+          "torch.set_grad_enabled(False)")
+
+
+def tensor_subclass(s):
+    s.edit(NB1, "online_softmax_stats", "    return m, l", (
+        "    class _Agreeable(torch.Tensor):\n"
+        "        pass\n"
+        "    return m.as_subclass(_Agreeable), l.as_subclass(_Agreeable)"))
+
+
+# ------------------------------------------------------------------------------- 9. functions
+def renamed_function(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", "def online_softmax_stat(")
+
+
+def defined_twice(s):
+    s.insert_after(NB2, "flash_attention_forward", (
+        "def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None):\n"
+        "    raise NotImplementedError('draft')\n"))
+
+
+CASES = [
+    Abuse("loop-in-function", "an endless loop inside the graded function", (NB1,), loop_in_function,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("did not finish within",))}),
+    Abuse("loop-top-level", "an endless loop at the end of a solution cell (after the function)", (NB1,),
+          loop_top_level, {NB1: Expect(notes=("ran past the", "was interrupted"))}),
+    Abuse("hang-uninterruptible", "a cell that blocks interrupts and the checks' alarm, then never ends",
+          (NB1,), hang_uninterruptible,
+          {NB1: Expect(lost=(T_PREDICT,), reasons=("NameError",),
+                       notes=("did not respond to an interrupt", "restarted"))}),
+    Abuse("triton-hang", "a Triton kernel that loops forever under the interpreter", (PROBE,), triton_hang,
+          {PROBE: Expect(lost=("test_softmax_kernel",), reasons=("did not finish within",))}),
+    Abuse("dead-exit", "os._exit in a solution cell", (NB1,), dead_exit,
+          {NB1: Expect(lost=(T_PREDICT,), notes=("kernel died", "restarted"))}),
+    Abuse("dead-segfault", "a segfault, on the hidden 1-D case only", (NB1,), dead_segfault,
+          {NB1: Expect(lost=(T_LSE,), reasons=("KernelDied",), notes=("kernel died",))}),
+    Abuse("dead-oom-killed", "killed like the out-of-memory killer does, on the hidden decoding case; "
+          "notebook 01 is fine", (NB1, NB2), dead_oom_killed,
+          {NB1: Expect(), NB2: Expect(lost=(F_CROSS,), reasons=("KernelDied",), notes=("kernel died",))}),
+    Abuse("memory-hog", "allocates a terabyte on the hidden cases of one test", (NB1,), memory_hog,
+          {NB1: Expect(lost=(T_GROW,), reasons=("allocate",))}),
+    Abuse("deleted-test", "a test cell deleted", (NB1,), deleted_test,
+          {NB1: Expect(notes=("restored", T_GROW))}),
+    Abuse("deleted-given", "the set-up cell, a solution cell and a test cell deleted", (NB1,), deleted_given,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("NameError",),
+                       notes=("restored", "setup", T_PREDICT, "solution cells are missing"))}),
+    Abuse("copied-test", "a test cell copied, another copied and its grade_id edited", (NB1,), copied_test,
+          {NB1: Expect(notes=("appeared 2 times", "unknown cell"))}),
+    Abuse("split-test", "a test cell split in two (both halves keep its metadata)", (NB1,), split_test,
+          {NB1: Expect(notes=("appeared 2 times",))}),
+    Abuse("edited-read-only", "a wrong solution, its tests replaced by print, unlocked, points raised; "
+          "the set-up cell edited to disable the checker", (NB1,), edited_read_only,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("had been edited",))}),
+    Abuse("changed-cell-types", "a test cell turned into markdown, a written answer into code", (NB1,),
+          changed_cell_types, {NB1: Expect(notes=("changed from code to markdown",))}),
+    Abuse("renamed", "'Copy of 02_flash_forward.ipynb' and '01_online_softmax (1).ipynb'", (NB1, NB2), renamed,
+          {NB1: Expect(notes=("01_online_softmax (1).ipynb",)),
+           NB2: Expect(notes=("Copy of 02_flash_forward.ipynb",))}),
+    Abuse("missing", "notebook 02 not submitted", (NB1,), missing,
+          {NB1: Expect(), NB2: Expect(status="missing", reasons=("not submitted",))}),
+    Abuse("extra", "an empty 'Copy of' notebook and a scratch notebook beside the real one", (NB1,), extra,
+          {NB1: Expect(notes=("looks like a copy", "scratch.ipynb"))}),
+    Abuse("colab", "saved by Google Colab (nbformat 4.0, no cell ids, Colab metadata)", (NB2,), colab,
+          {NB2: Expect(notes=("nbformat 4.0",))}),
+    Abuse("stripped", "nbgrader metadata stripped by another editor (and one bug)", (NB1,), stripped,
+          {NB1: Expect(lost=(T_GROW,), notes=("matched them back by content",))}),
+    Abuse("returns-nan", "returns NaN for l", (NB1,), returns_nan,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("not finite",))}),
+    Abuse("wrong-shape", "returns (m, l) with a trailing dimension", (NB1,), wrong_shape,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("wrong shape",))}),
+    Abuse("wrong-dtype", "returns a float16 LSE for float32 inputs", (NB2,), wrong_dtype,
+          {NB2: Expect(lost=(F_DTYPE,), reasons=("dtype",))}),
+    Abuse("swapped-tuple", "returns (l, m) instead of (m, l)", (NB1,), swapped_tuple,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("running max",))}),
+    Abuse("too-slow", "sleeps 3 s per call", (NB1,), too_slow,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("did not finish within",))}),
+    Abuse("output-and-files", "prints 3 MB and 50,000 lines, writes files, changes the working directory",
+          (NB1,), output_and_files, {NB1: Expect(notes=("truncated", "working directory"))}),
+    Abuse("patch-reference", "a wrong solution that replaces naive_attention with itself", (NB2,),
+          patch_reference, {NB2: Expect(lost=F_ALL, notes=("naive_attention", "flagged"))}),
+    Abuse("patch-checks", "a wrong solution that disables assert_close, the checker, sys.modules and torch",
+          (NB1,), patch_checks, {NB1: Expect(lost=(T_LSE, T_GROW), notes=("assert_close", "sys.modules",
+                                                                           "check_online_softmax", "flagged"))}),
+    Abuse("patch-during-call", "a wrong solution that disables assert_close and gradients while it runs",
+          (NB1,), patch_during_call, {NB1: Expect(lost=(T_GROW,), notes=("while", "assert_close", "gradients"))}),
+    Abuse("tensor-subclass", "returns tensor subclasses (which could fake any comparison)", (NB1,),
+          tensor_subclass, {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("subclass",))}),
+    Abuse("renamed-function", "the graded function renamed", (NB1,), renamed_function,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("NameError",), notes=("no cell defines",))}),
+    Abuse("defined-twice", "the graded function defined again (a draft) after the solution", (NB2,),
+          defined_twice, {NB2: Expect(lost=F_ALL, reasons=("NotImplementedError",), notes=("defined in 2 cells",))}),
+]

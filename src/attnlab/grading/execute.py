@@ -1,0 +1,366 @@
+"""nbgrader's Execute step, hardened: a notebook keeps the points its tests earned whatever one cell does.
+
+:class:`GradingExecute` replaces ``nbgrader.preprocessors.Execute`` in ``Autograde.autograde_preprocessors``
+(see nbgrader_config.py), so ``nbgrader autograde`` and ``attnlab autograde`` both use it. On top of
+nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
+
+- **survives a dead kernel** (``os._exit``, a segfault, the out-of-memory killer) and a cell that
+  ignores the interrupt: the cell gets an error output saying what happened, the kernel is
+  restarted and the notebook is run again from the top without that cell (at most
+  ``max_restarts`` times). Every point is still earned by a test cell that ran to the end without
+  an error in a kernel that ran the notebook's cells in order; a test cell that did not run gets
+  an error output, so it scores 0 (nbgrader gives full points to a test cell without an error);
+- bounds the whole notebook by ``notebook_budget`` seconds: cells past it are marked not run;
+- runs the kernel in a scratch copy of the submission folder, so files a learner's code writes
+  (or a ``chdir``) cannot touch the autograded folder;
+- caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
+  ``MemoryError`` in its cell instead of starving the machine;
+- truncates output past ``max_output_chars`` per cell;
+- keeps one spare kernel warm (started, with torch and the course's package imported) while a
+  notebook runs, so the next notebook graded by the same process starts at once (``prewarm``);
+- installs the integrity guard (:mod:`attnlab.grading.guard`) in the kernel and runs it around
+  every read-only cell, so tests compare against the course's references even if learner code
+  replaced them; what it restores is reported in the cell's output and in the grader's notes.
+
+Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
+"Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import json
+import os
+import shutil
+import signal
+import tempfile
+from time import monotonic
+
+from nbclient.client import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat.v4 import new_markdown_cell, new_output
+from nbclient.util import run_sync
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Enum, Float, Integer
+
+#: When set, the pid of every kernel started is appended to this file (the grading parent kills
+#: them if it has to kill the worker).
+PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
+
+_GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
+_MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
+
+
+def error_output(ename: str, evalue: str):
+    return new_output("error", ename=ename, evalue=evalue, traceback=[f"\x1b[0;31m{ename}\x1b[0m: {evalue}"])
+
+
+def _label(cell, index: int) -> str:
+    gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+    return f"cell {gid!r}" if gid else f"cell {index + 1}"
+
+
+#: What a spare kernel imports while it waits (names deleted again: the notebook starts clean).
+_PRELOAD = "import torch, attnlab.verify, attnlab.nbload, attnlab.grading.guard; del torch, attnlab"
+_SPARE = None  # a kernel manager whose kernel is started and waiting, or None
+
+
+def _record_pid(km) -> None:
+    path = os.environ.get(PIDFILE_ENV)
+    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    if path and pid:
+        with open(path, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def _kill(km) -> None:
+    pid = getattr(getattr(km, "provisioner", None), "pid", None)
+    try:
+        if pid:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        km.cleanup_connection_file()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+@atexit.register
+def _drop_spare() -> None:
+    global _SPARE
+    km, _SPARE = _SPARE, None
+    if km is not None:
+        _kill(km)
+
+
+def add_notes(nb, notes: list[str]) -> None:
+    nb.metadata.setdefault("attnlab", {}).setdefault("notes", [])
+    for note in notes:
+        if note not in nb.metadata["attnlab"]["notes"]:
+            nb.metadata["attnlab"]["notes"].append(note)
+
+
+class GradingExecute(Execute):
+    """nbgrader's Execute preprocessor with restarts, a notebook budget, isolation and the guard."""
+
+    max_restarts = Integer(3, help="Kernel restarts per notebook after a dead or stuck kernel").tag(config=True)
+    notebook_budget = Float(420.0, help="Seconds for a whole notebook, restarts included").tag(config=True)
+    memory_limit_gb = Float(8.0, help="Address-space limit of the kernel on the CPU (0: none)").tag(config=True)
+    max_output_chars = Integer(100_000, help="Output kept per cell; the rest is dropped").tag(config=True)
+    guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
+    isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
+    prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
+    # a dead or stuck kernel is killed, not asked to shut down
+    shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
+
+    # ------------------------------------------------------------------ the run, with restarts
+    def preprocess(self, nb, resources=None, km=None):
+        self._notes: list[str] = []
+        self._out_chars, self._truncated = 0, False
+        self.error_on_timeout = {
+            "ename": "CellTimeoutError",
+            "evalue": f"this cell ran past the {self.timeout} s limit and was interrupted",
+            "traceback": [f"\x1b[0;31mCellTimeoutError\x1b[0m: this cell ran past the {self.timeout} s "
+                          f"limit and was interrupted"],
+        }
+        start = monotonic()
+        skipped: dict[int, object] = {}
+        run_dir = self._run_dir(resources or {})
+        try:
+            for attempt in range(self.max_restarts + 1):
+                for cell in nb.cells:
+                    if cell.cell_type == "code":
+                        cell.outputs, cell.execution_count = [], None
+                NotebookClient.__init__(self, nb, km)
+                self.reset_execution_trackers()
+                self._check_assign_resources(resources)
+                self._current = None
+                try:
+                    self._run_all(nb, resources, skipped, start, run_dir)
+                    break
+                except (DeadKernelError, CellTimeoutError) as exc:
+                    index = self._current
+                    if index is None:  # died while starting: nothing to skip, nothing more to try
+                        raise
+                    cell = nb.cells[index]
+                    dead = isinstance(exc, DeadKernelError)
+                    what = ("the kernel died while running this cell (a crash, os._exit, or the "
+                            "out-of-memory killer)" if dead else
+                            f"this cell ran past the {self.timeout} s limit and did not respond to an interrupt")
+                    last = attempt == self.max_restarts or monotonic() - start > self.notebook_budget
+                    if last:
+                        cell.outputs.append(error_output("KernelDied" if dead else "CellTimeoutError",
+                                                         f"{what}; grading stopped here"))
+                        for later in nb.cells[index + 1:]:
+                            if later.cell_type == "code":
+                                later.outputs = [error_output(
+                                    "NotRun", f"not run: the kernel failed in {_label(cell, index)} and "
+                                              f"the grader had already restarted it {attempt} times")]
+                        self._notes.append(f"{_label(cell, index)}: {what}; the cells after it were not run")
+                        break
+                    skipped[index] = error_output(
+                        "KernelDied" if dead else "CellTimeoutError",
+                        f"{what}; the grader restarted the kernel and ran the notebook again without this cell")
+                    self._notes.append(f"{_label(cell, index)}: {what}; the kernel was restarted and the "
+                                       f"notebook run again without this cell")
+        finally:
+            if run_dir:
+                shutil.rmtree(run_dir, ignore_errors=True)
+        self.set_widgets_metadata()
+        add_notes(nb, self._notes)
+        notes = nb.metadata.get("attnlab", {}).get("notes", [])
+        if notes:
+            nb.cells.insert(0, new_markdown_cell(
+                "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
+                + "\n".join(f"- {n}" for n in notes)))
+        return nb, self.resources
+
+    def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
+        kwargs = {"cwd": run_dir} if run_dir else {}
+        spare = self._take_spare(nb)
+        if spare is not None:
+            self.km = spare
+        with self.setup_kernel(**kwargs):
+            if spare is None:
+                _record_pid(self.km)
+            self._start_spare(nb)
+            info = self.wait_for_reply(self.kc.kernel_info())
+            if info and "language_info" in info["content"]:
+                nb.metadata["language_info"] = info["content"]["language_info"]
+            cwd = run_dir or os.getcwd()
+            guarded = False
+            if self.guard:
+                guarded = self._kernel_eval(
+                    f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r})") is not None
+                if not guarded:
+                    self._notes.append("the grader could not install its integrity guard in the kernel")
+            if not guarded:
+                self._kernel_eval(f"__import__('json').dumps(__import__('os').chdir({cwd!r}))")
+            over_budget = False
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                if index in skipped:
+                    cell.outputs = [skipped[index]]
+                    continue
+                if over_budget or monotonic() - start > self.notebook_budget:
+                    if not over_budget:
+                        self._notes.append(f"grading used up its {self.notebook_budget:g} s budget; "
+                                           f"{_label(cell, index)} and the cells after it were not run")
+                    over_budget = True
+                    cell.outputs = [error_output("NotRun", f"not run: grading this notebook used up its "
+                                                           f"{self.notebook_budget:g} s budget")]
+                    continue
+                self._current = index
+                self._run_cell(cell, resources, index, guarded)
+            self._current = None
+
+    def _run_cell(self, cell, resources, index: int, guarded: bool) -> None:
+        locked = bool(cell.metadata.get("nbgrader", {}).get("locked"))
+        before = after = []
+        if guarded and locked:
+            before = self._kernel_eval(f"{_GUARD}.before_locked(globals())") or []
+        self._out_chars, self._truncated = 0, False
+        self.preprocess_cell(cell, resources, index)
+        if guarded and locked:
+            after = self._kernel_eval(f"{_GUARD}.after_locked(globals())") or []
+        label = _label(cell, index)
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers
+            # is not a failed test (failed checks raise), so keep such text as ordinary output
+            for out in cell.outputs:
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    out["name"] = "stdout"
+        if before:
+            # the grader's own messages go to stdout: nbgrader scores stderr as a failure
+            cell.outputs.insert(0, new_output("stream", name="stdout", text=(
+                "[grader] Before this cell ran, the grader undid changes that earlier code made: "
+                + "; ".join(before) + ".\n")))
+            self._notes.append(f"before {label} ran, the grader undid: " + "; ".join(before))
+        if after:
+            cell.outputs.append(new_output("stream", name="stdout", text=(
+                "[grader] While this cell ran, code it called made changes that the grader undid: "
+                + "; ".join(after) + ".\n")))
+            self._notes.append(f"while {label} ran, the grader undid: " + "; ".join(after))
+        if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
+            self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted")
+
+    # ------------------------------------------------------------------ output limits
+    def output(self, outs, msg, display_id, cell_index):
+        kind = msg.get("msg_type")
+        content = msg.get("content", {})
+        if kind == "error":
+            evalue = str(content.get("evalue", ""))
+            tb = [line if len(line) <= 4000 else line[:4000] + " ...[truncated]" for line in content.get("traceback", [])]
+            if len(evalue) > 4000 or tb != content.get("traceback", []):
+                msg = {**msg, "content": {**content, "evalue": evalue[:4000], "traceback": tb}}
+            return super().output(outs, msg, display_id, cell_index)
+        if kind not in ("stream", "display_data", "execute_result", "update_display_data"):
+            return super().output(outs, msg, display_id, cell_index)
+        if kind == "stream":
+            size = len(content.get("text", ""))
+        else:
+            size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in content.get("data", {}).values())
+        room = self.max_output_chars - self._out_chars
+        self._out_chars += size
+        if size <= room:
+            return super().output(outs, msg, display_id, cell_index)
+        out = None
+        if kind == "stream" and room > 0:
+            out = super().output(outs, {**msg, "content": {**content, "text": content["text"][:room]}},
+                                 display_id, cell_index)
+        if not self._truncated:
+            self._truncated = True
+            outs.append(new_output("stream", name="stdout", text=(
+                f"\n[grader] Output truncated: this cell printed more than {self.max_output_chars:,} "
+                f"characters; the rest was dropped.\n")))
+            cell = self.nb.cells[cell_index]
+            self._notes.append(f"{_label(cell, cell_index)} printed more than {self.max_output_chars:,} "
+                               f"characters; the output was truncated")
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _kernel_eval(self, expr: str):
+        """Evaluate ``expr`` in the kernel's namespace without a cell; its JSON-text result, or None."""
+        try:
+            msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"r": expr})
+            reply = self.wait_for_reply(msg_id)
+        except DeadKernelError:
+            raise
+        except Exception:  # noqa: BLE001
+            return None
+        if not reply:
+            return None
+        result = reply["content"].get("user_expressions", {}).get("r", {})
+        if result.get("status") != "ok":
+            return None
+        try:
+            return json.loads(ast.literal_eval(result["data"]["text/plain"]))
+        except (ValueError, SyntaxError, KeyError, TypeError):
+            return None
+
+    def _kernel_name(self, nb) -> str:
+        return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
+
+    def _take_spare(self, nb):
+        """The spare kernel, if one is waiting for this kind of kernel and still alive."""
+        global _SPARE
+        km, _SPARE = _SPARE, None
+        if km is None:
+            return None
+        try:
+            if km.kernel_name == self._kernel_name(nb) and run_sync(km.is_alive)():
+                return km
+        except Exception:  # noqa: BLE001
+            pass
+        _kill(km)
+        return None
+
+    def _start_spare(self, nb) -> None:
+        """Start the next notebook's kernel now; it imports torch and the course's package while it waits."""
+        global _SPARE
+        if not self.prewarm or _SPARE is not None:
+            return
+        try:
+            km = self.kernel_manager_class(kernel_name=self._kernel_name(nb), config=self.config)
+            extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
+            if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
+                extra.append("--HistoryManager.hist_file=:memory:")
+            run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir())
+        except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
+            self.log.warning("attnlab: could not start a spare kernel: %s", exc)
+            return
+        _record_pid(km)
+        _SPARE = km
+
+    def _run_dir(self, resources: dict) -> str | None:
+        """A scratch folder for the kernel: the submission's notebooks, and the instructor's other
+        files that nbgrader copied into the autograded folder."""
+        if not self.isolate_cwd:
+            return None
+        here = resources.get("metadata", {}).get("path") or "."
+        run = tempfile.mkdtemp(prefix="attnlab-run-")
+        try:
+            for name in os.listdir(here):
+                src = os.path.join(here, name)
+                if os.path.isfile(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
+                    shutil.copy(src, os.path.join(run, name))
+            submitted = here
+            info = resources.get("nbgrader", {})
+            if info.get("student") and info.get("assignment"):
+                from nbgrader.coursedir import CourseDirectory
+
+                coursedir = CourseDirectory(config=self.config)
+                folder = coursedir.format_path(coursedir.submitted_directory, info["student"], info["assignment"])
+                if os.path.isdir(folder):
+                    submitted = folder
+            for name in os.listdir(submitted):
+                src = os.path.join(submitted, name)
+                if name.endswith(".ipynb") and os.path.isfile(src) and os.path.getsize(src) < _MAX_COPY:
+                    shutil.copy(src, os.path.join(run, name))
+        except OSError:
+            pass
+        return run

@@ -1,0 +1,298 @@
+"""Keep the tests honest while a learner's notebook is graded: runs inside the notebook's kernel.
+
+A learner's code and the hidden tests share one Python process, so the tests' references and
+helpers are within the learner's reach: a solution cell can rebind ``check_flash_forward`` in the
+notebook, replace ``attnlab.reference.naive_attention`` or ``attnlab.checks.assert_close``, swap a
+module in ``sys.modules``, patch ``torch.logsumexp`` or a ``torch.Tensor`` method, change the
+working directory, or turn off gradients. At grading time (only then) the grader's Execute
+preprocessor (:mod:`attnlab.grading.execute`) installs this guard in the kernel before any cell
+runs. :func:`install` snapshots everything the tests depend on; :func:`restore` puts back whatever
+differs from the snapshot and says what it put back. It runs
+
+- before every read-only cell (given code and tests), from the grader;
+- after every call of learner code inside a check (:func:`attnlab.verify._call`), so a function
+  that patches the reference while it runs is undone before the reference is computed.
+
+It also records the names each read-only cell binds in the notebook (``check_online_softmax``,
+``naive_attention``, ``RUNTIME``...) and rebinds them before the next read-only cell.
+
+What it does not do: stop code that deliberately attacks this module or the interpreter itself
+(one process cannot be protected from itself). The grader's static scan
+(:mod:`attnlab.grading.repair`) flags such code for the instructor instead.
+
+Everything here uses the standard library and modules already loaded; the functions called by
+the grader never raise and return JSON text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import types
+
+#: Modules whose attributes (functions, classes, constants) the tests rely on.
+_MODULES = (
+    "builtins", "math", "numbers", "os", "signal", "threading", "time", "contextlib", "copy",
+    "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
+    "attnlab", "attnlab.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
+    "attnlab.launch", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
+)
+#: Names of builtins that IPython itself swaps per request (not ours to restore).
+_BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display", "help", "copyright",
+                  "credits", "license"}
+
+
+class _State:
+    def __init__(self) -> None:
+        self.modules: dict[str, types.ModuleType] = {}
+        self.attrs: dict[str, dict[str, object]] = {}       # module name -> attribute snapshot
+        self.classes: dict[type, dict[str, object]] = {}    # class -> own-dict snapshot
+        self.code: list[tuple[types.FunctionType, object, object, object, str]] = []
+        self.cwd = os.getcwd()
+        self.recursion = sys.getrecursionlimit()
+        self.names: dict[str, object] = {}                  # notebook names bound by read-only cells
+        self.before: dict[str, int] = {}
+        self.notes: list[str] = []                          # repairs not yet reported
+        self.seen: set[str] = set()
+
+
+_STATE: _State | None = None
+
+
+def active() -> bool:
+    """True once :func:`install` ran in this process (i.e. while being autograded)."""
+    return _STATE is not None
+
+
+def _functions_of(owner_name: str, value, out: list) -> None:
+    """Python functions reachable from a module or class attribute (methods, static/class methods,
+    property accessors), with their code, defaults and keyword defaults."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        for f in (value.fget, value.fset, value.fdel):
+            if f is not None:
+                _functions_of(owner_name, f, out)
+        return
+    if isinstance(value, types.FunctionType):
+        out.append((value, value.__code__, value.__defaults__, value.__kwdefaults__,
+                    f"{owner_name}"))
+
+
+def install(memory_limit_gb: float = 0.0, cwd: str | None = None) -> str:
+    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only). Idempotent."""
+    global _STATE
+    if _STATE is not None:
+        return json.dumps({"installed": True, "again": True})
+    if cwd:
+        os.chdir(cwd)
+    state = _State()
+    for name in _MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (a module that cannot load is simply not guarded)
+            continue
+        state.modules[name] = mod
+        snap = dict(vars(mod))
+        if name == __name__:
+            snap.pop("_STATE", None)  # the guard's own state is set after this snapshot
+        if not name.startswith("attnlab"):
+            # public names only: private module state may change legitimately as the library runs
+            snap = {k: v for k, v in snap.items() if not k.startswith("_") or k in ("__import__", "__build_class__")}
+        if name == "builtins":
+            snap = {k: v for k, v in snap.items()
+                    if k not in _BUILTINS_SKIP and (not k.startswith("_") or k in ("__import__", "__build_class__"))
+                    and getattr(v, "__module__", None) == "builtins"}
+        state.attrs[name] = snap
+        for key, value in snap.items():
+            if name.startswith("attnlab") and isinstance(value, type) and value.__module__ == name:
+                state.classes[value] = dict(vars(value))
+                for k2, v2 in vars(value).items():
+                    _functions_of(f"{name}.{key}.{k2}", v2, state.code)
+            _functions_of(f"{name}.{key}", value, state.code)
+    torch = state.modules.get("torch")
+    if torch is not None:
+        state.classes[torch.Tensor] = dict(vars(torch.Tensor))
+        for k, v in vars(torch.Tensor).items():
+            _functions_of(f"torch.Tensor.{k}", v, state.code)
+    _STATE = state
+    limited = _limit_memory(memory_limit_gb)
+    return json.dumps({"installed": True, "memory_limit_gb": limited})
+
+
+def _limit_memory(gb: float) -> float:
+    """Cap the kernel's address space, so a runaway allocation raises MemoryError in the cell
+    instead of waking the machine's out-of-memory killer. Only without a GPU (CUDA reserves huge
+    virtual ranges)."""
+    if not gb or gb <= 0:
+        return 0.0
+    try:
+        import resource
+
+        from attnlab.device import runtime
+
+        if not runtime().interpret:
+            return 0.0
+        limit = int(gb * 2**30)
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        return limit / 2**30
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def _note(text: str) -> None:
+    if _STATE is not None and text not in _STATE.seen:
+        _STATE.seen.add(text)
+        _STATE.notes.append(text)
+
+
+def _restore(ns: dict | None = None) -> None:
+    state = _STATE
+    if state is None:
+        return
+    for name, mod in state.modules.items():
+        if sys.modules.get(name) is not mod:
+            sys.modules[name] = mod
+            _note(f"sys.modules[{name!r}] had been replaced")
+    for name, snap in state.attrs.items():
+        mod = state.modules[name]
+        current = vars(mod)
+        for key, value in snap.items():
+            if current.get(key, _MISSING) is not value:
+                try:
+                    setattr(mod, key, value)
+                    _note(f"{name}.{key} had been replaced or deleted")
+                except Exception:  # noqa: BLE001
+                    pass
+    for cls, snap in state.classes.items():
+        current = dict(vars(cls))
+        for key, value in snap.items():
+            if current.get(key, _MISSING) is not value:
+                try:
+                    setattr(cls, key, value)
+                    _note(f"{cls.__module__}.{cls.__qualname__}.{key} had been replaced or deleted")
+                except Exception:  # noqa: BLE001
+                    pass
+        for key in current.keys() - snap.keys():
+            # a new attribute that shadows an inherited one (torch.Tensor.__sub__ = ...)
+            if any(key in vars(base) for base in cls.__mro__[1:]):
+                try:
+                    delattr(cls, key)
+                    _note(f"{cls.__module__}.{cls.__qualname__}.{key} had been overridden")
+                except Exception:  # noqa: BLE001
+                    pass
+    for fn, code, defaults, kwdefaults, where in state.code:
+        if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+            try:
+                fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
+                _note(f"the code of {where} had been changed")
+            except Exception:  # noqa: BLE001
+                pass
+    torch = state.modules.get("torch")
+    if torch is not None:
+        try:
+            while torch._C._len_torch_function_stack() > 0:
+                torch._C._pop_torch_function_stack()
+                _note("a torch function mode (TorchFunctionMode) had been left active")
+            from torch.utils._python_dispatch import _pop_mode
+
+            while torch._C._len_torch_dispatch_stack() > 0:
+                _pop_mode()
+                _note("a torch dispatch mode had been left active")
+        except Exception:  # noqa: BLE001
+            pass
+        if not torch.is_grad_enabled():
+            torch.set_grad_enabled(True)
+            _note("gradients had been turned off globally (torch.set_grad_enabled(False))")
+        if torch.get_default_dtype() != torch.float32:
+            _note(f"the default dtype had been changed to {torch.get_default_dtype()}")
+            torch.set_default_dtype(torch.float32)
+    try:
+        if os.getcwd() != state.cwd:
+            _note(f"the working directory had been changed to {os.getcwd()}")
+            os.chdir(state.cwd)
+    except OSError:  # the directory was removed
+        os.chdir(state.cwd)
+        _note("the working directory had been removed")
+    if sys.getrecursionlimit() != state.recursion:
+        sys.setrecursionlimit(state.recursion)
+        _note("the recursion limit had been changed")
+    try:
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _note("interrupts (SIGINT) had been ignored")
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        if {signal.SIGINT, signal.SIGALRM} & set(blocked):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGALRM])
+            _note("signals (SIGINT/SIGALRM) had been blocked")
+    except Exception:  # noqa: BLE001 (not in the main thread)
+        pass
+    if ns is not None:
+        for key, value in state.names.items():
+            if ns.get(key, _MISSING) is not value:
+                ns[key] = value
+                _note(f"the notebook name {key!r} (set by a read-only cell) had been rebound or deleted")
+
+
+_MISSING = object()
+
+
+def after_call() -> None:
+    """Called by the checks after each call of learner code: undo what the call changed."""
+    if _STATE is not None:
+        try:
+            _restore()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _protectable(value) -> bool:
+    if isinstance(value, (types.ModuleType, type)):
+        return True
+    kind = type(value)
+    if kind.__module__.startswith("attnlab"):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return False
+    return callable(value)
+
+
+def before_locked(ns: dict) -> str:
+    """Before a read-only cell: restore everything, remember the notebook's names; JSON list of repairs."""
+    try:
+        _restore(ns)
+        if _STATE is not None:
+            _STATE.before = {k: id(v) for k, v in ns.items()}
+    except Exception as exc:  # noqa: BLE001
+        _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
+    return drain()
+
+
+def after_locked(ns: dict) -> str:
+    """After a read-only cell: protect the names it bound (functions, classes, modules, course objects)."""
+    try:
+        if _STATE is not None:
+            for key, value in ns.items():
+                if key.startswith("_") or _STATE.before.get(key) == id(value):
+                    continue
+                if _protectable(value):
+                    _STATE.names[key] = value
+    except Exception as exc:  # noqa: BLE001
+        _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
+    return drain()
+
+
+def drain() -> str:
+    """The repairs made since the last call, as a JSON list of strings."""
+    if _STATE is None:
+        return "[]"
+    notes, _STATE.notes = _STATE.notes, []
+    _STATE.seen.clear()
+    return json.dumps(notes)

@@ -1,0 +1,149 @@
+"""Grading survives every way a submission can be broken (samples/abuse/): the batch finishes, the
+reference keeps full marks beside the abusers, each notebook gets the points its tests earned, and
+the report, the notes and the feedback say what happened.
+
+One session fixture (``abused`` in conftest.py) runs the instructor's whole path once: a Canvas zip
+export -> ``attnlab collect`` -> ``attnlab autograde`` -> ``attnlab export`` -> ``attnlab feedback``.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import re
+
+import nbformat
+import pytest
+
+from attnlab.grading.abuse import load_cases
+
+from .conftest import ABUSE_NOTEBOOKS, ROOT, Course
+
+CASES = load_cases(Course(ROOT))
+
+
+def _tests(course, notebook) -> dict[str, float]:
+    """grade_id -> points of the autograded test cells of ``notebook``."""
+    out = {}
+    for cell in nbformat.read(course.source / f"{notebook}.ipynb", as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution") and cell.cell_type == "code":
+            out[meta["grade_id"]] = meta["points"]
+    return out
+
+
+def test_batch_finishes_and_every_notebook_is_accounted_for(abused):
+    students = ["reference"] + [c.student for c in abused.cases]
+    for s in students:
+        for n in ABUSE_NOTEBOOKS:
+            r = abused.results[(s, n)]
+            assert r.status in ("graded", "missing"), (s, n, r.status, r.reason)
+    graded = [r for r in abused.results.values() if r.status == "graded"]
+    # no notebook came near the per-notebook wall-clock limit: nothing hung
+    assert max(r.seconds for r in graded) < 120, sorted((r.seconds, r.student, r.notebook) for r in graded)[-3:]
+    print(f"\nabuse batch: {len(graded)} notebooks graded in {abused.seconds['autograde']:.0f} s; "
+          f"slowest: " + ", ".join(f"{r.student}/{r.notebook[:2]} {r.seconds:.1f} s"
+                                   for r in sorted(graded, key=lambda r: -r.seconds)[:5]))
+
+
+@pytest.mark.parametrize("notebook", ABUSE_NOTEBOOKS)
+def test_reference_keeps_full_marks_beside_the_abusers(abused, notebook):
+    r = abused.results[("reference", notebook)]
+    assert r.status == "graded", r.reason
+    assert r.points == r.max_points > 0, r.losses()
+    assert r.notes == []  # nothing was repaired, restored or flagged
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_abusive_submission_gets_what_it_earned(abused, case):
+    for notebook in ABUSE_NOTEBOOKS:
+        r = abused.results[(case.student, notebook)]
+        expect = case.expect.get(notebook)
+        if expect is None:
+            assert r.status == "missing", (notebook, r.status, r.reason)
+            continue
+        assert r.status == expect.status, f"{case.why}: {notebook} {r.status}: {r.reason}"
+        if expect.status == "graded":
+            tests = _tests(abused.course, notebook)
+            lost = {c.grade_id for c in r.cells if c.points < c.max_points}
+            assert lost == set(expect.lost), f"{case.why}: lost {sorted(lost)}; {r.losses()}"
+            assert r.points == sum(p for gid, p in tests.items() if gid not in expect.lost)
+            for c in r.cells:  # every loss has a reason a learner can act on
+                if c.grade_id in expect.lost:
+                    assert c.reason and "no points" not in c.reason, (c.grade_id, c.reason)
+            reasons = " | ".join(r.losses())
+        else:
+            reasons = r.reason
+        for text in expect.reasons:
+            assert text in reasons, f"{case.why}: {text!r} not in {reasons!r}"
+        notes = " | ".join(r.notes)
+        for text in expect.notes:
+            assert text in notes, f"{case.why}: {text!r} not in notes {notes!r}"
+
+
+def test_report_prints_points_and_a_reason_for_every_loss(abused):
+    out = abused.output["autograde"]
+    table = out[out.index("Autograded points"):]
+    assert re.search(r"^reference\s+6/6\s+10/10\s+3/3\s+19/19$", table, re.MULTILINE), table[:2000]
+    lines = out.splitlines()
+    for r in abused.results.values():
+        for loss in r.losses():
+            assert f"  {r.student} / {r.notebook}: {loss}" in lines, loss
+        for note in r.notes:
+            assert f"  {r.student} / {r.notebook}: {note}" in lines, note
+    assert "Grader's notes" in out
+
+
+def test_collect_reads_the_canvas_export_and_renames_copies(abused):
+    out = abused.output["collect"]
+    assert "abuse-renamed / 02_flash_forward: submitted as 'Copy of 02_flash_forward.ipynb'" in out
+    assert "abuse-missing: not submitted: 02_flash_forward" in out
+    folder = abused.course.submitted / "abuse-renamed" / "attention_kernels"
+    assert {"01_online_softmax.ipynb", "02_flash_forward.ipynb"} <= {p.name for p in folder.iterdir()}
+
+
+def test_export_writes_one_row_per_student(abused):
+    rows = list(csv.DictReader(open(abused.course.root / "grades.csv")))
+    by = {r["student_id"]: r for r in rows}
+    assert set(by) == {"reference"} | {c.student for c in abused.cases}
+    assert float(by["reference"]["raw_score"]) == 19  # autograded points; written answers are graded later
+    assert float(by["abuse-missing"]["raw_score"]) == 6
+    report = list(csv.DictReader(open(abused.course.root / "report.csv")))
+    assert {"student", "notebook", "points", "losses", "notes"} <= set(report[0])
+
+
+def _text(path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def test_feedback_shows_the_failing_checks_message_and_the_notes(abused):
+    folder = abused.course.root / "feedback" / "abuse-stripped" / "attention_kernels"
+    assert {p.name for p in folder.glob("*.html")} == {"01_online_softmax.html"}
+    text = _text(folder / "01_online_softmax.html")
+    failure = abused.results[("abuse-stripped", "01_online_softmax")].cells[-1].reason
+    assert failure.startswith("AssertionError: m + log(l) (the logsumexp) [shape=(3, 30), block_size=5")
+    assert failure.removeprefix("AssertionError: ")[:150] in text  # the check's own message
+    assert "Grader's notes" in text and "matched them back by content" in text
+    ref = _text(abused.course.root / "feedback" / "reference" / "attention_kernels" / "01_online_softmax.html")
+    assert "Grader's notes" not in ref and "AssertionError" not in ref
+    assert "NO FEEDBACK" not in abused.output["feedback"]
+
+
+def test_kernel_files_and_output_stay_out_of_the_autograded_folder(abused):
+    folder = abused.course.autograded / "abuse-output-and-files" / "attention_kernels"
+    assert sorted(p.name for p in folder.iterdir()) == ["01_online_softmax.ipynb"]
+    assert (folder / "01_online_softmax.ipynb").stat().st_size < 400_000
+    nb = nbformat.read(folder / "01_online_softmax.ipynb", as_version=4)
+    printed = sum(len(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert printed < 250_000
+
+
+def test_dead_kernel_keeps_the_points_earned_around_it(abused):
+    """The crash happened in one test cell; the cells before and after it still ran and scored."""
+    nb = nbformat.read(abused.course.autograded / "abuse-dead-oom-killed" / "attention_kernels" / "02_flash_forward.ipynb",
+                       as_version=4)
+    enames = {c.metadata.get("nbgrader", {}).get("grade_id"): [o.get("ename") for o in c.outputs if o.output_type == "error"]
+              for c in nb.cells if c.cell_type == "code"}
+    assert enames["test_flash_forward_cross_attention_lengths"] == ["KernelDied"]
+    assert enames["test_flash_forward_lse_dtype"] == []  # ran after the restart
+    assert nb.cells[0].cell_type == "markdown" and "Grader's notes" in nb.cells[0].source
