@@ -279,3 +279,40 @@ def test_force_cpu_mode(monkeypatch):
     assert rt.interpret and rt.device == "cpu"
     import os
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+# ------------------------------------------------------------------------------------ kernels must be kernels
+def test_kernel_checkers_refuse_plain_python(monkeypatch):
+    from attnlab.verify import check_flash_kernel, check_softmax_kernel
+
+    class FakeKernel:  # indexing returns a launcher that computes the answer with torch
+        def __getitem__(self, grid):
+            return lambda y, x, *args, **kw: y.copy_(torch.softmax(x, -1))
+    with pytest.raises(TypeError, match="must be a @triton.jit function"):
+        check_softmax_kernel(FakeKernel(), n_rows=2, n_cols=8, device="cpu")
+    with pytest.raises(TypeError, match="must be a @triton.jit function"):
+        check_flash_kernel(FakeKernel(), T=16, device="cpu")
+
+
+def test_flash_checker_rejects_a_kernel_that_writes_into_its_inputs():
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton
+    import triton.language as tl
+
+    from attnlab.verify import check_flash_kernel
+
+    @triton.jit
+    def zero_k_kernel(Q, K, V, O, LSE, stride_bh, stride_t, T, scale, CAUSAL: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        base = tl.program_id(1) * stride_bh
+        ptrs = base + rows[:, None] * stride_t + d[None, :]
+        ok = (rows < T)[:, None]
+        tl.store(K + ptrs, tl.zeros([BLOCK_M, HEAD_DIM], tl.float32), mask=ok)
+        tl.store(O + ptrs, tl.zeros([BLOCK_M, HEAD_DIM], tl.float32), mask=ok)
+        tl.store(LSE + tl.program_id(1) * T + rows, tl.zeros([BLOCK_M], tl.float32), mask=rows < T)
+
+    with pytest.raises(AssertionError, match="wrote into its input K"):
+        check_flash_kernel(zero_k_kernel, T=16, D=16, device="cpu")

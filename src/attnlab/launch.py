@@ -39,10 +39,24 @@ def _softmax_warps(block_size: int) -> int:
     return 4 if block_size < 2048 else 8 if block_size < 8192 else 16
 
 
+def _require_jit(kernel, what: str) -> None:
+    """Only a ``@triton.jit`` function is a kernel: anything else (a Python function calling torch)
+    would pass the checks without being the kernel the notebook asks for."""
+    from triton.runtime.jit import KernelInterface
+
+    if not isinstance(kernel, KernelInterface):
+        raise TypeError(f"{what} must be a @triton.jit function, got {type(kernel).__name__}")
+
+
 def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Launch ``kernel`` on 2-D ``x`` into ``y`` as given (their row strides may exceed n_cols)."""
+    """Launch ``kernel`` on 2-D ``x`` into ``y`` as given (their row strides may exceed n_cols).
+
+    Raises:
+        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+    """
     import triton
 
+    _require_jit(kernel, "_softmax_kernel")
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
     kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_cols, BLOCK_SIZE=block,
@@ -102,9 +116,14 @@ def _validate_flash(q, k, v, block_m, block_n):
 
 
 def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_warps=4, num_stages=2):
-    """Launch ``kernel`` on contiguous q, k, v into the given o (B, H, T, D) and lse (B, H, T)."""
+    """Launch ``kernel`` on contiguous q, k, v into the given o (B, H, T, D) and lse (B, H, T).
+
+    Raises:
+        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+    """
     import triton
 
+    _require_jit(kernel, "_flash_fwd_kernel")
     B, H, T, D = q.shape
     grid = (triton.cdiv(T, block_m), B * H)
     kernel[grid](q, k, v, o, lse, q.stride(1), q.stride(2), T, D ** -0.5,
