@@ -371,3 +371,44 @@ def test_a_hanging_triton_kernel_under_the_interpreter_times_out():
     assert "did not finish within 1 s" in first and float(first.split()[0]) < 5
     assert "not run again" in second and float(second.split()[0]) < 0.5
     assert last == "works"
+
+
+# ------------------------------------------------------------------------------------ GradingExecute
+def _execute(cells, tmp_path, **config):
+    """Run ``cells`` (source, is_test) through GradingExecute as nbgrader would, without a gradebook."""
+    from attnlab.grading.execute import GradingExecute
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    for i, (source, test) in enumerate(cells):
+        meta = {"nbgrader": {"grade_id": f"t{i}", "grade": True, "locked": True, "solution": False, "points": 1,
+                             "schema_version": 3}} if test else {}
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+    ep = GradingExecute(timeout=20, prewarm=False, guard=False, **config)
+    nb, _ = ep.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    return nb
+
+
+def _enames(nb):
+    return [[o.get("ename") for o in c.outputs if o.output_type == "error"] for c in nb.cells if c.cell_type == "code"]
+
+
+def test_dead_kernel_restart_keeps_the_cells_around_it(tmp_path):
+    nb = _execute([("x = 1", False), ("import sys; print('a warning', file=sys.stderr)", True),
+                   ("import os; os._exit(3)", False), ("print('x' * 5000)\nassert x == 1", True)],
+                  tmp_path, max_restarts=1, max_output_chars=1000)
+    assert nb.cells[0].cell_type == "markdown" and "Grader's notes" in nb.cells[0].source
+    assert _enames(nb) == [[], [], ["KernelDied"], []]
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert [o.name for o in cells[1].outputs] == ["stdout"]  # a warning in a test cell is not a failure
+    assert "Output truncated" in "".join(o.get("text", "") for o in cells[3].outputs)
+    assert sum(len(o.get("text", "")) for o in cells[3].outputs) < 1500
+    assert any("kernel died" in n for n in nb.metadata["attnlab"]["notes"])
+
+
+def test_out_of_restarts_or_time_the_remaining_cells_are_marked_not_run(tmp_path):
+    nb = _execute([("x = 1", True), ("import os; os._exit(3)", False), ("x = 2", True)], tmp_path, max_restarts=0)
+    assert _enames(nb) == [[], ["KernelDied"], ["NotRun"]]  # a test cell that did not run scores 0
+    nb = _execute([("x = 1", True), ("x = 2", True)], tmp_path, notebook_budget=0)
+    assert _enames(nb) == [["NotRun"], ["NotRun"]]
+    assert any("budget" in n for n in nb.metadata["attnlab"]["notes"])

@@ -119,6 +119,10 @@ def extra(s):
     s.add("scratch.ipynb", nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]))
 
 
+def corrupt_file(s):
+    s.add("01_online_softmax.ipynb", '{"cells": [{"cell_type": "code", "source": "x = ')  # cut off mid-upload
+
+
 # ------------------------------------------------------------------------------- 5. other editors
 def colab(s):
     s.colab(NB2)
@@ -254,6 +258,8 @@ CASES = [
           {NB1: Expect(), NB2: Expect(status="missing", reasons=("not submitted",))}),
     Abuse("extra", "an empty 'Copy of' notebook and a scratch notebook beside the real one", (NB1,), extra,
           {NB1: Expect(notes=("looks like a copy", "scratch.ipynb"))}),
+    Abuse("corrupt-file", "notebook 01 cut off mid-upload (not JSON); notebook 02 fine", (NB2,), corrupt_file,
+          {NB1: Expect(status="failed", reasons=("not valid JSON",)), NB2: Expect()}),
     Abuse("colab", "saved by Google Colab (nbformat 4.0, no cell ids, Colab metadata)", (NB2,), colab,
           {NB2: Expect(notes=("nbformat 4.0",))}),
     Abuse("stripped", "nbgrader metadata stripped by another editor (and one bug)", (NB1,), stripped,

@@ -7,6 +7,9 @@ notebooks instead of once per notebook saves ~3 s each; running each notebook se
 on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
 ``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
 this process group if a notebook overruns.
+
+``python -m attnlab.grading.worker --feedback ROOT STUDENT ...`` generates feedback for several
+students in one process instead.
 """
 
 from __future__ import annotations
