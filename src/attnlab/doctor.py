@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .grading.course import tool_env
+
 __all__ = ["Check", "run_checks", "format_checks", "main"]
 
 OK, NOTE, WARN, FAIL = "OK", "NOTE", "WARN", "FAIL"
@@ -50,8 +52,7 @@ def _vtuple(v: str) -> tuple[int, ...]:
 
 def _jupyter(*args: str, timeout: float = 60) -> str:
     """Output (stdout and stderr, colours removed) of ``python -m jupyter ARGS`` with this interpreter."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = tool_env()
     try:
         p = subprocess.run([sys.executable, "-m", "jupyter", *args], capture_output=True, text=True,
                            timeout=timeout, env=env)

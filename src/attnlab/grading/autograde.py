@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ASSIGNMENT, COURSE_ID, Course
+from .course import ASSIGNMENT, COURSE_ID, Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
 NOTEBOOK_LIMIT_S = 600
@@ -159,8 +159,7 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
     """
     from .execute import PIDFILE_ENV
 
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env = tool_env()
     pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
     pidfile.close()
     env[PIDFILE_ENV] = pidfile.name
@@ -430,8 +429,7 @@ def generate_feedback(course: Course, students: list[str] | None = None,
         students = sorted(p.name for p in course.autograded.iterdir()
                           if (p / ASSIGNMENT).is_dir()) if course.autograded.is_dir() else []
     elif students:
-        env = dict(os.environ)
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env = tool_env()
         try:
             subprocess.run([sys.executable, "-m", "attnlab.grading.worker", "--feedback", str(course.root),
                             *students], cwd=course.root, env=env, capture_output=True, text=True,

@@ -13,6 +13,17 @@ ASSIGNMENT = "attention_kernels"
 COURSE_ID = "attention-kernels"
 
 
+def tool_env(env: dict | None = None) -> dict:
+    """A copy of ``env`` (default: this process's) with this interpreter's bin folder first on PATH.
+
+    nbgrader shells out to ``alembic`` when it creates a gradebook, and fails with
+    FileNotFoundError when the virtualenv holding it is not activated.
+    """
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
 @dataclass(frozen=True)
 class Course:
     """Paths of one course directory; ``root`` holds ``nbgrader_config.py``."""
@@ -63,8 +74,7 @@ class Course:
         The interpreter's bin folder goes first on PATH: nbgrader shells out to ``alembic`` when it
         creates a gradebook, and fails with FileNotFoundError when the virtualenv is not activated.
         """
-        full_env = dict(os.environ if env is None else env)
-        full_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full_env.get("PATH", "")])
+        full_env = tool_env(env)
         # A session of its own, so a timeout can kill nbgrader *and* the kernel it started.
         proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=full_env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
+
+from .course import tool_env
 
 
 def _emit(obj) -> None:
@@ -50,8 +51,7 @@ def main(argv: list[str]) -> int:
     root, *jobs = argv
     root = os.path.abspath(root)
     os.chdir(root)
-    # nbgrader shells out to alembic when it touches the gradebook: make it findable.
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    os.environ.update(tool_env())  # alembic must be findable when nbgrader touches the gradebook
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
