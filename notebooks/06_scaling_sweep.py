@@ -100,6 +100,13 @@ assert_number(microseconds_at_700_tflops, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12
 #   FlashAttention-2. To compare against a specific one, pin it:
 #   `with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION): ...`.
 # - **Never time zeros.** Random inputs only: some hardware is measurably faster on zeros.
+# - **Time the kernel, not the harness.** `do_bench` reads CUDA events on the GPU, so it measures
+#   the GPU work between them, and that includes every GPU idle moment while the host is still
+#   preparing the launch. Your launcher `triton_flash_attention` checks its inputs, allocates two
+#   NaN-filled outputs (a testing aid: two fill kernels) and goes through Triton's Python launch
+#   path on every call. The sweep therefore times your kernel alone (`sweep.kernel_only`: the raw
+#   launch into outputs allocated once, as SDPA writes into a fresh output without a fill), and
+#   section 5 measures the host's share as an experiment of its own.
 
 # %% [markdown]
 # ## 3. Load your kernel from notebook 05
@@ -111,22 +118,23 @@ assert_number(microseconds_at_700_tflops, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12
 
 # %% nbgrader={"grade_id": "load-yours", "locked": true}
 def load_yours(path="05_triton_flash.ipynb"):
-    """Your ``triton_flash_attention`` from notebook 05, wrapped as fn(q, k, v, causal) -> o; or None."""
+    """Your kernel from notebook 05: (fn(q, k, v, causal) -> o through your launcher, the launcher,
+    the @triton.jit kernel itself); (None, None, None) if it cannot be loaded."""
     try:
-        nb05 = load_notebook_module(path, required=("triton_flash_attention",),
+        nb05 = load_notebook_module(path, required=("triton_flash_attention", "_flash_fwd_kernel"),
                                     cells=("bootstrap", "setup", "_flash_fwd_kernel", "triton_flash_attention"))
     except NotebookLoadError as exc:
         print(f"Your kernel is not available, so the sweep runs without it: {exc}")
-        return None, None
+        return None, None, None
     fwd = nb05.triton_flash_attention
 
     def yours(q, k, v, causal, **config):
         return fwd(q, k, v, causal=causal, **config)[0]
 
-    return yours, fwd
+    return yours, fwd, nb05._flash_fwd_kernel
 
 
-yours, triton_flash_attention = load_yours()
+yours, triton_flash_attention, flash_kernel = load_yours()
 print("your kernel:", "loaded" if yours else "not loaded")
 
 # %% [markdown]
@@ -149,7 +157,8 @@ if yours is not None:
 # %% [markdown]
 # ## 4. The sweep
 #
-# Three implementations, bf16, $B = 8$, $H = 16$, $D = 64$, causal: yours, SDPA, and naive
+# Three implementations, bf16, $B = 8$, $H = 16$, $D = 64$, causal: your kernel alone (launched as
+# your launcher launches it, with its default tiles, into outputs allocated once), SDPA, and naive
 # attention as three library calls (matmul, softmax, matmul; see `attnlab.sweep.naive_unfused`).
 # Each point is a `do_bench` median. Out-of-memory is recorded, not fatal: that implementation
 # is then skipped at larger $T$. Set `HEAD_DIM = 128` to repeat with larger heads.
@@ -167,7 +176,7 @@ else:
 
 impls = {"sdpa": sweep.sdpa, "naive": sweep.naive_unfused}
 if yours is not None:
-    impls = {"yours": yours, **impls}
+    impls = {"yours": sweep.kernel_only(flash_kernel), **impls}
 points = sweep.run_sweep(impls, T_VALUES, causal=True, **SHAPE)
 results_csv = sweep.write_csv(points, "sweep_results.csv")
 for p in points:
@@ -176,7 +185,40 @@ for p in points:
 print("table written to", results_csv)
 
 # %% [markdown]
-# ## 5. The plot
+# ## 5. What one call costs the host
+#
+# The same kernel, three ways of calling it, at a small and a large $T$. `GPU µs` is the
+# `do_bench` median (the GPU's time between its events); `host µs` is the time the host needs to
+# issue one call (100 calls in a row without waiting for the GPU, `bench.per_call_us`); `wall µs`
+# is the time per call of those 100 calls until the GPU has finished them all. When the host
+# needs longer to issue a call than the GPU needs to run it, the GPU waits between kernels and the
+# wall time follows the host, whatever the kernel's speed.
+
+# %%
+if yours is None:
+    print("Skipped: your kernel is not available.")
+else:
+    if RUNTIME.interpret:
+        print("No GPU: a tiny dry run through the interpreter; its timings mean nothing.")
+        overhead_shape, overhead_Ts, n_calls = dict(B=1, H=1, D=16, dtype=torch.float32), [16], 2
+    else:
+        overhead_shape, overhead_Ts, n_calls = dict(B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16), [512, 4096], 100
+    kernel_alone = sweep.kernel_only(flash_kernel)
+    print(f"{'T':>6} {'call':<37} {'GPU µs':>8} {'host µs':>8} {'wall µs':>8}")
+    for T in overhead_Ts:
+        B_, H_, D_, dt = overhead_shape["B"], overhead_shape["H"], overhead_shape["D"], overhead_shape["dtype"]
+        q, k, v = (torch.randn(B_, H_, T, D_, device=RUNTIME.device, dtype=dt) for _ in range(3))
+        calls = {"your kernel alone (raw launch)": lambda: kernel_alone(q, k, v, True),
+                 "your launcher triton_flash_attention": lambda: triton_flash_attention(q, k, v, causal=True),
+                 "SDPA": lambda: sweep.sdpa(q, k, v, True)}
+        for label, call in calls.items():
+            gpu_us = bench.median_ms(call) * 1e3
+            per = bench.per_call_us(call, n_calls=n_calls, repeats=7 if n_calls > 2 else 1)
+            print(f"{T:>6} {label:<37} {gpu_us:>8.1f} {per.host_us:>8.1f} {per.wall_us:>8.1f}")
+    del q, k, v
+
+# %% [markdown]
+# ## 6. The plot
 #
 # The dashed line is the device's dense bf16 matmul rate, measured here: the most any attention
 # kernel can hope for, since attention is two matmuls plus a softmax.
@@ -190,7 +232,7 @@ if not RUNTIME.interpret:
     print("SDPA dispatched to:", bench.sdpa_backend(_q, _q, _q, causal=True))
 
 # %% [markdown]
-# ## 6. Tuning
+# ## 7. Tuning
 #
 # Time your kernel over a small grid of tile sizes, warps and pipeline stages at one $T$. Larger
 # tiles reuse each loaded $K/V$ tile for more queries but need more registers (and may spill);
@@ -210,7 +252,7 @@ else:
         tune_shape = dict(T=4096, B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")
 
     def make_fn(**config):
-        return lambda q, k, v, causal: yours(q, k, v, causal, **config)
+        return sweep.kernel_only(flash_kernel, **config)
 
     tuned = sweep.tune(make_fn, grid, causal=True, **tune_shape)
     sweep.write_csv(tuned, "tuning_results.csv")
@@ -232,7 +274,7 @@ else:
 # explain the ranking with reuse, registers and overlap.
 
 # %% [markdown]
-# ## 7. Check yourself
+# ## 8. Check yourself
 #
 # **Q2.** Decoding one token against a 32k-token KV cache ($B = 1$, 32 heads, $T_q = 1$): why does
 # your kernel underuse the GPU, and what does FlashDecoding (split-K) change?
