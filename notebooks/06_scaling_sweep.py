@@ -93,9 +93,9 @@ assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, na
 # against a 16 ms lower bound) and runs out of memory at $T = 16384$, while the fused kernel climbs
 # from 141 to 380 TFLOP/s: the advantage grows from 10 times at $T = 512$ to 29 times at 8192. The
 # fused kernel is then limited on chip, not by HBM: without any cache its re-reads of $K$ and $V$
-# would cap it near 270 TFLOP/s at `block_m = 64` (the roofline calculator's "no cache" point, about
-# 64 FLOP/B), and it measured 370, so most re-reads come from L2; with each input read once
-# ("ideal") it sits far right of the ridge. What keeps it at 54 % of the matmul ceiling is most
+# would cap it near 270 TFLOP/s at `block_m = 64` (the "no cache" point of notebook 02's roofline
+# calculator with `block_q = 64`, about 64 FLOP/B), and it measured 370, so most re-reads come from
+# L2; with each input read once ("ideal") it sits far right of the ridge. What keeps it at 54 % of the matmul ceiling is most
 # likely the work between the two matrix products (exponentials, row max and sum, the rescale of
 # acc) and the masked diagonal tiles, not memory.
 
