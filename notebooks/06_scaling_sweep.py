@@ -95,9 +95,9 @@ assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, na
 # fused kernel is then limited on chip, not by HBM: without any cache its re-reads of $K$ and $V$
 # would cap it near 270 TFLOP/s at `block_m = 64` (the "no cache" point of notebook 02's roofline
 # calculator with `block_q = 64`, about 64 FLOP/B), and it measured 370, so most re-reads come from
-# L2; with each input read once ("ideal") it sits far right of the ridge. What keeps it at 54 % of the matmul ceiling is most
-# likely the work between the two matrix products (exponentials, row max and sum, the rescale of
-# acc) and the masked diagonal tiles, not memory.
+# L2; with each input read once ("ideal") it sits far right of the ridge. What keeps it at 54 % of
+# the matmul ceiling is most likely the work between the two matrix products (exponentials, row max
+# and sum, the rescale of acc) and the masked diagonal tiles, not memory.
 
 # %% [markdown]
 # ## 2. Measuring right
@@ -117,8 +117,9 @@ assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, na
 #   `with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION): ...`.
 # - **Never time zeros.** Random inputs only: some hardware is measurably faster on zeros.
 # - **Time the kernel, not the harness.** `do_bench` reads CUDA events on the GPU, so it measures
-#   the GPU work between them, and that includes every GPU idle moment while the host is still
-#   preparing the launch. Your launcher `triton_flash_attention` checks its inputs, allocates two
+#   the GPU's time between them, including any moment the GPU sits idle because the host is still
+#   preparing the launch (the L2 flush before each call gives the host a head start, so only host
+#   work longer than the flush shows). Your launcher `triton_flash_attention` checks its inputs, allocates two
 #   NaN-filled outputs (a testing aid: two fill kernels) and goes through Triton's Python launch
 #   path on every call. The sweep therefore times your kernel alone (`sweep.kernel_only`: the raw
 #   launch into outputs allocated once, as SDPA writes into a fresh output without a fill), and
@@ -290,9 +291,9 @@ else:
 # noise at this size. What holds in both runs: every top configuration has 64-wide key tiles, and
 # 3 stages beat 2 (the next K/V tile loads while the current one is multiplied). Clear losers: 8 warps
 # on a 64-row tile (150 to 200 TFLOP/s), which leaves each warp too few rows for the tensor-core
-# instructions; 32-wide key tiles (more loop iterations and rescales per FLOP); and 128 x 128 tiles,
-# whose 128 x 128 float32 score tile plus the accumulator strain the registers, so fewer programs fit
-# on a multiprocessor. Larger query tiles do halve the K/V loads per FLOP, but at D = 64 those loads
+# instructions; 32-wide key tiles (more loop iterations and rescales per FLOP); and 128 x 128 tiles
+# (342 at best, down to 227), whose 128 x 128 float32 score tile plus the accumulator strain the
+# registers, so fewer programs fit on a multiprocessor. Larger query tiles do halve the K/V loads per FLOP, but at D = 64 those loads
 # mostly hit L2, so that reuse buys little here.
 
 # %% [markdown]
