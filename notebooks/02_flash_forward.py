@@ -69,7 +69,8 @@ print("matches SDPA:", torch.allclose(o_ref, sdpa))
 #
 # This course uses **top-left** for `causal=True` because it is what PyTorch's `is_causal` does, so
 # every reference and every test here is one call to SDPA away, and because for self-attention
-# ($T_q = T_k$), the case notebooks 03 to 06 make fast, the two are the same mask. The tests include
+# ($T_q = T_k$), the only case the Triton kernel of notebooks 05 and 06 handles, the two are the
+# same mask. The tests include
 # causal cases with $T_q \ne T_k$; a check that receives the bottom-right output says so.
 
 # %%
@@ -165,7 +166,8 @@ print("bottom-right (KV-cache decoding): query i sees j <= i + T_k - T_q\n",
 # - **Tiled** reads $Q$ and writes $O$ once ($2Td$) and streams all of $K$ and $V$ ($2Td$) once per
 #   query tile: $\lceil T / b_q \rceil \cdot 2Td$. How tall can a query tile be? With $M$ elements
 #   of on-chip memory per multiprocessor holding a $Q$ tile, the accumulator and a $K$ and a $V$
-#   tile, about $b_q \approx M / (4d)$ rows (the paper's choice, Dao et al. 2022, Algorithm 1).
+#   tile, about $b_q \approx M / (4d)$ rows (the first paper sizes its tiles the same way,
+#   $\lceil M / 4d \rceil$; Dao et al. 2022, Algorithm 1).
 #   Then $K$ and $V$ cost $\frac{T}{M/(4d)} \cdot 2Td = 8 T^2 d^2 / M$ elements: the
 #   $\Theta(T^2 d^2 / M)$ of the paper's Theorem 2, where $M$ is in elements, not bytes.
 #

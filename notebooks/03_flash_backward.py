@@ -209,7 +209,8 @@ assert_number(flops_per_byte_saved, 32, name="flops_per_byte_saved", rel=0.01)
 #
 # **Causal mask.** Query $i$ may see key $j$ only when $j \le i$ (top-left aligned: row 0 sees key 0
 # alone, whatever $T_q$ and $T_k$ are; notebook 02, section 1, compares it with the bottom-right
-# alignment that decoding with a KV cache uses). Inside a tile, set the scores with $j > i$ to $-\infty$
+# alignment that decoding with a KV cache uses).
+# Inside a tile, set the scores with $j > i$ to $-\infty$
 # *before* the exponential, so that $\exp(-\infty - \text{LSE}_i) = 0$ exactly. Every query row
 # sees key 0, so every LSE is finite and the backward never meets $-\infty - (-\infty)$. A backward
 # without the mask rebuilds positive probabilities where the forward had zeros: the forward is

@@ -492,10 +492,11 @@ else:
 # 1.5 times between the fastest and the slowest. Reasons: (1) the instructions each one is compiled
 # to: FlashAttention-2's kernels were written for Ampere's synchronous tensor-core instructions,
 # while Triton and cuDNN use Hopper's asynchronous warpgroup matrix instructions (wgmma; cuDNN also
-# its tensor memory accelerator, TMA, for loads); (2) how well the softmax work hides behind the matrix products: the best Hopper
-# kernels give loading, matmuls and exponentials to different warps so that they overlap, where a
-# simple kernel does them one after the other; (3) tile shapes, pipelining depth and the order in
-# which causal tiles are scheduled: my four configurations alone spread from 254 to 318 TFLOP/s.
+# its tensor memory accelerator, TMA, for loads); (2) how well the softmax work hides behind the
+# matrix products: the best Hopper kernels give loading, matmuls and exponentials to different warps
+# so that they overlap, where a simple kernel does them one after the other; (3) tile shapes,
+# pipelining depth and the order in which causal tiles are scheduled: my four configurations alone
+# spread from 254 to 318 TFLOP/s.
 
 # %% [markdown]
 # **Q2.** The first line of the measurement compares your bf16 output with SDPA's: on an H200 it

@@ -119,11 +119,11 @@ assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, na
 # - **Time the kernel, not the harness.** `do_bench` reads CUDA events on the GPU, so it measures
 #   the GPU's time between them, including any moment the GPU sits idle because the host is still
 #   preparing the launch (the L2 flush before each call gives the host a head start, so only host
-#   work longer than the flush shows). Your launcher `triton_flash_attention` checks its inputs, allocates two
-#   NaN-filled outputs (a testing aid: two fill kernels) and goes through Triton's Python launch
-#   path on every call. The sweep therefore times your kernel alone (`sweep.kernel_only`: the raw
-#   launch into outputs allocated once, as SDPA writes into a fresh output without a fill), and
-#   section 5 measures the host's share as an experiment of its own.
+#   work longer than the flush shows). Your launcher `triton_flash_attention` checks its inputs,
+#   allocates two NaN-filled outputs (a testing aid: two fill kernels) and goes through Triton's
+#   Python launch path on every call. The sweep therefore times your kernel alone
+#   (`sweep.kernel_only`: the raw launch into outputs allocated once, as SDPA writes into a fresh
+#   output without a fill), and section 5 measures the host's share as an experiment of its own.
 
 # %% [markdown]
 # ## 3. Load your kernel from notebook 05
@@ -284,17 +284,17 @@ else:
 # course's repository.)
 
 # %% [markdown] nbgrader={"grade_id": "answer-tuning", "solution": true, "grade": true, "points": 2}
-# (H200, T = 4096, D = 64, the kernel alone.) The winner was block_m=128, block_n=64, 8 warps,
-# 3 stages at 379 TFLOP/s, 8 % over the default's 350; but the top five lie within 8 % of each other
-# (379 to 351), and an earlier run through the launcher ranked 64/64/4 warps/3 stages first (367) with
-# 128/64/8/3 third: block_m = 128 does not reliably beat 64, and differences of a few percent are
-# noise at this size. What holds in both runs: every top configuration has 64-wide key tiles, and
-# 3 stages beat 2 (the next K/V tile loads while the current one is multiplied). Clear losers: 8 warps
-# on a 64-row tile (150 to 200 TFLOP/s), which leaves each warp too few rows for the tensor-core
-# instructions; 32-wide key tiles (more loop iterations and rescales per FLOP); and 128 x 128 tiles
-# (342 at best, down to 227), whose 128 x 128 float32 score tile plus the accumulator strain the
-# registers, so fewer programs fit on a multiprocessor. Larger query tiles do halve the K/V loads per FLOP, but at D = 64 those loads
-# mostly hit L2, so that reuse buys little here.
+# (H200, T = 4096, D = 64, the kernel alone.) The winner was block_m=128, block_n=64, 8 warps, 3
+# stages at 379 TFLOP/s, 8 % over the default's 350; but the top five lie within 8 % of each other
+# (379 to 351), and an earlier run through the launcher ranked 64/64/4 warps/3 stages first (367)
+# with 128/64/8/3 third: block_m = 128 does not reliably beat 64, and differences of a few percent
+# are noise at this size. What holds in both runs: every top configuration has 64-wide key tiles,
+# and 3 stages beat 2 (the next K/V tile loads while the current one is multiplied). Clear losers:
+# 8 warps on a 64-row tile (150 to 200 TFLOP/s), which leaves each warp too few rows for the
+# tensor-core instructions; 32-wide key tiles (more loop iterations and rescales per FLOP); and 128
+# x 128 tiles (342 at best, down to 227), whose 128 x 128 float32 score tile plus the accumulator
+# strain the registers, so fewer programs fit on a multiprocessor. Larger query tiles do halve the
+# K/V loads per FLOP, but at D = 64 those loads mostly hit L2, so that reuse buys little here.
 
 # %% [markdown]
 # ## 8. Check yourself
