@@ -356,7 +356,7 @@ check_flash_forward(flash_attention_forward, T_q=30, block_q=16, block_k=8, caus
 
 # %% [markdown] nbgrader={"grade_id": "answer-why-faster", "solution": true, "grade": true, "points": 1}
 # Naive: $1.74 \cdot 10^{10}$ bytes (16 GiB, almost all of it $S$ and $P$ written and read) for
-# $5.5 \cdot 10^{11}$ FLOPs, 31 FLOP/B, left of the ridge (about 165 FLOP/B): memory-bound, at least
+# $5.5 \cdot 10^{11}$ FLOPs, 32 FLOP/B, left of the ridge (about 165 FLOP/B): memory-bound, at least
 # $1.74 \cdot 10^{10} / 4.27 \cdot 10^{12} \approx 4.1$ ms. Fused without cache: $2.4 \cdot 10^{9}$ bytes
 # for $2.7 \cdot 10^{11}$ FLOPs (causal tiles skipped), 117 FLOP/B, at least 0.55 ms, still set by
 # bandwidth; with every input read once it would be compute-bound at 0.39 ms. The fused kernel is

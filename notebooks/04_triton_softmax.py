@@ -321,9 +321,9 @@ assert_number(softmax_min_us, 2 * 4096 * 1024 * 4 / 4e12 * 1e6, name="softmax_mi
 # does not reach the same fraction: at copy bandwidth it would take 7.9 µs (my prediction, at
 # 4 TB/s: 8.4 µs), but it took 12.8 µs (61 %; torch 15.4 µs, 51 %). A few microseconds of every
 # launch do not depend on its size (starting the grid, the latency of the first loads, the last
-# programs finishing alone), and in a run this short they are a third of the time: small inputs are
-# launch-bound, which is why the bench sizes its rows by bytes. (At 256 columns mine reached only
-# 72 %: 256 values give the 4 warps of one program two elements a thread, too little work per
+# programs finishing alone), and in a run this short they are about 40 % of the time: small inputs
+# are launch-bound, which is why the bench sizes its rows by bytes. (At 256 columns mine reached
+# only 72 %: 256 values give the 4 warps of one program two elements a thread, too little work per
 # program, where `torch.softmax` packs several rows into each block.)
 
 # %% [markdown]

@@ -89,7 +89,7 @@ assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, na
 # through HBM several times. As $T$ grows the kernel's work grows like $T^2$ (1024 times more FLOPs
 # at 16384) while the host's cost per call stays at tens of microseconds, so overhead vanishes: at
 # $T = 4096$ the kernel took 805 µs against 20 to 74 µs of host time. Naive attention stays
-# memory-bound (about 31 FLOP/B on the roofline, 12.7 to 16 TFLOP/s measured, 87 ms at $T = 8192$
+# memory-bound (about 32 FLOP/B on the roofline, 12.7 to 16 TFLOP/s measured, 87 ms at $T = 8192$
 # against a 16 ms lower bound) and runs out of memory at $T = 16384$, while the fused kernel climbs
 # from 141 to 380 TFLOP/s: the advantage grows from 10 times at $T = 512$ to 29 times at 8192. The
 # fused kernel is then limited on chip, not by HBM: without any cache its re-reads of $K$ and $V$

@@ -181,6 +181,18 @@ def test_citations_credit_flashattention_2_for_the_loop_and_the_lse():
 
 
 # ------------------------------------------------------------------------------------- item 14
+def test_why_faster_answer_quotes_the_roofline_calculator():
+    peak, bw = DEVICES["H200 (bf16, measured)"]
+    t = attention_traffic(4096, 64, 8, 16, 2, True)  # the calculator's defaults in 02
+    answer = cell("02_flash_forward", "answer-why-faster")
+    assert f"${t['naive_bytes'] / 1e10:.2f} \\cdot 10^{{10}}$ bytes" in answer
+    assert f"{t['naive_intensity']:.0f} FLOP/B" in answer and f"{t['fused_intensity']:.0f} FLOP/B" in answer
+    assert f"about {peak / bw:.0f} FLOP/B" in answer
+    assert f"\\approx {t['naive_bytes'] / (bw * 1e12) * 1e3:.1f}$ ms" in answer
+    assert f"{t['fused_bytes'] / (bw * 1e12) * 1e3:.2f} ms" in answer
+    assert f"{t['fused_flops'] / (peak * 1e12) * 1e3:.2f} ms" in answer
+
+
 def test_tuning_answer_names_the_measured_winner():
     with open(RUN / "tuning_results.csv") as f:
         table = [r for r in csv.DictReader(f) if r["status"] == "ok"]
