@@ -41,6 +41,9 @@ def causal_attention_aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
     Bottom-right is top-left with every query moved T_k - T_q places down, so it reuses
     ``naive_attention``: pad q with T_k - T_q rows in front (or drop its first T_q - T_k rows).
+
+    Source: the two conventions of ``torch.nn.attention.bias`` (``causal_upper_left``, SDPA's
+    ``is_causal``; ``causal_lower_right``) and flash-attn 2.1's change to bottom-right (pytorch#108108).
     """
     if align not in ALIGNMENTS:
         raise ValueError(f"align must be one of {sorted(ALIGNMENTS)}, got {align!r}")
