@@ -38,7 +38,8 @@ from attnlab.verify import check_flash_forward
 # the full score matrix. Layout is `(B, H, T, D)`: batch, heads, sequence, head dimension. Queries
 # may be a different length $T_q$ from keys and values $T_k$ (cross-attention, or decoding a few new
 # tokens against a long cache). With `causal=True`, query $i$ sees keys $j \le i$ only, counted from
-# the top-left corner, as `torch.nn.functional.scaled_dot_product_attention(is_causal=True)` does.
+# the top-left corner, as `torch.nn.functional.scaled_dot_product_attention(is_causal=True)` does
+# (the next subsection says why that is not the only choice).
 # `lse` is the natural-log log-sum-exp of each score row, in float32 or wider.
 
 # %%
@@ -47,6 +48,37 @@ o_ref, lse_ref = naive_attention(q, k, v, causal=True)
 print(o_ref.shape, lse_ref.shape, lse_ref.dtype)
 sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 print("matches SDPA:", torch.allclose(o_ref, sdpa))
+
+# %% [markdown]
+# ### Causal with $T_q \ne T_k$: two alignments
+#
+# "Query $i$ sees keys $j \le i$" is unambiguous only when $T_q = T_k$. With different lengths the
+# mask has to be anchored at a corner of the $T_q \times T_k$ score matrix, and two conventions exist:
+#
+# | alignment | query $i$ sees | used by |
+# |---|---|---|
+# | **top-left** | keys $j \le i$ | `scaled_dot_product_attention(is_causal=True)`; **this course's `causal=True`** in notebooks 01 to 06 |
+# | **bottom-right** | keys $j \le i + T_k - T_q$ | decoding with a KV cache; flash-attn since 2.1; `torch.nn.attention.bias.causal_lower_right`; notebook 08 of the second assignment |
+#
+# Bottom-right is the one decoding needs. The $T_q$ new tokens are the *last* $T_q$ positions of a
+# sequence whose first $T_k - T_q$ positions already sit in the cache, so new token $i$ must see the
+# whole cache and the new tokens up to itself: $j \le (T_k - T_q) + i$. Top-left would let the
+# first new token see key 0 alone and hide almost the whole cache from it. With $T_q > T_k$,
+# bottom-right leaves the first $T_q - T_k$ rows with no key at all (their output is undefined;
+# kernels usually write 0), while top-left gives every row key 0.
+#
+# This course uses **top-left** for `causal=True` because it is what PyTorch's `is_causal` does, so
+# every reference and every test here is one call to SDPA away, and because for self-attention
+# ($T_q = T_k$), the only case the Triton kernel of notebooks 05 and 06 handles, the two are the
+# same mask. The tests include
+# causal cases with $T_q \ne T_k$; a check that receives the bottom-right output says so.
+
+# %%
+T_q_demo, T_k_demo = 3, 6
+rows, cols = torch.arange(T_q_demo)[:, None], torch.arange(T_k_demo)[None, :]
+print("top-left (this course, SDPA's is_causal): query i sees j <= i\n", (cols <= rows).int())
+print("bottom-right (KV-cache decoding): query i sees j <= i + T_k - T_q\n",
+      (cols <= rows + T_k_demo - T_q_demo).int())
 
 # %% [markdown]
 # ## 2. From the online softmax to the output
@@ -77,6 +109,18 @@ print("matches SDPA:", torch.allclose(o_ref, sdpa))
 #
 # **Ragged tiles.** Block sizes need not divide $T$: the last query tile and the last key tile are
 # simply shorter. Slicing (`q[:, :, i0:i1]` with `i1 = min(i0 + block_q, T_q)`) handles it.
+#
+# > **FlashAttention-1 → FlashAttention-2.** The loop above (query tiles outside, key tiles
+# > inside, one division by $\ell$ at the end, the LSE saved) is FlashAttention-2's (Dao 2023,
+# > Algorithm 1). The first paper (Dao et al. 2022, Algorithms 1 and 2) computes the same result
+# > with a different schedule:
+# >
+# > | | FlashAttention (2022) | FlashAttention-2 (2023) |
+# > |---|---|---|
+# > | loop order | key/value tiles outside, query tiles inside: each query tile's $O$, $m$, $\ell$ go back to HBM after every key tile | query tiles outside: $\text{acc}$, $m$, $\ell$ stay on chip for the whole inner loop; $O$ is written once |
+# > | normalising | rescales $O$ to a normalised output at every step | keeps the unnormalised $\text{acc}$ and divides by $\ell$ once, at the end (fewer non-matmul FLOPs) |
+# > | saved for the backward | $m$ and $\ell$, two numbers per row | $\text{LSE} = m + \log \ell$, one number per row (notebook 03) |
+# > | parallelism | one program per (batch, head) | also one program per query tile, along the sequence: grid $(\lceil T_q / b_q \rceil, B \cdot H)$ fills the GPU even when $B \cdot H$ is small (notebook 05); inside a program, warps split the queries, not the keys |
 
 # %% [markdown]
 # ## 3. Causal attention: which tiles to visit
@@ -115,13 +159,30 @@ print("matches SDPA:", torch.allclose(o_ref, sdpa))
 # %% [markdown]
 # ## 4. How much memory traffic does this save?
 #
-# Naive attention moves $\Theta(T d + T^2)$ bytes per head: the inputs and output, plus the score
-# and probability matrices. The tiled algorithm reads each $K_j, V_j$ tile once per *query tile*.
-# With on-chip memory of $M$ bytes per multiprocessor, a query tile can hold about $b_q \approx M/d$
-# rows, so there are $T d / M$ query tiles, each streaming all of $K$ and $V$ ($\Theta(T d)$):
-# in total $\Theta(T^2 d^2 / M)$ bytes (Dao et al. 2022, Theorem 2). That is smaller than $T^2$
-# exactly when $d^2 < M$. For $d = 64$ to $128$ and $M \approx$ 100 to 200 KB it is a large win;
-# the FLOPs are unchanged, only the bytes shrink.
+# Count **elements** per head (multiply by 2 for bytes in bf16), with $T_q = T_k = T$.
+#
+# - **Naive** writes $S$, reads it for the softmax, writes $P$ and reads it for $PV$: $4T^2$
+#   elements, plus $4Td$ for reading $Q, K, V$ and writing $O$.
+# - **Tiled** reads $Q$ and writes $O$ once ($2Td$) and streams all of $K$ and $V$ ($2Td$) once per
+#   query tile: $\lceil T / b_q \rceil \cdot 2Td$. How tall can a query tile be? With $M$ elements
+#   of on-chip memory per multiprocessor holding a $Q$ tile, the accumulator and a $K$ and a $V$
+#   tile, about $b_q \approx M / (4d)$ rows (the first paper sizes its tiles the same way,
+#   $\lceil M / 4d \rceil$; Dao et al. 2022, Algorithm 1).
+#   Then $K$ and $V$ cost $\frac{T}{M/(4d)} \cdot 2Td = 8 T^2 d^2 / M$ elements: the
+#   $\Theta(T^2 d^2 / M)$ of the paper's Theorem 2, where $M$ is in elements, not bytes.
+#
+# The tiled traffic is below naive's $4T^2$ when $8 d^2 / M < 4$, that is when $d^2 < M / 2$.
+# An H100 or H200 multiprocessor has up to 228 KiB of shared memory, $M \approx 117{,}000$ bf16
+# elements, so $M/2 \approx 58{,}000$: at $d = 64$ ($d^2 = 4096$) the tiled version moves about
+# $M / (2d^2) \approx 14$ times fewer bytes for $K$, $V$, $S$ and $P$; at $d = 128$ about 3.6 times
+# (a pessimistic count: on a GPU most re-reads of $K$ and $V$ come from the L2 cache, not HBM).
+#
+# **FLOPs.** Both do the same matrix products, $2T^2d$ FLOPs for $QK^\top$ and $2T^2d$ for $PV$:
+# $4T^2d$ per head, plus $O(T^2)$ exponentials and sums. Causal attention changes that: naive
+# attention computes every score and masks afterwards, still $4T^2d$, while the tiled loop skips
+# the tiles above the diagonal and does about half, $2T^2d$ plus the diagonal tiles (section 3).
+# Benchmarks, including this course's, count exactly $2T^2d$ per causal head. So apart from causal
+# skipping the FLOPs do not shrink; the bytes do.
 
 # %% [markdown]
 # ### Predict before you measure
@@ -183,7 +244,7 @@ roofline_calculator(T=4096, D=64, B=8, H=16, causal=True)
 
 # %% nbgrader={"grade_id": "flash_attention_forward", "solution": true}
 def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
-    """FlashAttention forward (Dao et al. 2022, Algorithm 1), one query tile and one key tile at a time.
+    """FlashAttention-2 forward (Dao 2023, Algorithm 1), one query tile and one key tile at a time.
 
     Args:
         q: (B, H, T_q, D); k, v: (B, H, T_k, D); floating point.
@@ -263,6 +324,7 @@ check_flash_forward(flash_attention_forward, T_q=40, block_q=8, block_k=16, caus
 
 # %% nbgrader={"grade_id": "test_flash_forward_cross_attention_lengths", "grade": true, "locked": true, "points": 2}
 check_flash_forward(flash_attention_forward, T_q=20, T_k=45, block_q=16, block_k=16)
+check_flash_forward(flash_attention_forward, T_q=12, T_k=30, block_q=8, block_k=8, causal=True)  # top-left
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 check_flash_forward(flash_attention_forward, T_q=45, T_k=20, block_q=16, block_k=16, seed=40)
@@ -287,26 +349,31 @@ check_flash_forward(flash_attention_forward, T_q=30, block_q=16, block_k=8, caus
 #
 # Answer in two to four sentences each, in your own words; graded by hand.
 #
-# **Q1.** FlashAttention performs the same matrix products as naive attention (and, in the backward,
-# even more). Why does it still run 2 to 4 times faster on a GPU?
+# **Q1.** Open the roofline calculator of section 4 at its defaults (H200, $T = 4096$, $D = 64$, bf16,
+# causal, $B = 8$, $H = 16$). How many HBM bytes does it count for naive attention and for the fused
+# kernel (no cache), what lower bound on the time does each give, and which ceiling sets it? Why is
+# the fused kernel faster although it performs the same matrix products (fewer, when causal)?
 
 # %% [markdown] nbgrader={"grade_id": "answer-why-faster", "solution": true, "grade": true, "points": 1}
-# At realistic sizes attention's time is dominated by memory traffic, not arithmetic: naive attention
-# writes and re-reads $T^2$ scores and probabilities in HBM (softmax and masking do about one FLOP
-# per byte). FlashAttention keeps each score tile in registers and shared memory and only reads
-# $Q, K, V$ and writes $O$ and the LSE, removing the $\Theta(T^2)$ HBM traffic. Fewer bytes moved
-# means less time even though the FLOP count stays the same (or rises slightly with recomputation).
+# Naive: $1.74 \cdot 10^{10}$ bytes (16 GiB, almost all of it $S$ and $P$ written and read) for
+# $5.5 \cdot 10^{11}$ FLOPs, 32 FLOP/B, left of the ridge (about 165 FLOP/B): memory-bound, at least
+# $1.74 \cdot 10^{10} / 4.27 \cdot 10^{12} \approx 4.1$ ms. Fused without cache: $2.4 \cdot 10^{9}$ bytes
+# for $2.7 \cdot 10^{11}$ FLOPs (causal tiles skipped), 117 FLOP/B, at least 0.55 ms, still set by
+# bandwidth; with every input read once it would be compute-bound at 0.39 ms. The fused kernel is
+# faster because it never sends the $\Theta(T^2)$ scores and probabilities through HBM: the matrix
+# products were not what limited naive attention, the bytes were.
 
 # %% [markdown]
-# **Q2.** Would FlashAttention help much with a head dimension of $d = 1024$? Use the traffic bound
-# of section 4.
+# **Q2.** Would FlashAttention help much with a head dimension of $d = 1024$? Use the traffic count
+# of section 4, with its units.
 
 # %% [markdown] nbgrader={"grade_id": "answer-large-head-dim", "solution": true, "grade": true, "points": 1}
-# Much less. The tiled traffic is $\Theta(T^2 d^2 / M)$, which beats naive attention's
-# $\Theta(T^2)$ only when $d^2$ is well below the on-chip memory $M$. At $d = 1024$ a single row of
-# $Q$ in fp16 is 2 KB, so only a handful of query rows fit on chip next to a key tile; each $K, V$
-# tile is then reused by very few queries and the number of passes over $K$ and $V$ grows until the
-# savings are gone.
+# Much less. The tiled traffic for $K$ and $V$ is about $8T^2d^2/M$ elements against naive's $4T^2$,
+# so it wins only when $d^2 < M/2$ with $M$ in elements. At $d = 1024$, $d^2 \approx 10^6$, far
+# above $M/2 \approx 58{,}000$ bf16 elements of an H100/H200 multiprocessor: a row of $Q$ is 2 KiB in
+# bf16, only $M/(4d) \approx 28$ query rows fit next to the accumulator and a $K$ and $V$ tile, each
+# $K, V$ tile is reused by very few queries, and the passes over $K$ and $V$ move more bytes than
+# naive attention's $S$ and $P$.
 
 # %% [markdown]
 # **Q3.** Your loop visits key tiles from 0 upward. Explain why a causal row can never produce NaN in

@@ -208,7 +208,9 @@ assert_number(flops_per_byte_saved, 32, name="flops_per_byte_saved", rel=0.01)
 # ```
 #
 # **Causal mask.** Query $i$ may see key $j$ only when $j \le i$ (top-left aligned: row 0 sees key 0
-# alone, whatever $T_q$ and $T_k$ are). Inside a tile, set the scores with $j > i$ to $-\infty$
+# alone, whatever $T_q$ and $T_k$ are; notebook 02, section 1, compares it with the bottom-right
+# alignment that decoding with a KV cache uses).
+# Inside a tile, set the scores with $j > i$ to $-\infty$
 # *before* the exponential, so that $\exp(-\infty - \text{LSE}_i) = 0$ exactly. Every query row
 # sees key 0, so every LSE is finite and the backward never meets $-\infty - (-\infty)$. A backward
 # without the mask rebuilds positive probabilities where the forward had zeros: the forward is
@@ -376,8 +378,10 @@ check_flash_backward(flash_attention_backward, T_q=33, causal=False, block_q=7, 
 # %% [markdown]
 # ### Test: queries and keys of different lengths
 #
-# Cross-attention, or a chunk of queries against a longer cache: $T_q \ne T_k$, both ways round.
-# With the causal mask (top-left aligned), keys that no query can see get zero gradients.
+# Cross-attention, or a chunk of queries against a longer sequence: $T_q \ne T_k$, both ways round.
+# With the causal mask (top-left aligned, as in SDPA), keys that no query can see get zero gradients.
+# (A chunk of new queries against a KV cache would use the bottom-right alignment of notebook 02,
+# under which the last query sees every key; the course's `causal=True` is top-left throughout.)
 
 # %% nbgrader={"grade_id": "test_flash_backward_cross_attention_lengths", "grade": true, "locked": true, "points": 2}
 check_flash_backward(flash_attention_backward, T_q=20, T_k=45, block_q=16, block_k=16)

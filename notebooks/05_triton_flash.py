@@ -420,17 +420,21 @@ assert_number(ideal_us, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12 * 1e6, name="idea
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Predict in words.** At $T = 512$ instead of 2048 (same $B$, $H$, $D$), which matters more for
-# the time of one call: what fusion saves, or the fixed cost of launching a kernel? Why does
-# FlashAttention's advantage over the three-kernel version grow with $T$?
+# **Predict in words.** The cell below times your kernel at exactly this size, with four tile
+# configurations, against SDPA's default (cuDNN on an H100 or H200) and SDPA's FlashAttention-2
+# backend. Before running it: what fraction of `ideal_us` (the 700 TFLOP/s of pure matrix products)
+# do you expect your kernel to reach, and will it be faster or slower than each SDPA backend? Reason
+# from what your inner loop does besides the two `tl.dot`s.
 
-# %% [markdown] nbgrader={"grade_id": "answer-predict-fusion", "solution": true, "grade": true, "points": 1}
-# At $T = 512$ the whole causal forward is about $4.3$ GFLOP, a few microseconds of tensor-core
-# time, and the score matrices total 64 MiB in bf16, roughly 15 µs each way through HBM: the same
-# order as the 5 to 10 µs that launching and ramping up a kernel costs, so fusion still helps but
-# overheads are a visible share of the time. The unfused version moves $\Theta(B H T^2)$ bytes for
-# $S$ and $P$ while the fused kernel moves only $\Theta(B H T D)$ for $Q, K, V, O$, so the bytes saved
-# grow like $T^2$ and quickly dominate everything else, including launch costs, as $T$ grows.
+# %% [markdown] nbgrader={"grade_id": "answer-predict-peak-fraction", "solution": true, "grade": true, "points": 1}
+# Well below 700 TFLOP/s, around half. Besides the two products, every key tile costs an `exp2` per
+# score (on the much slower special-function units, not the tensor cores), a row max and a row sum,
+# and the rescale of acc, and the diagonal tiles do half their work for masked scores; with 4096
+# programs the start and the end of the grid also cost a little. So perhaps 300 TFLOP/s, about
+# 0.22 ms against `ideal_us` of 98 µs. cuDNN's kernel is written for Hopper and should be faster;
+# SDPA's FlashAttention-2 backend implements the same algorithm but was written for the previous
+# generation (Ampere), so a Triton kernel compiled for the H200 can beat it. (Measured on an H200,
+# 2026-11-30: 312 to 318 TFLOP/s, 0.216 ms at best, 45 % of 700; cuDNN 374; FlashAttention-2 246.)
 
 # %% [markdown]
 # The measurement (GPU only): first a correctness check against SDPA in bf16, then medians of
@@ -477,28 +481,38 @@ else:
 #
 # Answer in two to four sentences each, in your own words. These are graded by hand.
 #
-# **Q1.** FlashAttention performs at least as many floating-point operations as the naive
-# three-kernel attention (more, counting the backward's recomputation), yet it runs 2 to 4 times
-# faster. Why?
+# **Q1.** Your kernel, SDPA's FlashAttention-2 backend and cuDNN's kernel compute the same thing
+# with the same algorithm (tiles, online softmax, causal tiles skipped), the same FLOPs and about the
+# same bytes, yet the measurement put them far apart. Report your three figures and give two reasons
+# why implementations of one algorithm can differ by 1.5 times on the same GPU.
 
-# %% [markdown] nbgrader={"grade_id": "answer-fewer-bytes", "solution": true, "grade": true, "points": 1}
-# At realistic sizes naive attention is limited by memory traffic, not arithmetic: it writes the
-# $T \times T$ scores to HBM, reads them for the softmax, writes the probabilities and reads them again,
-# and the softmax and masking in between do about one FLOP per byte. FlashAttention keeps each tile of
-# scores in registers and shared memory, so those $\Theta(T^2)$ HBM reads and writes disappear and
-# only $Q, K, V, O$ (and LSE) cross HBM. The matrix products were never the bottleneck, so removing the
-# bytes cuts the time even though the FLOP count stays the same or grows a little.
+# %% [markdown] nbgrader={"grade_id": "answer-same-algorithm", "solution": true, "grade": true, "points": 1}
+# On an H200 (2026-11-30, T = 2048, D = 64, causal bf16): mine 318 TFLOP/s at best (128/64 tiles,
+# 8 warps, 3 stages; 312 with the launcher's default), cuDNN 374, the FlashAttention-2 backend 246:
+# 1.5 times between the fastest and the slowest. Reasons: (1) the instructions each one is compiled
+# to: FlashAttention-2's kernels were written for Ampere's synchronous tensor-core instructions,
+# while Triton and cuDNN use Hopper's asynchronous warpgroup matrix instructions (wgmma; cuDNN also
+# its tensor memory accelerator, TMA, for loads); (2) how well the softmax work hides behind the
+# matrix products: the best Hopper kernels give loading, matmuls and exponentials to different warps
+# so that they overlap, where a simple kernel does them one after the other; (3) tile shapes,
+# pipelining depth and the order in which causal tiles are scheduled: my four configurations alone
+# spread from 254 to 318 TFLOP/s.
 
 # %% [markdown]
-# **Q2.** Would FlashAttention help much for a head dimension $d = 1024$? Why or why not?
+# **Q2.** The first line of the measurement compares your bf16 output with SDPA's: on an H200 it
+# printed `max |yours - SDPA| in bf16: 0.00390625`. Is that a bug? Relate the number to the bf16
+# format, and say which step of your kernel rounds the most.
 
-# %% [markdown] nbgrader={"grade_id": "answer-large-head-dim", "solution": true, "grade": true, "points": 1}
-# Much less. The tiled algorithm's HBM traffic is $\Theta(T^2 d^2 / M)$ for on-chip memory $M$, which
-# beats the naive $\Theta(T d + T^2)$ only when $d^2$ is well below $M$. At $d = 1024$ one row of Q, K or
-# V is 2 KiB in bf16, so only a handful of rows fit in ~200 KB of SRAM: tiles become tiny, each loaded
-# K/V tile is reused by very few queries, and the kernel reloads K and V almost as often as the naive
-# version moves scores (the accumulator of $\text{BLOCK\_M} \times 1024$ floats does not fit in
-# registers either).
+# %% [markdown] nbgrader={"grade_id": "answer-bf16-difference", "solution": true, "grade": true, "points": 1}
+# Not a bug. bf16 keeps 8 significant bits, so neighbouring values in $[0.5, 1)$ are
+# $2^{-8} = 0.0039$ apart: 0.00390625 is exactly one rounding step of an output element between 0.5
+# and 1 (half a step between 1 and 2), where the two kernels rounded nearly equal float32 results to
+# different neighbours, or where their
+# float32 sums, accumulated in a different order, straddled a rounding boundary. The biggest rounding
+# inside my kernel is casting $\tilde P$ to bf16 before $\tilde P V$ (relative error up to $2^{-8}$ per
+# probability); $m$, $\ell$ and acc stay in float32. A real bug (a missing rescale or mask) gives errors
+# of order 0.1 to 1; the float32 comparison in notebook 06 shows a relative error of about 2e-3,
+# the size that bf16 probabilities explain.
 
 # %% [markdown]
 # **Q3.** Your Triton kernel passes every test on a CPU, but on a GPU it returns NaNs for causal

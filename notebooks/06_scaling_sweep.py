@@ -37,51 +37,67 @@ from attnlab.nbload import NotebookLoadError, load_notebook_module
 # %% [markdown]
 # ## 1. Predict before you measure
 #
-# Work these out by hand (a calculator is fine) before running anything. Use $B = 8$, $H = 16$,
-# $T = 2048$, $D = 64$, bf16 (2 bytes per element), causal attention.
+# Notebook 05 had you cost one point, $T = 2048$. The sweep runs from $T = 512$ to $16384$; work
+# out what to expect at its ends by hand (a calculator is fine) before running anything. Use
+# $B = 8$, $H = 16$, $D = 64$, bf16 (2 bytes per element), causal attention, FLOPs counted the
+# standard way ($4 \cdot B \cdot H \cdot T^2 \cdot D$, halved for causal).
 #
-# 1. `score_matrix_bytes`: the bytes of the full score matrix $S$ for the whole batch and all heads.
-# 2. `causal_forward_flops`: the forward FLOPs of causal attention, counted the standard way:
-#    $4 \cdot B \cdot H \cdot T^2 \cdot D$ for two matrix products, halved for causal.
-# 3. `microseconds_at_700_tflops`: how long that many FLOPs take at 700 TFLOP/s (about a
-#    Hopper GPU's measured bf16 matmul rate), in microseconds.
+# 1. `kernel_us_at_512`: the time in **microseconds** the causal forward's FLOPs take at
+#    $T = 512$ at 700 TFLOP/s (about an H200's measured bf16 matmul rate): the shortest a call can be.
+# 2. `flops_ratio_16384_to_512`: how many times more FLOPs the forward does at $T = 16384$ than at
+#    $T = 512$.
+# 3. `naive_min_ms_at_8192`: a lower bound, in **milliseconds**, for naive attention at $T = 8192$:
+#    the time to write the score matrix $S$, read it, write $P$ and read it ($4 B H T^2$ elements
+#    of 2 bytes, notebook 02, section 4) at 4.27 TB/s, the copy bandwidth measured on an H200.
 
 # %% nbgrader={"grade_id": "predictions", "solution": true}
-score_matrix_bytes = None
-causal_forward_flops = None
-microseconds_at_700_tflops = None
+kernel_us_at_512 = None
+flops_ratio_16384_to_512 = None
+naive_min_ms_at_8192 = None
 ### BEGIN SOLUTION
-score_matrix_bytes = 8 * 16 * 2048**2 * 2          # 2**30 bytes = 1 GiB
-causal_forward_flops = 4 * 8 * 16 * 2048**2 * 64 / 2  # about 6.9e10
-microseconds_at_700_tflops = causal_forward_flops / 700e12 * 1e6  # about 98 us
+kernel_us_at_512 = 4 * 8 * 16 * 512**2 * 64 / 2 / 700e12 * 1e6  # about 6.1 us
+flops_ratio_16384_to_512 = (16384 / 512) ** 2                      # 1024: FLOPs grow like T^2
+naive_min_ms_at_8192 = 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3   # 64 GiB moved: about 16 ms
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test_predictions", "grade": true, "locked": true, "points": 3}
 from attnlab.checks import assert_number, require_number
 
-for _name in ("score_matrix_bytes", "causal_forward_flops", "microseconds_at_700_tflops"):
+for _name in ("kernel_us_at_512", "flops_ratio_16384_to_512", "naive_min_ms_at_8192"):
     require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
-assert_number(score_matrix_bytes, 2**30, name="score_matrix_bytes", rel=0.01)
-assert_number(causal_forward_flops, 4 * 8 * 16 * 2048**2 * 64 / 2, name="causal_forward_flops", rel=0.01)
-assert_number(microseconds_at_700_tflops, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12 * 1e6,
-              name="microseconds_at_700_tflops", rel=0.02)
+assert_number(kernel_us_at_512, 4 * 8 * 16 * 512**2 * 64 / 2 / 700e12 * 1e6, name="kernel_us_at_512", rel=0.02)
+assert_number(flops_ratio_16384_to_512, 1024, name="flops_ratio_16384_to_512", rel=0.01)
+assert_number(naive_min_ms_at_8192, 4 * 8 * 16 * 8192**2 * 2 / 4.27e12 * 1e3, name="naive_min_ms_at_8192",
+              rel=0.02)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **P4.** At $T = 512$, which do you expect to matter more for your kernel: the time saved by fusion
-# (no $T^2$ matrices in memory) or the fixed cost of launching kernels? And why should
-# FlashAttention's advantage over naive attention *grow* with $T$?
+# **P4.** At $T = 512$ your kernel's FLOPs take about `kernel_us_at_512` microseconds. Which do you
+# expect to set the time of one call there: the kernel's work on the GPU, or the host's work to
+# issue the call (section 2: your launcher's checks and NaN-filled outputs, Triton's Python launch
+# path)? Where does naive attention stand next to both? And why should FlashAttention's advantage
+# over naive attention *grow* with $T$? Section 5 measures the first question, the sweep the others.
 
 # %% [markdown] nbgrader={"grade_id": "answer-predict-small-T", "solution": true, "grade": true, "points": 2}
-# At $T = 512$ the score matrix of one head is only $512^2 \cdot 2 = 0.5$ MiB and the whole batch
-# moves a few hundred MB: naive attention's extra traffic costs tens of microseconds, the same order
-# as a few kernel launches (about 5 to 10 µs each) and as the ramp-up of a small grid. So fusion helps
-# but launch overhead and too little parallel work per head are comparable costs. As $T$ grows, the
-# naive extra traffic grows like $T^2$ while the fused kernel's traffic grows like $T \cdot d$ per
-# pass over K and V and its work like $T^2 d$: the fused kernel becomes compute-bound and approaches
-# the matmul ceiling, while naive attention stays bound by the $T^2$ bytes (and eventually runs out
-# of memory), so the gap widens.
+# (Figures: one H200, 2026-11-30.) At $T = 512$ the kernel alone took 32 µs on the GPU (141 TFLOP/s,
+# five times the 6 µs of pure FLOPs: 1024 programs are too few to amortise the start of the grid,
+# its ragged end and the half-masked diagonal tiles). Issuing one call cost the host 21 µs for the
+# raw launch and 64 µs through the launcher, with its checks and two NaN-filled allocations: through
+# the launcher, back-to-back calls ran at 64 µs each, set by the host, not the GPU. Naive attention,
+# at 298 µs (14 TFLOP/s), is still far slower than either, because it moves its $T^2$ matrices
+# through HBM several times. As $T$ grows the kernel's work grows like $T^2$ (1024 times more FLOPs
+# at 16384) while the host's cost per call stays at tens of microseconds, so overhead vanishes: at
+# $T = 4096$ the kernel took 805 µs against 20 to 74 µs of host time. Naive attention stays
+# memory-bound (about 32 FLOP/B on the roofline, 12.7 to 16 TFLOP/s measured, 87 ms at $T = 8192$
+# against a 16 ms lower bound) and runs out of memory at $T = 16384$, while the fused kernel climbs
+# from 141 to 380 TFLOP/s: the advantage grows from 10 times at $T = 512$ to 29 times at 8192. The
+# fused kernel is then limited on chip, not by HBM: without any cache its re-reads of $K$ and $V$
+# would cap it near 270 TFLOP/s at `block_m = 64` (the "no cache" point of notebook 02's roofline
+# calculator with `block_q = 64`, about 64 FLOP/B), and it measured 370, so most re-reads come from
+# L2; with each input read once ("ideal") it sits far right of the ridge. What keeps it at 54 % of
+# the matmul ceiling is most likely the work between the two matrix products (exponentials, row max
+# and sum, the rescale of acc) and the masked diagonal tiles, not memory.
 
 # %% [markdown]
 # ## 2. Measuring right
@@ -100,33 +116,42 @@ assert_number(microseconds_at_700_tflops, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12
 #   FlashAttention-2. To compare against a specific one, pin it:
 #   `with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION): ...`.
 # - **Never time zeros.** Random inputs only: some hardware is measurably faster on zeros.
+# - **Time the kernel, not the harness.** `do_bench` reads CUDA events on the GPU, so it measures
+#   the GPU's time between them, including any moment the GPU sits idle because the host is still
+#   preparing the launch (the L2 flush before each call gives the host a head start, so only host
+#   work longer than the flush shows). Your launcher `triton_flash_attention` checks its inputs,
+#   allocates two NaN-filled outputs (a testing aid: two fill kernels) and goes through Triton's
+#   Python launch path on every call. The sweep therefore times your kernel alone
+#   (`sweep.kernel_only`: the raw launch into outputs allocated once, as SDPA writes into a fresh
+#   output without a fill), and section 5 measures the host's share as an experiment of its own.
 
 # %% [markdown]
 # ## 3. Load your kernel from notebook 05
 #
 # The cell below imports four cells of `05_triton_flash.ipynb` from this folder (its set-up, your
 # kernel and the given launcher; no tests, timings or predictions) and takes
-# `triton_flash_attention` from them. If your notebook 05 is missing
+# `triton_flash_attention` and your `_flash_fwd_kernel` from them. If your notebook 05 is missing
 # or its code fails, the sweep runs without "yours" and says why.
 
 # %% nbgrader={"grade_id": "load-yours", "locked": true}
 def load_yours(path="05_triton_flash.ipynb"):
-    """Your ``triton_flash_attention`` from notebook 05, wrapped as fn(q, k, v, causal) -> o; or None."""
+    """Your kernel from notebook 05: (fn(q, k, v, causal) -> o through your launcher, the launcher,
+    the @triton.jit kernel itself); (None, None, None) if it cannot be loaded."""
     try:
-        nb05 = load_notebook_module(path, required=("triton_flash_attention",),
+        nb05 = load_notebook_module(path, required=("triton_flash_attention", "_flash_fwd_kernel"),
                                     cells=("bootstrap", "setup", "_flash_fwd_kernel", "triton_flash_attention"))
     except NotebookLoadError as exc:
         print(f"Your kernel is not available, so the sweep runs without it: {exc}")
-        return None, None
+        return None, None, None
     fwd = nb05.triton_flash_attention
 
     def yours(q, k, v, causal, **config):
         return fwd(q, k, v, causal=causal, **config)[0]
 
-    return yours, fwd
+    return yours, fwd, nb05._flash_fwd_kernel
 
 
-yours, triton_flash_attention = load_yours()
+yours, triton_flash_attention, flash_kernel = load_yours()
 print("your kernel:", "loaded" if yours else "not loaded")
 
 # %% [markdown]
@@ -149,7 +174,8 @@ if yours is not None:
 # %% [markdown]
 # ## 4. The sweep
 #
-# Three implementations, bf16, $B = 8$, $H = 16$, $D = 64$, causal: yours, SDPA, and naive
+# Three implementations, bf16, $B = 8$, $H = 16$, $D = 64$, causal: your kernel alone (launched as
+# your launcher launches it, with its default tiles, into outputs allocated once), SDPA, and naive
 # attention as three library calls (matmul, softmax, matmul; see `attnlab.sweep.naive_unfused`).
 # Each point is a `do_bench` median. Out-of-memory is recorded, not fatal: that implementation
 # is then skipped at larger $T$. Set `HEAD_DIM = 128` to repeat with larger heads.
@@ -167,7 +193,7 @@ else:
 
 impls = {"sdpa": sweep.sdpa, "naive": sweep.naive_unfused}
 if yours is not None:
-    impls = {"yours": yours, **impls}
+    impls = {"yours": sweep.kernel_only(flash_kernel), **impls}
 points = sweep.run_sweep(impls, T_VALUES, causal=True, **SHAPE)
 results_csv = sweep.write_csv(points, "sweep_results.csv")
 for p in points:
@@ -176,7 +202,40 @@ for p in points:
 print("table written to", results_csv)
 
 # %% [markdown]
-# ## 5. The plot
+# ## 5. What one call costs the host
+#
+# The same kernel, three ways of calling it, at a small and a large $T$. `GPU µs` is the
+# `do_bench` median (the GPU's time between its events); `host µs` is the time the host needs to
+# issue one call (100 calls in a row without waiting for the GPU, `bench.per_call_us`); `wall µs`
+# is the time per call of those 100 calls until the GPU has finished them all. When the host
+# needs longer to issue a call than the GPU needs to run it, the GPU waits between kernels and the
+# wall time follows the host, whatever the kernel's speed.
+
+# %%
+if yours is None:
+    print("Skipped: your kernel is not available.")
+else:
+    if RUNTIME.interpret:
+        print("No GPU: a tiny dry run through the interpreter; its timings mean nothing.")
+        overhead_shape, overhead_Ts, n_calls = dict(B=1, H=1, D=16, dtype=torch.float32), [16], 2
+    else:
+        overhead_shape, overhead_Ts, n_calls = dict(B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16), [512, 4096], 100
+    kernel_alone = sweep.kernel_only(flash_kernel)
+    print(f"{'T':>6} {'call':<37} {'GPU µs':>8} {'host µs':>8} {'wall µs':>8}")
+    for T in overhead_Ts:
+        B_, H_, D_, dt = overhead_shape["B"], overhead_shape["H"], overhead_shape["D"], overhead_shape["dtype"]
+        q, k, v = (torch.randn(B_, H_, T, D_, device=RUNTIME.device, dtype=dt) for _ in range(3))
+        calls = {"your kernel alone (raw launch)": lambda: kernel_alone(q, k, v, True),
+                 "your launcher triton_flash_attention": lambda: triton_flash_attention(q, k, v, causal=True),
+                 "SDPA": lambda: sweep.sdpa(q, k, v, True)}
+        for label, call in calls.items():
+            gpu_us = bench.median_ms(call) * 1e3
+            per = bench.per_call_us(call, n_calls=n_calls, repeats=7 if n_calls > 2 else 1)
+            print(f"{T:>6} {label:<37} {gpu_us:>8.1f} {per.host_us:>8.1f} {per.wall_us:>8.1f}")
+    del q, k, v
+
+# %% [markdown]
+# ## 6. The plot
 #
 # The dashed line is the device's dense bf16 matmul rate, measured here: the most any attention
 # kernel can hope for, since attention is two matmuls plus a softmax.
@@ -190,7 +249,7 @@ if not RUNTIME.interpret:
     print("SDPA dispatched to:", bench.sdpa_backend(_q, _q, _q, causal=True))
 
 # %% [markdown]
-# ## 6. Tuning
+# ## 7. Tuning
 #
 # Time your kernel over a small grid of tile sizes, warps and pipeline stages at one $T$. Larger
 # tiles reuse each loaded $K/V$ tile for more queries but need more registers (and may spill);
@@ -210,7 +269,7 @@ else:
         tune_shape = dict(T=4096, B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")
 
     def make_fn(**config):
-        return lambda q, k, v, causal: yours(q, k, v, causal, **config)
+        return sweep.kernel_only(flash_kernel, **config)
 
     tuned = sweep.tune(make_fn, grid, causal=True, **tune_shape)
     sweep.write_csv(tuned, "tuning_results.csv")
@@ -219,20 +278,26 @@ else:
 
 # %% [markdown]
 # **Q1.** Which configuration won, by how much over the launcher's default
-# (`block_m=64, block_n=64, num_warps=4, num_stages=2`), and why? Argue from register use, reuse of
-# K/V tiles, and pipelining. (If you have no GPU, say what you would expect and why.)
+# (`block_m=64, block_n=64, num_warps=4, num_stages=2`), and how far apart are the top five? Which
+# choices lose clearly, and why? Argue from register use, reuse of K/V tiles, and pipelining. (If you
+# have no GPU, answer from the committed table `notes/gpu/2026-11-30/tuning_results.csv` of the
+# course's repository.)
 
 # %% [markdown] nbgrader={"grade_id": "answer-tuning", "solution": true, "grade": true, "points": 2}
-# On an H200 with D = 64, a larger query tile (block_m = 128) usually wins: each K/V tile loaded from
-# HBM serves twice as many queries, halving K/V traffic per FLOP, and eight warps give the larger
-# tile enough threads to keep the tensor cores busy. Key tiles of 64 balance the size of the score
-# tile held in registers against loop overhead; 128 often spills or lowers occupancy. Three stages
-# let the loads of the next K/V tile overlap the current tile's matmuls; more stages cost shared
-# memory without further gain. The exact winner depends on the device: the point is to measure, then
-# explain the ranking with reuse, registers and overlap.
+# (H200, T = 4096, D = 64, the kernel alone.) The winner was block_m=128, block_n=64, 8 warps, 3
+# stages at 379 TFLOP/s, 8 % over the default's 350; but the top five lie within 8 % of each other
+# (379 to 351), and an earlier run through the launcher ranked 64/64/4 warps/3 stages first (367)
+# with 128/64/8/3 third: block_m = 128 does not reliably beat 64, and differences of a few percent
+# are noise at this size. What holds in both runs: every top configuration has 64-wide key tiles,
+# and 3 stages beat 2 (the next K/V tile loads while the current one is multiplied). Clear losers:
+# 8 warps on a 64-row tile (150 to 200 TFLOP/s), which leaves each warp too few rows for the
+# tensor-core instructions; 32-wide key tiles (more loop iterations and rescales per FLOP); and 128
+# x 128 tiles (342 at best, down to 227), whose 128 x 128 float32 score tile plus the accumulator
+# strain the registers, so fewer programs fit on a multiprocessor. Larger query tiles do halve the
+# K/V loads per FLOP, but at D = 64 those loads mostly hit L2, so that reuse buys little here.
 
 # %% [markdown]
-# ## 7. Check yourself
+# ## 8. Check yourself
 #
 # **Q2.** Decoding one token against a 32k-token KV cache ($B = 1$, 32 heads, $T_q = 1$): why does
 # your kernel underuse the GPU, and what does FlashDecoding (split-K) change?

@@ -65,8 +65,8 @@ def test_tile_summary_answers_the_prediction_cell():
 
 def test_attention_traffic_matches_the_prediction_cells():
     t = W.attention_traffic(T=2048, D=64, B=8, H=16, bytes_per_el=2, causal=True)
-    assert t["score_matrix_bytes"] == 2**30                       # notebook 06's score_matrix_bytes
-    assert t["fused_flops"] == 4 * 8 * 16 * 2048**2 * 64 / 2      # notebook 06's causal_forward_flops
+    assert t["score_matrix_bytes"] == 2**30                       # notebook 05's score_matrix_bytes
+    assert t["fused_flops"] == 4 * 8 * 16 * 2048**2 * 64 / 2      # notebook 05's causal_fwd_flops
     one = W.attention_traffic(T=8192, D=64, bytes_per_el=2)
     assert one["score_matrix_bytes"] == 8192**2 * 2               # notebook 01's bytes_scores_one_head
     assert one["naive_bytes"] > 4 * one["score_matrix_bytes"]     # four trips of S and P, plus Q, K, V, O

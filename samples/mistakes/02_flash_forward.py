@@ -39,6 +39,12 @@ MISTAKES = [
             ("test_flash_forward_causal_tiles", "test_flash_forward_cross_attention_lengths",
              "test_flash_forward_lse_dtype"),
             "visits key tiles last-to-first without guarding exp(-inf - (-inf))"),
+    Mistake("02-causal-bottom-right", NB, CELL,
+            (("k_end = min(i1, T_k) if causal else T_k", "k_end = min(i1 + T_k - T_q, T_k) if causal else T_k"),
+             ("if causal and j1 - 1 > i0:", "if causal:"),
+             ('s = s.masked_fill(cols > rows, float("-inf"))', 's = s.masked_fill(cols > rows + (T_k - T_q), float("-inf"))')),
+            ("test_flash_forward_cross_attention_lengths",),
+            "aligns the causal mask at the bottom-right corner (KV-cache decoding) instead of SDPA's top-left"),
     # Correct solutions written differently: they must keep every point.
     Mistake("02-ok-reverse-order-guarded", NB, CELL,
             (("for j0 in range(0, k_end, block_k):", "for j0 in reversed(range(0, k_end, block_k)):"),

@@ -55,6 +55,61 @@ def gb_per_s(n_bytes: float, ms: float) -> float:
     return n_bytes / (ms * 1e-3) / 1e9
 
 
+# Host overhead and byte-sized benchmarks (notebooks 04 and 06).
+from typing import NamedTuple  # noqa: E402
+
+__all__ += ["rows_for_bytes", "PerCall", "per_call_us"]
+
+
+def rows_for_bytes(n_cols: int, element_size: int, moved_bytes: int = 1 << 30) -> int:
+    """Rows of ``n_cols`` elements such that reading them once and writing them once moves about
+    ``moved_bytes`` bytes (at least one row).
+
+    A bandwidth benchmark must move enough bytes that the fixed costs of a launch (a few
+    microseconds of start-up and tail) vanish next to the transfer: at 4 TB/s, 32 MiB take 8 µs,
+    the same order as those costs, while 1 GiB takes 250 µs.
+    """
+    return max(1, moved_bytes // (2 * n_cols * element_size))
+
+
+class PerCall(NamedTuple):
+    """Microseconds per call of a function: ``host_us`` for the host to issue it (Python, checks,
+    allocations, the launch itself) and ``wall_us`` per call of a back-to-back run until the GPU
+    is done, which is ``max(host, GPU)`` per call once the run is long enough."""
+
+    host_us: float
+    wall_us: float
+
+
+def per_call_us(fn, n_calls: int = 100, repeats: int = 7) -> PerCall:
+    """Host and wall-clock microseconds per call of ``fn()``, medians over ``repeats`` runs.
+
+    Each run synchronises, calls ``fn`` ``n_calls`` times without synchronising (CUDA queues the
+    kernels and returns; about a thousand launches fit in the queue, so ``n_calls`` = 100 never
+    blocks on it), reads the clock (host time), then synchronises and reads it again (wall time).
+    ``do_bench`` cannot show the host's share: it times on the GPU, and its L2 flush before each
+    call gives the host a head start. On a CPU both numbers are the same wall-clock time.
+    """
+    import statistics
+    import time
+
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    fn()
+    sync()
+    host, wall = [], []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n_calls):
+            fn()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / n_calls * 1e6)
+        wall.append((t2 - t0) / n_calls * 1e6)
+    return PerCall(statistics.median(host), statistics.median(wall))
+
+
 def copy_bandwidth_gbs(n_bytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
@@ -84,3 +139,4 @@ def sdpa_backend(q, k, v, causal: bool) -> str:
         if key in names:
             return label
     return "math (unfused)"
+

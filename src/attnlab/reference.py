@@ -73,8 +73,9 @@ def naive_attention(q, k, v, causal: bool = False, scale: float | None = None):
     Raises:
         TypeError, ValueError: as :func:`validate_qkv`.
 
-    Source: Vaswani et al. 2017, eq. (1); the LSE is what FlashAttention saves for the backward
-    (Dao et al. 2022, Algorithm 2 and 4).
+    Source: Vaswani et al. 2017, eq. (1); the LSE is what FlashAttention-2 saves for the backward
+    (Dao 2023, Algorithms 1 and 2). FlashAttention-1 saved the running max m and sum l instead
+    (Dao et al. 2022, Algorithms 2 and 4); LSE = m + log l.
     """
     validate_qkv(q, k, v, where="naive_attention")
     if scale is None:

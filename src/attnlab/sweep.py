@@ -16,7 +16,7 @@ import torch
 
 from .bench import attention_flops, median_ms, tflops
 
-__all__ = ["Point", "naive_unfused", "sdpa", "run_sweep", "tune", "write_csv", "read_csv", "plot_sweep"]
+__all__ = ["Point", "naive_unfused", "sdpa", "kernel_only", "run_sweep", "tune", "write_csv", "read_csv", "plot_sweep"]
 
 
 @dataclass
@@ -53,6 +53,35 @@ def naive_unfused(q, k, v, causal):
 def sdpa(q, k, v, causal):
     """PyTorch's ``scaled_dot_product_attention`` with its default backend choice."""
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def kernel_only(kernel, **config):
+    """``fn(q, k, v, causal) -> o`` that launches a ``_flash_fwd_kernel`` alone, into outputs allocated once.
+
+    What it times is the kernel: the raw launch (:func:`attnlab.launch.run_flash_kernel`, the
+    launch the given launcher ends with) into an O and LSE kept from the previous call of the same
+    shape. The launcher ``triton_flash_attention`` also validates its inputs and allocates two
+    NaN-filled outputs on every call (a testing aid): host work and GPU fills that SDPA does not
+    pay, and at small T more time than the kernel itself. Inputs must be contiguous (B, H, T, D),
+    as the launcher would make them; ``config`` holds block_m, block_n, num_warps, num_stages
+    (the launcher's defaults otherwise). Check correctness through the launcher first: the outputs
+    here start uninitialised.
+    """
+    from .launch import run_flash_kernel
+
+    config = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2, **config}
+    outputs: dict = {}
+
+    def fn(q, k, v, causal):
+        key = (tuple(q.shape), q.dtype, q.device)
+        if key not in outputs:
+            outputs.clear()  # free the previous size before allocating the next
+            outputs[key] = (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+                            torch.empty(q.shape[:3], dtype=torch.float32, device=q.device))
+        o, lse = outputs[key]
+        return run_flash_kernel(kernel, q, k, v, o, lse, causal=causal, **config)[0]
+
+    return fn
 
 
 def _time_one(fn, q, k, v, causal, point: Point) -> Point:

@@ -17,6 +17,7 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
                      tolerance)
 from .device import runtime
 from .grading import guard as _guard
+from .hints import causal_alignment_hint
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -145,7 +146,13 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
         kwargs["scale"] = scale
     o, lse = _pair(_call(fn, name, q.clone(), k.clone(), v.clone(), **kwargs), name, ("o", "lse"))
     o_ref, lse_ref = naive_attention(q, k, v, causal=causal, scale=scale)
-    assert_close(o, o_ref, name="o", case=case)
+    try:
+        assert_close(o, o_ref, name="o", case=case)
+    except AssertionError as exc:
+        hint = causal_alignment_hint(o, q, k, v, scale=scale, tol=tolerance(dtype)) if causal else ""
+        if hint:
+            raise AssertionError(f"{exc} {hint}") from None
+        raise
     assert_shape(lse, lse_ref.shape, name="lse", case=case)
     assert_dtype_at_least(lse, lse_dtype(dtype), name="lse", case=case)
     assert_close(lse, lse_ref, name="lse (natural-log logsumexp of each score row)", case=case)
