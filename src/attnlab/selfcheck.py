@@ -332,8 +332,10 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``attnlab selfcheck`` on the CLI's subparsers."""
+    from .grading.cli import plain_text
+
     p = sub.add_parser("selfcheck", help="grade your own notebooks with the hidden tests (self-study)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="+", help="your .ipynb files (one per course notebook)")
     p.add_argument("--as", dest="as_name", default=None, help="grade as this course notebook, e.g. 02_flash_forward")
     p.add_argument("--limit", type=float, default=None, help="seconds allowed per notebook (default 600)")
