@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from attnlab.grading import cli
-from attnlab.grading.abuse import Abuse, build_submission, canvas_zip, load_cases
+from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
@@ -100,6 +100,17 @@ def run_cli(course: Course, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def folders_zip(path: Path, submissions: dict[str, dict[str, bytes]]) -> Path:
+    """A zip with a folder per student, ``<student>/<file>`` (``attnlab collect``'s "folders" layout)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for student, files in submissions.items():
+            for name, data in files.items():
+                z.writestr(f"{student}/{name}", data)
+    return path
+
+
 @dataclass
 class AbusedCourse:
     course: Course
@@ -111,8 +122,9 @@ class AbusedCourse:
 
 @pytest.fixture(scope="session")
 def abused(tmp_path_factory) -> AbusedCourse:
-    """Every abusive submission of samples/abuse/ plus the reference, exported as a Canvas zip,
-    collected, autograded in one batch, exported and given feedback, all through ``attnlab``."""
+    """Every abusive submission of samples/abuse/ plus the reference, exported as a zip with a folder per
+    student, collected, autograded in one batch, exported and given feedback, all through ``attnlab``.
+    (An LMS export would add the LMS's ids to the student ids: tests/test_package.py collects those.)"""
     tmp = tmp_path_factory.mktemp("abuse")
     c = copy_course(tmp)
     shutil.copy(ROOT / "samples" / "abuse" / "99_triton_probe.py", c.notebooks)
@@ -122,7 +134,7 @@ def abused(tmp_path_factory) -> AbusedCourse:
     folders = {"reference": {f"{n}.ipynb": nbformat.writes(reference_notebook(c, n)).encode()
                              for n in ABUSE_NOTEBOOKS}}
     folders.update({case.student: build_submission(c, case) for case in cases})
-    archive = canvas_zip(tmp / "canvas-export.zip", folders)
+    archive = folders_zip(tmp / "export.zip", folders)
     done = AbusedCourse(c, cases, {})
     notebook_args = [a for n in ABUSE_NOTEBOOKS for a in ("--notebook", n)]
     steps = [
