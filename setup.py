@@ -7,9 +7,10 @@ test cells' hidden tests put back, ``nbgrader_config.py`` and a manifest (see
 ``src/attnlab/course_files.py``, loaded here by path: the package's dependencies are not installed
 at build time). ``ATTNLAB_PACKAGE_HIDDEN_TESTS=0`` leaves the hidden tests out.
 
-A wheel built from the repository makes the learner copy from ``source/`` and ``release/``; the
-sdist carries the learner copy ready-made (``learner_course/``) instead of ``source/``, and a wheel
-built from the sdist copies it. Everything else is declared in pyproject.toml.
+A wheel built from the repository makes the learner copy from ``source/`` and ``release/`` (from
+``release/`` alone, without hidden tests, where there is no ``source/``: a public copy of a private
+course); the sdist carries the learner copy ready-made (``learner_course/``) instead of ``source/``,
+and a wheel built from the sdist copies it. Everything else is declared in pyproject.toml.
 """
 
 import importlib.util
@@ -41,8 +42,10 @@ def _write_learner_course(dest: Path) -> None:
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(ROOT / PREBUILT, dest)
+    elif (ROOT / "release").is_dir():  # a public copy of a private course: release/ only, no hidden tests
+        cf.write_learner_course(ROOT, dest, hidden_tests=False)
     else:
-        raise SystemExit(f"attnlab: neither source/ nor {PREBUILT}/ is here: cannot build the learner package")
+        raise SystemExit(f"attnlab: none of source/, release/, {PREBUILT}/ is here: cannot build the package")
 
 
 class build_py_with_course(build_py):

@@ -346,3 +346,20 @@ def test_readme_student_commands_use_attnlab_lab():
     block = readme.split("### Student in JupyterLab", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     assert "attnlab lab" in block
     assert "jupyter lab" not in block  # a bare `jupyter lab` fails as root and misplaces nbgrader's course
+
+
+def test_a_public_copy_without_source_gives_a_package_without_hidden_tests(tmp_path):
+    """A private course published as release/ only: the package builds from it, hidden tests left out."""
+    import shutil
+
+    public = tmp_path / "public"
+    shutil.copytree(ROOT / "release", public / "release")
+    shutil.copy(ROOT / "nbgrader_config.py", public / "nbgrader_config.py")
+    manifest = course_files.write_learner_course(public, tmp_path / "course", hidden_tests=False)
+    assert manifest == {"hidden_tests": False, "assignments": course_files.checkout_assignments(ROOT, "release")}
+    for assignment, names in manifest["assignments"].items():
+        for name in names:
+            got = json.loads((tmp_path / "course" / "learner" / assignment / f"{name}.ipynb").read_text())
+            assert got == json.loads((ROOT / "release" / assignment / f"{name}.ipynb").read_text())
+    with pytest.raises(FileNotFoundError, match="source"):
+        course_files.write_learner_course(public, tmp_path / "again", hidden_tests=True)

@@ -98,10 +98,10 @@ def learner_notebook(source_nb: dict, release_nb: dict, hidden_tests: bool = Tru
     return nb
 
 
-def checkout_assignments(root: Path) -> dict[str, list[str]]:
-    """assignment -> notebook names, for every folder of ``root/source/`` that holds notebooks."""
+def checkout_assignments(root: Path, kind: str = "source") -> dict[str, list[str]]:
+    """assignment -> notebook names, for every folder of ``root/<kind>/`` that holds notebooks."""
     found = {}
-    for folder in sorted((root / "source").glob("*/")):
+    for folder in sorted((Path(root) / kind).glob("*/")):
         names = sorted(p.stem for p in folder.glob("*.ipynb"))
         if names:
             found[folder.name] = names
@@ -113,16 +113,19 @@ def write_learner_course(root: Path, dest: Path, hidden_tests: bool = True) -> d
 
     ``dest`` gets ``nbgrader_config.py``, ``learner/<assignment>/`` (the learner copy of every
     notebook of ``root/source/<assignment>/`` and the other files of ``root/release/<assignment>/``)
-    and ``manifest.json``, which is returned.
+    and ``manifest.json``, which is returned. Without hidden tests only ``release/`` is read, so a
+    public copy of the course that holds no ``source/`` builds too.
 
     Raises:
-        FileNotFoundError: no notebooks in ``root/source/``, or an assignment has no ``release/`` folder.
+        FileNotFoundError: no notebooks in ``root/source/`` (``release/`` without hidden tests), or an
+        assignment has no ``release/`` folder.
         ValueError: see :func:`learner_notebook`.
     """
     root, dest = Path(root), Path(dest)
-    assignments = checkout_assignments(root)
+    kind = "source" if hidden_tests else "release"
+    assignments = checkout_assignments(root, kind)
     if not assignments:
-        raise FileNotFoundError(f"no notebooks in {root / 'source'}")
+        raise FileNotFoundError(f"no notebooks in {root / kind}")
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -140,8 +143,8 @@ def write_learner_course(root: Path, dest: Path, hidden_tests: bool = True) -> d
             release_nb = release / f"{name}.ipynb"
             if not release_nb.is_file():
                 raise FileNotFoundError(f"{release_nb} is missing: run `attnlab build`")
-            nb = learner_notebook(json.loads((root / "source" / assignment / f"{name}.ipynb").read_text()),
-                                  json.loads(release_nb.read_text()), hidden_tests, name)
+            source = json.loads((root / "source" / assignment / f"{name}.ipynb").read_text()) if hidden_tests else {}
+            nb = learner_notebook(source, json.loads(release_nb.read_text()), hidden_tests, name)
             (out / f"{name}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     manifest = {"hidden_tests": hidden_tests, "assignments": assignments}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
