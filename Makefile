@@ -18,12 +18,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[course,test]"
 	touch $@
 
-# Debian's chromium + chromium-driver for the browser test, when missing (needs root and apt-get;
-# otherwise the test skips and says so). Playwright drives it; its own browser downloads are never used.
+# Debian's chromium + chromium-driver for the course's own browser test, when missing (needs root and
+# apt-get; otherwise the test skips and says so). Only `make test` (and CI) wants it: students never
+# need a browser installed by the course. Playwright drives it; its own browser downloads are never used.
 browser:
 	@bash .ci/install-browser
 
-install: $(VENV)/.installed browser
+# The student's and the instructor's install: the virtual environment only.
+install: $(VENV)/.installed
 
 # notebooks/ -> source/ -> release/
 build: install
@@ -37,7 +39,7 @@ check: install
 grade: install
 	$(BIN)/attnlab grade-samples
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest
 
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.

@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +21,7 @@ import nbformat
 import pytest
 
 from attnlab.grading import cli
-from attnlab.grading.abuse import Abuse, build_submission, canvas_zip, load_cases
+from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
@@ -97,6 +100,17 @@ def run_cli(course: Course, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def folders_zip(path: Path, submissions: dict[str, dict[str, bytes]]) -> Path:
+    """A zip with a folder per student, ``<student>/<file>`` (``attnlab collect``'s "folders" layout)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for student, files in submissions.items():
+            for name, data in files.items():
+                z.writestr(f"{student}/{name}", data)
+    return path
+
+
 @dataclass
 class AbusedCourse:
     course: Course
@@ -108,8 +122,9 @@ class AbusedCourse:
 
 @pytest.fixture(scope="session")
 def abused(tmp_path_factory) -> AbusedCourse:
-    """Every abusive submission of samples/abuse/ plus the reference, exported as a Canvas zip,
-    collected, autograded in one batch, exported and given feedback, all through ``attnlab``."""
+    """Every abusive submission of samples/abuse/ plus the reference, exported as a zip with a folder per
+    student, collected, autograded in one batch, exported and given feedback, all through ``attnlab``.
+    (An LMS export would add the LMS's ids to the student ids: tests/test_package.py collects those.)"""
     tmp = tmp_path_factory.mktemp("abuse")
     c = copy_course(tmp)
     shutil.copy(ROOT / "samples" / "abuse" / "99_triton_probe.py", c.notebooks)
@@ -119,7 +134,7 @@ def abused(tmp_path_factory) -> AbusedCourse:
     folders = {"reference": {f"{n}.ipynb": nbformat.writes(reference_notebook(c, n)).encode()
                              for n in ABUSE_NOTEBOOKS}}
     folders.update({case.student: build_submission(c, case) for case in cases})
-    archive = canvas_zip(tmp / "canvas-export.zip", folders)
+    archive = folders_zip(tmp / "export.zip", folders)
     done = AbusedCourse(c, cases, {})
     notebook_args = [a for n in ABUSE_NOTEBOOKS for a in ("--notebook", n)]
     steps = [
@@ -140,3 +155,99 @@ def abused(tmp_path_factory) -> AbusedCourse:
                 print(out)
     done.results = {(r.student, r.notebook): r for r in read_report_json(tmp / "report.json")}
     return done
+
+
+# ---------------------------------------------------------------------------------- the package
+#: The files the package is built from (an in-tree build would write into the repository).
+PACKAGE_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "nbgrader_config.py", "source",
+                 "release", "src")
+#: What Colab preinstalls, as far as the course cares; torch pinned to the file on the course machines' disk.
+COLAB_PACKAGES = ["torch==2.13.0", "triton", "matplotlib", "ipywidgets", "numpy", "ipykernel", "nbclient"]
+OFFLINE = re.compile(r"Could not find a version|No matching distribution|Failed to establish a new connection|"
+                     r"Temporary failure in name resolution|Network is unreachable|ConnectionError|"
+                     r"Max retries exceeded|HTTPSConnectionPool", re.IGNORECASE)
+
+
+@dataclass
+class Package:
+    wheel: Path         # built from the repository (what `pip install git+...` does)
+    sdist: Path
+    sdist_wheel: Path   # built from the sdist (what `pip install attnlab` from an index does)
+    log: str            # the builds' output
+
+
+def _run_build(cmd: list[str], what: str, **kw) -> str:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    if p.returncode != 0:
+        if OFFLINE.search(p.stdout + p.stderr):
+            pytest.skip(f"pip cannot reach its package index to build {what}")
+        pytest.fail(f"building {what} failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+    return p.stdout + p.stderr
+
+
+@pytest.fixture(scope="session")
+def course_package(tmp_path_factory) -> Package:
+    """The package as learners get it: a wheel and an sdist of a copy of the repository's files, and a
+    wheel built from that sdist (pip, with build isolation, as an installer does it)."""
+    tmp = tmp_path_factory.mktemp("package")
+    src = tmp / "src-tree"
+    src.mkdir()
+    for name in PACKAGE_FILES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns(
+                "__pycache__", "*.egg-info", ".ipynb_checkpoints", "_course"))
+        elif (ROOT / name).exists():
+            shutil.copy(ROOT / name, src / name)
+    pip = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps"]
+    log = _run_build([*pip, "-w", str(tmp / "wheel"), str(src)], "the course wheel")
+    log += _run_build([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                       "b.build_sdist(sys.argv[1])", str(tmp / "sdist")], "the course sdist", cwd=src)
+    (sdist,) = (tmp / "sdist").glob("attnlab-*.tar.gz")
+    log += _run_build([*pip, "-w", str(tmp / "sdist-wheel"), str(sdist)], "a wheel from the sdist")
+    (wheel,) = (tmp / "wheel").glob("attnlab-*.whl")
+    (sdist_wheel,) = (tmp / "sdist-wheel").glob("attnlab-*.whl")
+    return Package(wheel, sdist, sdist_wheel, log)
+
+
+def pip_in(venv: Path, *args: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "pip", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def clean_env(tmp: Path, venv: Path) -> dict:
+    """The environment of a bare machine with ``venv`` first on PATH: no virtualenv, no PYTHONPATH, no
+    course variables, no user Jupyter kernels."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_COURSE",
+                                                            "TRITON_INTERPRET", "ATTNLAB_WIDGETS")}
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
+    env["JUPYTER_DATA_DIR"] = str(tmp / "jupyter-data")
+    env["JUPYTER_CONFIG_DIR"] = str(tmp / "jupyter-config")
+    env["IPYTHONDIR"] = str(tmp / "ipython")
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    return env
+
+
+@dataclass
+class Venv:
+    venv: Path
+    env: dict
+
+
+@pytest.fixture(scope="session")
+def colab_venv(tmp_path_factory) -> Venv:
+    """A fresh virtual environment holding only what Colab preinstalls (see COLAB_PACKAGES)."""
+    tmp = tmp_path_factory.mktemp("colab")
+    venv = tmp / "venv"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = clean_env(tmp, venv)
+    # --no-compile: byte-compiling torch costs half a minute and Colab's own install is not under test
+    p = pip_in(venv, "install", "-q", "--no-compile", *COLAB_PACKAGES, env=env)
+    if p.returncode != 0:
+        if OFFLINE.search(p.stdout + p.stderr):
+            pytest.skip("pip cannot reach its package index to build a Colab-like environment: "
+                        + (p.stderr.strip().splitlines() or ["?"])[-1])
+        pytest.fail(f"installing {COLAB_PACKAGES} failed:\n{p.stderr[-3000:]}")
+    assert pip_in(venv, "show", "attnlab", env=env).returncode != 0, "the fresh venv already has attnlab"
+    print(f"Colab-like venv ready in {time.perf_counter() - start:.0f} s")
+    return Venv(venv, env)

@@ -206,9 +206,9 @@ def test_normalize_matches_a_loosely_named_file(tmp_path):
 
 
 @pytest.mark.parametrize("path,layout,want", [
-    ("export/jdoe_123_456_02_flash_forward.ipynb", "auto", ("jdoe", "02_flash_forward.ipynb")),
-    ("export/jdoe_LATE_123_456_Copy of 02_flash_forward.ipynb", "canvas", ("jdoe", "Copy of 02_flash_forward.ipynb")),
-    ("export/Ann Lee_77_assignsubmission_file_/01_online_softmax.ipynb", "auto", ("ann_lee", "01_online_softmax.ipynb")),
+    ("export/jdoe_123_456_02_flash_forward.ipynb", "auto", ("jdoe-123", "02_flash_forward.ipynb")),
+    ("export/jdoe_LATE_123_456_Copy of 02_flash_forward.ipynb", "canvas", ("jdoe-123", "Copy of 02_flash_forward.ipynb")),
+    ("export/Ann Lee_77_assignsubmission_file_/01_online_softmax.ipynb", "auto", ("ann_lee-77", "01_online_softmax.ipynb")),
     ("export/submissions/bob/attention_kernels/01_online_softmax.ipynb", "auto", ("bob", "01_online_softmax.ipynb")),
     ("export/01_online_softmax.ipynb", "auto", None),
     ("export/bob/01_online_softmax.ipynb", "canvas", None),

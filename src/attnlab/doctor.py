@@ -72,19 +72,23 @@ def _check_python() -> Check:
 def _check_package() -> list[Check]:
     import attnlab
 
-    from .course_files import course_root
+    from .course_files import find
 
     here = Path(attnlab.__file__).resolve().parent
     checks = [Check("attnlab", OK, f"{attnlab.__version__} at {here}")]
-    root = course_root()
-    if root is None:
-        checks.append(Check("hidden tests", WARN, "the course's instructor notebooks are not found",
+    files = find()
+    if files is None:
+        checks.append(Check("hidden tests", WARN, "the course's notebooks are not found",
                             "`attnlab selfcheck` needs them: reinstall attnlab from the course repository "
                             "(its wheels carry them), or set ATTNLAB_COURSE to a checkout of the course."))
     else:
-        where = "shipped with the package" if root == here / "_course" else f"in {root}"
-        n = len(list((root / "source" / "attention_kernels").glob("*.ipynb")))
-        checks.append(Check("hidden tests", OK, f"{n} instructor notebooks {where} (for `attnlab selfcheck`)"))
+        where = "shipped with the package" if files.root == here / "_course" else f"in {files.root}"
+        n = len(files.assignment_of())
+        if files.hidden_tests:
+            checks.append(Check("hidden tests", OK, f"{n} course notebooks {where} (for `attnlab selfcheck`)"))
+        else:
+            checks.append(Check("hidden tests", NOTE, f"{n} course notebooks {where}, built without hidden "
+                                "tests: `attnlab selfcheck` runs the visible tests only"))
     return checks
 
 
@@ -277,8 +281,10 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``attnlab doctor`` on the CLI's subparsers."""
+    from .grading.cli import plain_text
+
     p = sub.add_parser("doctor", help="check this environment: GPU or interpreter, versions, lab extensions",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="skip the Triton kernel run and the Jupyter extension listing")
     p.set_defaults(func=_cmd)
 

@@ -1,14 +1,15 @@
 """``attnlab selfcheck NOTEBOOK.ipynb ...``: grade your own notebooks with the hidden tests.
 
 For self-study: no instructor, no course directory, nothing submitted anywhere. nbgrader runs
-underneath, in a throwaway course in a temporary folder: the instructor notebooks (with hidden
-tests) that ship with the package (see :mod:`attnlab.course_files`) are turned into an assignment,
-your notebook is "submitted" to it and autograded exactly as a grader would, one notebook at a
-time, and a report says, per test, whether it passed and, if not, what failed and whether the
-failing check was visible to you or hidden.
+underneath, in a throwaway course in a temporary folder: the learner copy of the course notebooks
+that ships with the package (release cells plus the hidden tests, no solutions: see
+:mod:`attnlab.course_files`) is turned into an assignment, your notebook is "submitted" to it and
+autograded exactly as a grader would, one notebook at a time, and a report says, per test, whether
+it passed and, if not, what failed and whether the failing check was visible to you or hidden.
+A package built without hidden tests runs the visible tests and says so.
 
-The hidden tests are not secret in this course: they are in the public repository and in every
-copy of the package, by design. Reading them is allowed; passing them by special-casing their
+The hidden tests are not secret in the public course: they are in the public repository and in
+every copy of the package, by design. Reading them is allowed; passing them by special-casing their
 inputs teaches nothing.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import shutil
 import sys
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course_files import ASSIGNMENT, course_root, source_notebooks
+from .course_files import ASSIGNMENT, find as find_course_files, source_notebooks
 
 __all__ = ["identify_notebook", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
 
@@ -61,6 +63,7 @@ class NotebookReport:
     reason: str = ""
     seconds: float = 0.0
     tests: list[TestReport] = field(default_factory=list)
+    hidden_tests: bool = True  # False: this attnlab was built without hidden tests; visible tests only
 
     @property
     def points(self) -> float:
@@ -103,6 +106,29 @@ def identify_notebook(path: Path, sources: dict[str, Path]) -> str:
     return best
 
 
+_TB_SECTION = re.compile(r"^(?:The above exception was the direct cause of the following exception:|"
+                         r"During handling of the above exception, another exception occurred:)\s*$", re.MULTILINE)
+
+
+def failing_line(traceback: str, execution_count: int | None) -> int | None:
+    """The line of the test cell (run as ``In[execution_count]``) at which its error was raised, or None.
+
+    Only the last exception of a chain reaches the test cell: an error raised inside a kernel
+    (a Triton kernel under the interpreter, a learner function defined in another cell) is shown
+    first, as the cause, with that other cell's ``Cell In[...]`` frame; the test cell's own frame
+    is the first frame of the last section whose cell is ``In[execution_count]``.
+    """
+    last = _TB_SECTION.split(_ANSI.sub("", traceback))[-1]
+    frames = [(int(n) if n else None, int(line)) for n, line in re.findall(r"Cell In\[(\d*)\], line (\d+)", last)]
+    own = [line for n, line in frames if execution_count is not None and n == execution_count]
+    if own:
+        return own[0]
+    if frames:
+        return frames[0][1]
+    old = re.search(r"^-*> ?(\d+)", last, re.MULTILINE)  # older IPython: "<ipython-input-...> in <module>"
+    return int(old.group(1)) if old else None
+
+
 def _error_of(cell) -> tuple[str, bool | None]:
     """("ExcType: message", raised in the hidden part?) of a graded cell's first error output."""
     for out in cell.get("outputs", []):
@@ -114,11 +140,9 @@ def _error_of(cell) -> tuple[str, bool | None]:
         lines = cell.source.splitlines()
         marker = next((i + 1 for i, ln in enumerate(lines) if ln.strip() == _HIDDEN_MARK), None)
         if marker is not None:
-            tb = _ANSI.sub("", "\n".join(out.get("traceback", [])))
-            # IPython names the cell's own frame "Cell In[N], line L" (older: "<ipython-input-...> in <module>")
-            found = re.search(r"Cell In\[\d*\], line (\d+)", tb) or re.search(r"^-*> ?(\d+)", tb, re.MULTILINE)
-            if found:
-                hidden = int(found.group(1)) > marker
+            line = failing_line("\n".join(out.get("traceback", [])), cell.get("execution_count"))
+            if line is not None:
+                hidden = line > marker
         return error, hidden
     return "", None
 
@@ -175,11 +199,12 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
     from .grading.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
     from .grading.course import Course
 
+    files = find_course_files()
     sources = source_notebooks()
-    if not sources:
-        raise SelfcheckError("the course's instructor notebooks were not found: this copy of attnlab was "
-                             "installed without them. Reinstall it from the course repository, or set "
-                             "ATTNLAB_COURSE to a checkout of the course.")
+    if files is None or not sources:
+        raise SelfcheckError("the course's notebooks were not found: this copy of attnlab was installed "
+                             "without them. Reinstall it from the course repository, or set ATTNLAB_COURSE "
+                             "to a checkout of the course.")
     jobs: dict[str, Path] = {}
     for p in paths:
         p = Path(p)
@@ -191,17 +216,25 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         if name in jobs:
             raise SelfcheckError(f"{jobs[name].name} and {p.name} are both {name}: check one at a time")
         jobs[name] = p
-    root = course_root()
+    assignment_of = files.assignment_of()
+    others = sorted({assignment_of[n] for n in jobs} - {ASSIGNMENT})
+    if others:
+        raise SelfcheckError(f"selfcheck grades the notebooks of {ASSIGNMENT} only, not of {', '.join(others)}")
+    hidden = files.hidden_tests
     with tempfile.TemporaryDirectory(prefix="attnlab-selfcheck-") as tmp:
         course = Course(Path(tmp))
-        shutil.copy(root / "nbgrader_config.py", course.root / "nbgrader_config.py")
+        shutil.copy(files.config, course.root / "nbgrader_config.py")
         course.source.mkdir(parents=True)
         for name in jobs:
-            shutil.copy(sources[name], course.source / f"{name}.ipynb")
+            # the learner copy: release cells (solutions already cleared) and the tests, hidden ones included
+            (course.source / f"{name}.ipynb").write_text(json.dumps(files.learner_notebook(name)))
         start = time.perf_counter()
         if progress:
-            progress(f"Preparing a private copy of the course with the hidden tests of {', '.join(jobs)} ...")
-        course.nbgrader("generate_assignment", ASSIGNMENT, "--force", timeout=600)
+            progress(f"Preparing a private copy of the course with the {'hidden' if hidden else 'visible'} "
+                     f"tests of {', '.join(jobs)} ...")
+        # The learner copy has its solutions cleared already; clearing again would turn every solution
+        # cell into the bare stub and change the checksums grading compares against.
+        course.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--ClearSolutions.enabled=False", timeout=600)
         folder = course.submitted / STUDENT / ASSIGNMENT
         folder.mkdir(parents=True)
         # The other course notebooks beside yours come along (notebook 06 loads 05's kernel from its folder).
@@ -212,7 +245,7 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         for name, p in jobs.items():
             shutil.copy(p, folder / f"{name}.ipynb")
         if progress:
-            progress(f"Running your notebooks with the hidden tests, one at a time (set up in "
+            progress(f"Running your notebooks with the {'hidden' if hidden else 'visible'} tests, one at a time (set up in "
                      f"{time.perf_counter() - start:.0f} s) ...")
         results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
         reports = []
@@ -222,8 +255,13 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             if r.status == "graded":
                 grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
             src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
+            tests = _tests_of(src, out if r.status == "graded" else None, grades)
+            if not hidden:  # no hidden part: whatever failed was visible
+                for t in tests:
+                    if t.kind == "test" and t.error and t.hidden is None:
+                        t.hidden = False
             reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
-                                          _tests_of(src, out if r.status == "graded" else None, grades)))
+                                          tests, hidden_tests=hidden))
             if keep is not None and out.exists():
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
@@ -242,6 +280,10 @@ def _wrap(text: str, indent: str, max_lines: int = 8) -> list[str]:
 def format_report(reports: list[NotebookReport]) -> str:
     """The per-test report a learner reads."""
     out = []
+    hidden = all(r.hidden_tests for r in reports)
+    if not hidden:
+        out += ["", "This copy of attnlab was built without the hidden tests: only the visible tests ran. "
+                "Hidden tests are not available here; a grader running them may find more."]
     for rep in reports:
         out.append("")
         if rep.status != "graded":
@@ -269,7 +311,8 @@ def format_report(reports: list[NotebookReport]) -> str:
     out.append(f"Total: {total:g}/{max_total:g} autograded points. Written answers are graded by hand and "
                f"not counted here.")
     if all(r.status == "graded" and r.points >= r.max_points for r in reports):
-        out.append("Every test passes, hidden ones included.")
+        out.append("Every test passes, hidden ones included." if hidden else
+                   "Every visible test passes (hidden tests are not available here).")
     else:
         out.append("Failure messages name the case (sizes, block sizes, causal) and the first wrong index: "
                    "reproduce that case in a scratch cell.")
@@ -289,8 +332,10 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``attnlab selfcheck`` on the CLI's subparsers."""
+    from .grading.cli import plain_text
+
     p = sub.add_parser("selfcheck", help="grade your own notebooks with the hidden tests (self-study)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="+", help="your .ipynb files (one per course notebook)")
     p.add_argument("--as", dest="as_name", default=None, help="grade as this course notebook, e.g. 02_flash_forward")
     p.add_argument("--limit", type=float, default=None, help="seconds allowed per notebook (default 600)")

@@ -1,27 +1,39 @@
-"""The ``attnlab`` command line: build the course, grade submissions, check yourself.
+"""The attnlab command line: build the course, grade submissions, check yourself.
 
-    attnlab build [--check]        notebooks/ -> source/ -> release/ (or only report staleness)
-    attnlab samples                write the bundled sample submissions into submitted/
-    attnlab grade-samples          the main job: build, samples, autograde, grades.csv
+Learners:
+    attnlab lab [FOLDER]           your own copy of the notebooks, opened in JupyterLab
     attnlab selfcheck NB.ipynb     grade your own notebook with the hidden tests (self-study)
     attnlab doctor                 check this environment (GPU or interpreter, versions, lab extension)
 
-Grading learners' submissions (README, "Instructor: grading submissions"):
+Instructors (run in the course repository, or name it with --course):
+    attnlab build [--check]        notebooks/ -> source/ -> release/ (or only report staleness)
+    attnlab samples                write the bundled sample submissions into submitted/
+    attnlab grade-samples          the main job: build, samples, autograde, grades.csv
 
+Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab collect EXPORT.zip     an LMS export -> submitted/<student>/ (nbgrader zip_collect)
     attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
     attnlab feedback [--student S] feedback/<student>/attention_kernels/*.html (nbgrader generate_feedback)
+
+Run "attnlab COMMAND --help" for a command's options.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
 
 from .course import Course
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as help text: reST markup (double backticks, roles such as :mod:) removed."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc or "")
+    return re.sub(r"``([^`]+)``", r"\1", text).strip()
 
 
 def _cmd_build(args) -> int:
@@ -113,7 +125,7 @@ def _cmd_collect(args) -> int:
 
     course = Course.find(args.course)
     try:
-        notes = collect_zip(course, args.archive, layout=args.layout, regexp=args.regexp)
+        notes, left_out = collect_zip(course, args.archive, layout=args.layout, regexp=args.regexp)
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"attnlab collect: {exc}")
         return 1
@@ -128,6 +140,10 @@ def _cmd_collect(args) -> int:
                 print(f"  {student}{'' if key == WHOLE else ' / ' + key}: {line}")
         if missing:
             print(f"  {student}: not submitted: {', '.join(missing)}")
+    if left_out:
+        print(f"left out {len(left_out)} files of the export:")
+        for path, why in left_out:
+            print(f"  {path}: {why}")
     return 0 if notes else 1
 
 
@@ -182,53 +198,87 @@ def _cmd_grade_samples(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="attnlab", description=__doc__,
+_DESCRIPTIONS = {
+    "build": "Build the course: notebooks/*.py (jupytext) -> source/attention_kernels/ (the instructor "
+             "version) -> release/attention_kernels/ (nbgrader generate_assignment). --check only reports "
+             "which files are stale.",
+    "samples": "Write the bundled sample submissions (reference: the model solutions; blank: the release "
+               "as handed out; typical_mistakes: one typical bug per notebook) into submitted/.",
+    "autograde": "Autograde submitted/<student>/attention_kernels/, one notebook at a time in a worker "
+                 "process with a time limit, then print the points per student and notebook, every lost "
+                 "point with its reason and the grader's notes.",
+    "collect": "Collect an LMS zip export into submitted/<student>/attention_kernels/ (nbgrader zip_collect). "
+               "Student ids are the LMS's own ids with the name for readability (Moodle's participant id, "
+               "Canvas's user id); misnamed notebooks are renamed; every file left out is listed with the "
+               "reason.",
+    "export": "Export the gradebook (autograded and manual scores) to a CSV, one row per student and "
+              "assignment (nbgrader export).",
+    "feedback": "Write feedback/<student>/attention_kernels/<notebook>.html for each graded student "
+                "(nbgrader generate_feedback): the autograded notebook with the hidden tests, each failing "
+                "check's message and the grader's notes.",
+    "grade-samples": "The main job: build source/ and release/, register the assignment, write the sample "
+                     "submissions, autograde them, print the table and export grades.csv. Exits non-zero "
+                     "if the reference loses a point or the blank release earns one.",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnlab", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--course", default=None, help="course directory (default: found from the cwd)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Shown in every command's own help too; SUPPRESS keeps a --course given before the command.
+    course = argparse.ArgumentParser(add_help=False)
+    course.add_argument("--course", default=argparse.SUPPRESS,
+                        help="the course directory (default: the one holding the working directory)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("build", help="notebooks/ -> source/ -> release/")
+    def command(name: str, help: str, func):
+        p = sub.add_parser(name, help=help, description=_DESCRIPTIONS[name], parents=[course])
+        p.set_defaults(func=func)
+        return p
+
+    p = command("build", "notebooks/ -> source/ -> release/", _cmd_build)
     p.add_argument("--check", action="store_true", help="only report whether source/ and release/ are stale")
-    p.set_defaults(func=_cmd_build)
 
-    p = sub.add_parser("samples", help="write the bundled sample submissions into submitted/")
-    p.set_defaults(func=_cmd_samples)
+    command("samples", "write the bundled sample submissions into submitted/", _cmd_samples)
 
-    p = sub.add_parser("autograde", help="autograde submitted/, one notebook at a time")
+    p = command("autograde", "autograde submitted/, one notebook at a time", _cmd_autograde)
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
     p.add_argument("--export", type=Path, default=None, help="also export the gradebook to this CSV")
     p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
     p.add_argument("--report-json", type=Path, default=None, help="write every result, cell and note here")
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
-    p.set_defaults(func=_cmd_autograde)
 
-    p = sub.add_parser("collect", help="collect an LMS zip export into submitted/ (nbgrader zip_collect)")
+    p = command("collect", "collect an LMS zip export into submitted/ (nbgrader zip_collect)", _cmd_collect)
     p.add_argument("archive", type=Path, help="the zip file downloaded from the LMS")
     p.add_argument("--layout", choices=["auto", "canvas", "moodle", "folders"], default="auto",
                    help="how the export names each student's files (default: recognise it)")
     p.add_argument("--regexp", default=None,
                    help="nbgrader's named_regexp instead (groups student_id and file_id, matched on the path)")
-    p.set_defaults(func=_cmd_collect)
 
-    p = sub.add_parser("export", help="export the gradebook to a CSV (nbgrader export)")
+    p = command("export", "export the gradebook to a CSV (nbgrader export)", _cmd_export)
     p.add_argument("--to", type=Path, default=Path("grades.csv"), help="the CSV to write (default grades.csv)")
-    p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser("feedback", help="feedback HTML per student (nbgrader generate_feedback)")
+    p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
-    p.set_defaults(func=_cmd_feedback)
 
-    p = sub.add_parser("grade-samples", help="the main job: build, write samples, autograde, export grades.csv")
-    p.set_defaults(func=_cmd_grade_samples)
+    command("grade-samples", "the main job: build, write samples, autograde, export grades.csv", _cmd_grade_samples)
 
-    from .. import doctor, selfcheck  # the learner's commands live in their own modules
+    from .. import doctor, lab, selfcheck  # the learner's commands live in their own modules
 
+    lab.add_parser(sub, parents=[course])
     selfcheck.add_parser(sub)
     doctor.add_parser(sub)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare `attnlab`: say what there is
+        parser.print_help()
+        return 0
     return args.func(args)
 
 

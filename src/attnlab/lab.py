@@ -1,0 +1,102 @@
+"""attnlab lab [FOLDER]: open JupyterLab on your own working copy of the course notebooks.
+
+Copies each assignment's release notebooks from the course repository into FOLDER/<assignment>/
+(default ~/attention-lab; a notebook already there is never overwritten, so your work is safe),
+then starts JupyterLab with FOLDER as its root. Starting it there matters: nbgrader's lab
+extension (the Validate button) treats the folder JupyterLab starts in as the course folder and
+logs an error when that is not inside the folder JupyterLab serves. As root (a container, WSL)
+JupyterLab refuses to start without --allow-root, which is added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .grading.course import tool_env
+
+__all__ = ["prepare_folder", "lab_command", "add_parser"]
+
+DEFAULT_FOLDER = Path("~/attention-lab")
+_CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
+           "# a learner; the course's own configuration lives in the course repository.\n")
+
+
+def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
+    """Copy the release notebooks of ``course_root`` (a checkout; None: nothing to copy) into
+    ``folder/<assignment>/``, skipping files that exist; returns the files copied.
+
+    Raises:
+        FileNotFoundError: no checkout and ``folder`` does not exist (nothing to open).
+    """
+    folder = Path(folder).expanduser()
+    copied = []
+    release = None if course_root is None else Path(course_root) / "release"
+    if release is None or not release.is_dir():
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder} does not exist and no course repository was found to copy the "
+                                    f"notebooks from: run this in the course repository, or name a folder "
+                                    f"that holds your notebooks")
+    else:
+        for assignment in sorted(p for p in release.iterdir() if p.is_dir()):
+            for src in sorted(assignment.iterdir()):
+                dest = folder / assignment.name / src.name
+                if src.is_file() and not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dest)
+                    copied.append(dest)
+    config = folder / "nbgrader_config.py"
+    if not config.exists():
+        config.write_text(_CONFIG)
+    return copied
+
+
+def lab_command(folder: Path, port: int | None = None, open_browser: bool = True) -> list[str]:
+    """The ``jupyter lab`` command line that serves ``folder`` (run it with ``folder`` as working directory)."""
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={Path(folder).expanduser().resolve()}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    if port is not None:
+        cmd.append(f"--port={port}")
+    if not open_browser:
+        cmd.append("--no-browser")
+    return cmd
+
+
+def _cmd(args) -> int:
+    from .grading.course import Course
+
+    try:
+        root = Course.find(args.course).root
+    except SystemExit:
+        root = None  # not in a checkout: open the folder as it is
+    folder = Path(args.folder).expanduser().resolve()
+    try:
+        copied = prepare_folder(folder, root)
+    except FileNotFoundError as exc:
+        print(f"attnlab lab: {exc}", file=sys.stderr)
+        return 2
+    if copied:
+        print(f"copied {len(copied)} files of {root / 'release'} into {folder}")
+    print(f"starting JupyterLab in {folder} (Ctrl-C twice to stop it)", flush=True)
+    cmd = lab_command(folder, args.port, not args.no_browser)
+    os.chdir(folder)
+    os.execve(sys.executable, cmd, tool_env())
+    return 0  # not reached
+
+
+def add_parser(sub, parents=()) -> None:
+    """Register ``attnlab lab`` on the CLI's subparsers."""
+    from .grading.cli import plain_text
+
+    p = sub.add_parser("lab", help="open JupyterLab on your own copy of the notebooks (students)",
+                       description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,
+                       parents=list(parents))
+    p.add_argument("folder", nargs="?", default=str(DEFAULT_FOLDER),
+                   help=f"your working folder (default {DEFAULT_FOLDER})")
+    p.add_argument("--port", type=int, default=None, help="the port JupyterLab listens on (default 8888 or the next free one)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser window")
+    p.set_defaults(func=_cmd)
