@@ -149,8 +149,13 @@ def interpreter_problem() -> str | None:
 
 
 def require_interpreter() -> None:
-    """Raise ``RuntimeError`` with :func:`interpreter_problem`'s plain explanation, if there is one."""
+    """Make sure Triton kernels can run through the interpreter, switching it on (:func:`init`) if a
+    learner's code imported Triton first; raise ``RuntimeError`` with :func:`interpreter_problem`'s
+    plain explanation where that is impossible."""
     problem = interpreter_problem()
+    if problem:
+        init(verbose=False)
+        problem = interpreter_problem()
     if problem:
         raise RuntimeError(f"Triton's interpreter is not active in this Python process: {problem}")
 
