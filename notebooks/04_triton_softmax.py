@@ -184,9 +184,11 @@ def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, 
 
 
 # %% nbgrader={"grade_id": "triton_softmax", "locked": true}
-# Given: the launcher. It checks x (2-D; float16, bfloat16 or float32), makes it contiguous,
-# allocates y full of NaN (an element your kernel forgets stays NaN) and launches one program
-# per row with BLOCK_SIZE = next_power_of_2(n_cols).
+# Given: the launcher. It checks x (2-D; float32 or float16, and bfloat16 on a GPU only: Triton's
+# CPU interpreter gets bfloat16 wrong), makes it contiguous, allocates y full of NaN (an element
+# your kernel forgets stays NaN) and launches one program per row with
+# BLOCK_SIZE = next_power_of_2(n_cols). Without a GPU the tests also count your kernel's loads:
+# program i must read row i, each column once.
 def triton_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax of a 2-D tensor by your `_softmax_kernel`."""
     return launch.launch_softmax(_softmax_kernel, x)

@@ -287,8 +287,11 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, stride_bh, stride_t, T, scale,
 
 # %% nbgrader={"grade_id": "triton_flash_attention", "locked": true}
 # Given: the launcher. It checks q, k, v (same (B, H, T, D), D a power of two >= 16, one device and
-# dtype; block sizes powers of two >= 16), makes them contiguous, allocates O and LSE full of NaN
-# (a row your kernel forgets stays NaN) and launches the grid (cdiv(T, block_m), B * H).
+# dtype: float32 or float16, and bfloat16 on a GPU only, as Triton's CPU interpreter gets bfloat16
+# tl.dot wrong; block sizes powers of two >= 16), makes them contiguous, allocates O and LSE full
+# of NaN (a row your kernel forgets stays NaN) and launches the grid (cdiv(T, block_m), B * H).
+# Without a GPU the tests also count your kernel's loads: K and V in tiles of at most BLOCK_N keys,
+# each key once per program, and no causal tile that lies entirely past the diagonal.
 def triton_flash_attention(q, k, v, causal=False, block_m=64, block_n=64, num_warps=4, num_stages=2):
     """FlashAttention forward by your `_flash_fwd_kernel`: returns (o, lse), lse float32 (B, H, T)."""
     return launch.launch_flash_forward(_flash_fwd_kernel, q, k, v, causal=causal, block_m=block_m,

@@ -186,14 +186,14 @@ MISTAKES = [
         id="05-unmasked-store", notebook=_NB, cell=_CELL,
         edits=(("o.to(O.dtype.element_ty), mask=row_ok[:, None])", "o.to(O.dtype.element_ty))"),
                ("tl.store(LSE + offs_m, lse, mask=row_ok)", "tl.store(LSE + offs_m, lse)")),
-        fails=(_RAG,),
+        fails=_ALL,
         why="stores the padded rows beyond T: into the next head, or past the end of O and LSE",
     ),
     Mistake(
         id="05-unmasked-kv-load", notebook=_NB, cell=_CELL,
         edits=(("k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)", "k = tl.load(K + kv_offs)"),
                ("v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)", "v = tl.load(V + kv_offs)")),
-        fails=(_RAG, _GROW),
+        fails=_ALL,
         why="loads K and V past the last key without a mask, trusting the score mask alone",
     ),
     Mistake(
