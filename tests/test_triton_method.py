@@ -190,6 +190,26 @@ def test_a_wild_load_is_switched_off_and_reported(tmp_path):
         check_softmax_kernel(mod._softmax_kernel, n_rows=2, n_cols=8)
 
 
+def test_a_kernel_that_mentions_the_interpreter_internals_is_flagged_for_review(tmp_path, capsys):
+    """Under the interpreter a kernel body is Python and could touch memory behind the accounting's
+    back; the check cannot rule that out, so it says so (once per kernel) instead of grading silently."""
+    code = notebook_code("04_triton_softmax").replace(
+        "    row = tl.program_id(0).to(tl.int64)", "    # interpreter_builder.create_masked_load\n    row = tl.program_id(0).to(tl.int64)")
+    path = tmp_path / "flagged.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location("flagged", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    capsys.readouterr()
+    for _ in range(2):
+        check_softmax_kernel(mod._softmax_kernel, n_rows=2, n_cols=8)
+    out = capsys.readouterr().out
+    assert out.count("[grader] needs review: _softmax_kernel refers to Triton's interpreter internals "
+                     "(create_masked_load, interpreter_builder)") == 1, out
+    check_softmax_kernel(softmax_kernel(), n_rows=2, n_cols=8)
+    assert "needs review" not in capsys.readouterr().out
+
+
 def test_ledger_counts_each_lane_once_per_access():
     import numpy as np
     import triton.language as tl

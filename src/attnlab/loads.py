@@ -17,12 +17,14 @@ tests check the numbers only.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-__all__ = ["Access", "Ledger", "record", "check_softmax_reads", "check_flash_reads"]
+__all__ = ["Access", "Ledger", "record", "check_softmax_reads", "check_flash_reads", "interpreter_internals"]
 
 #: Builder methods that touch memory; atomics count as stores (they write).
 _WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
@@ -126,6 +128,27 @@ def record(buffers: dict[str, torch.Tensor]):
                 builder.__dict__.pop(name, None)
             else:
                 setattr(builder, name, value)
+
+
+#: Names through which kernel code could touch memory behind the accounting's back (only possible
+#: under the interpreter, where a kernel body is Python; on a GPU such a kernel does not compile).
+_INTERNALS = re.compile(r"\b(?:interpreter_builder|interpreter_semantic|_interpreter|TensorHandle|GridExecutor|"
+                        r"create_masked_load|create_masked_store|data_ptr|ctypes)\b|triton\.runtime\.interpreter")
+
+
+def interpreter_internals(kernel) -> list[str]:
+    """The names of Triton's interpreter internals (or raw memory access) that ``kernel`` or a
+    ``@triton.jit`` function of its module mentions: code the load accounting cannot vouch for."""
+    from .device import is_kernel
+
+    fns = [kernel.fn] + [v.fn for v in list(kernel.fn.__globals__.values()) if is_kernel(v) and v is not kernel]
+    hits: set[str] = set()
+    for fn in fns:
+        try:
+            hits.update(_INTERNALS.findall(inspect.getsource(fn)))
+        except (OSError, TypeError):
+            continue
+    return sorted(hits)
 
 
 def _span(values) -> str:

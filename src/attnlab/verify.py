@@ -18,7 +18,8 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
                      tolerance)
 from .device import require_interpreter, runtime
 from .grading import guard as _guard
-from .loads import check_flash_reads, check_softmax_reads, record
+from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
+from .review import flag as _flag
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -259,6 +260,21 @@ def _kernel_device(device: str | None) -> tuple[str, bool]:
     return device, rt.interpret
 
 
+#: Kernels already flagged for review, so a kernel is reported once, not once per check.
+_FLAGGED: set[int] = set()
+
+
+def _flag_internals(kernel, what: str, notebook: str) -> None:
+    """Report a kernel that mentions Triton's interpreter internals: its loads may bypass the accounting."""
+    if id(kernel) in _FLAGGED or not hasattr(kernel, "fn"):
+        return
+    hits = interpreter_internals(kernel)
+    if hits:
+        _FLAGGED.add(id(kernel))
+        _flag(f"{what} refers to Triton's interpreter internals ({', '.join(hits)}): the load accounting of "
+              f"notebook {notebook} cannot vouch for how it reads memory")
+
+
 def _peak_index(peak: str | None, n: int) -> int | None:
     if peak is None:
         return None
@@ -333,6 +349,7 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. "
                              f"Mask the store with the columns < n_cols, and step rows by output_row_stride.")
     if ledger is not None:
+        _flag_internals(kernel, "_softmax_kernel", "04")
         check_softmax_reads(ledger, n_rows=n_rows, n_cols=n_cols, x_width=x_width, y_width=width,
                             block_size=block, where=f"_softmax_kernel [{case}]")
     # no dot product here, so no tf32: float32 is held to 1e-5 on a GPU too
@@ -428,6 +445,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
             raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote into its input {name_.upper()}: "
                                  f"a kernel may only store to O and LSE")
     if ledger is not None:
+        _flag_internals(kernel, "_flash_fwd_kernel", "05")
         check_flash_reads(ledger, BH=B * H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
                           where=f"_flash_fwd_kernel [{case}]")
     tol = tolerance(dtype, device)
