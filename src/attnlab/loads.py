@@ -53,10 +53,6 @@ class Ledger:
         """Accesses of ``kind`` to ``tensor``, in the order they ran."""
         return [a for a in self.accesses if a.tensor == tensor and a.kind == kind]
 
-    def programs(self):
-        """Every program that made at least one access, in launch order."""
-        return sorted({a.program for a in self.accesses} | {s[0] for s in self.strays})
-
     def _note(self, program, kind: str, ptrs, mask):
         """Record the active lanes of one access; return the mask with stray lanes switched off."""
         addr = np.asarray(ptrs.data)
