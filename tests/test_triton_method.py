@@ -25,6 +25,7 @@ import torch
 
 from attnlab import device, launch
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
+from attnlab.checks import assert_close
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_kernel, check_softmax_kernel
 
@@ -268,6 +269,12 @@ def test_bfloat16_under_the_interpreter_is_refused_with_a_reason():
     check_softmax_kernel(softmax_kernel(), n_rows=3, n_cols=37, dtype=torch.float16)
 
 
+def test_launchers_refuse_tensors_without_memory():
+    x = torch.empty(3, 37, device="meta")
+    with pytest.raises(ValueError, match="no memory Triton's interpreter can read"):
+        launch.run_softmax_kernel(softmax_kernel(), x, torch.empty_like(x))
+
+
 def test_checks_refuse_a_cuda_device_under_the_interpreter():
     with pytest.raises(ValueError, match="under Triton's interpreter the kernel checks run on the CPU"):
         check_softmax_kernel(softmax_kernel(), n_rows=2, n_cols=8, device="cuda")
@@ -351,6 +358,7 @@ def test_reference_functions_take_any_strides():
             torch.testing.assert_close(got, want)
         torch.testing.assert_close(sweep.naive_unfused(q, k, v, causal), sweep.naive_unfused(*dense[:3], causal))
         torch.testing.assert_close(sweep.sdpa(q, k, v, causal), sweep.sdpa(*dense[:3], causal))
+    assert_close(q, dense[0], name="q")  # the checks' comparison, on a strided view
 
 
 # ------------------------------------------------------------- issue 11.3: import order (case19)

@@ -60,6 +60,9 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
     if dtype not in _KERNEL_DTYPES:
         raise TypeError(f"{where}: dtype {dtype} not supported; use float16, bfloat16 (GPU only) or float32")
     if is_interpreted(kernel):
+        if first.device.type not in ("cpu", "cuda"):  # the interpreter reads raw addresses
+            raise ValueError(f"{where}: tensors on {first.device} have no memory Triton's interpreter can "
+                             f"read; use CPU tensors")
         if dtype == torch.bfloat16:
             raise TypeError(
                 f"{where}: bfloat16 does not work under Triton's CPU interpreter (TRITON_INTERPRET=1): it "
