@@ -331,7 +331,7 @@ for causal in (False, True):
     check_flash_kernel(_flash_fwd_kernel, T=32, B=2, H=3, D=32, causal=causal, seed=4)
     check_flash_kernel(_flash_fwd_kernel, T=16, B=3, H=1, D=32, causal=causal, block_m=16, block_n=16, seed=8)
     # longer than any fixed block of keys a kernel might get away with on the short cases
-    check_flash_kernel(_flash_fwd_kernel, T=203, H=1, D=16, causal=causal, block_m=32, block_n=16, seed=9)
+    check_flash_kernel(_flash_fwd_kernel, T=203, H=1, D=16, causal=causal, block_m=64, block_n=32, seed=9)
 if not RUNTIME.interpret:  # sizes that fill a GPU, half precision, the launcher's defaults and more
     for D, dtype in ((64, torch.bfloat16), (128, torch.float16), (128, torch.bfloat16)):
         for causal in (False, True):
@@ -363,8 +363,8 @@ for causal in (False, True):
     check_flash_kernel(_flash_fwd_kernel, T=5, D=16, causal=causal, block_m=16, block_n=16, seed=14)
 check_flash_kernel(_flash_fwd_kernel, T=49, B=2, H=1, D=32, causal=True, block_m=32, block_n=16, seed=15)
 # T a multiple of neither block; causal with block_m > block_n: key tiles fully hidden from some rows
-check_flash_kernel(_flash_fwd_kernel, T=211, H=1, D=16, causal=True, block_m=64, block_n=32, seed=16)
-check_flash_kernel(_flash_fwd_kernel, T=211, H=1, D=16, causal=False, block_m=32, block_n=64, seed=17)
+check_flash_kernel(_flash_fwd_kernel, T=83, H=1, D=16, causal=True, block_m=64, block_n=16, seed=16)
+check_flash_kernel(_flash_fwd_kernel, T=83, H=1, D=16, causal=False, block_m=16, block_n=64, seed=17)
 if not RUNTIME.interpret:
     for T in (1000, 1023, 1025):
         for causal in (False, True):
@@ -389,10 +389,11 @@ check_flash_kernel(_flash_fwd_kernel, T=64, D=16, causal=True, block_m=32, block
 check_flash_kernel(_flash_fwd_kernel, T=48, D=32, causal=False, block_m=16, block_n=32, growing=True, seed=22)
 for causal in (False, True):
     # every score near -1000: exp underflows to 0 unless the running max starts at -inf
-    check_flash_kernel(_flash_fwd_kernel, T=37, D=16, causal=causal, offset=-1000.0, seed=24)
-    for seed, peak in enumerate(("first", "middle", "last")):  # the row max in the first, a middle, the last tile
-        check_flash_kernel(_flash_fwd_kernel, T=77, D=16, causal=causal, block_m=32, block_n=16, peak=peak,
-                           seed=25 + seed)
+    check_flash_kernel(_flash_fwd_kernel, T=37, H=1, D=16, causal=causal, offset=-1000.0, seed=24)
+# the row max in the first, a middle and the last (ragged) key tile
+for seed, (peak, causal) in enumerate((("first", True), ("middle", False), ("last", False))):
+    check_flash_kernel(_flash_fwd_kernel, T=50, H=1, D=16, causal=causal, block_m=32, block_n=16, peak=peak,
+                       seed=25 + seed)
 if not RUNTIME.interpret:
     check_flash_kernel(_flash_fwd_kernel, B=2, H=4, T=512, D=64, causal=True, dtype=torch.float32,
                        block_m=64, block_n=64, growing=True, seed=23)

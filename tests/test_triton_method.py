@@ -126,11 +126,11 @@ def test_shortcuts_give_right_numbers_without_the_accounting(monkeypatch):
 SOFTMAX_CASES = [dict(n_rows=3, n_cols=5000), dict(n_rows=4, n_cols=300, offset=-30.0),
                  dict(n_rows=3, n_cols=1000, offset=-1000.0, peak="last"), dict(n_rows=3, n_cols=1, padded=True),
                  *(dict(n_rows=3, n_cols=300, peak=p) for p in ("first", "middle", "last"))]
-FLASH_CASES = [dict(T=203, H=1, D=16, causal=True, block_m=32, block_n=16),
-               dict(T=211, H=1, D=16, causal=True, block_m=64, block_n=32),
-               dict(T=211, H=1, D=16, causal=False, block_m=32, block_n=64),
-               dict(T=37, D=16, causal=True, offset=-1000.0),
-               *(dict(T=77, D=16, causal=True, block_m=32, block_n=16, peak=p) for p in ("first", "middle", "last"))]
+FLASH_CASES = [dict(T=203, H=1, D=16, causal=True, block_m=64, block_n=32),
+               dict(T=83, H=1, D=16, causal=True, block_m=64, block_n=16),
+               dict(T=83, H=1, D=16, causal=False, block_m=16, block_n=64),
+               dict(T=37, H=1, D=16, causal=True, offset=-1000.0),
+               *(dict(T=50, H=1, D=16, causal=True, block_m=32, block_n=16, peak=p) for p in ("first", "middle", "last"))]
 
 
 @pytest.mark.parametrize("mistake_id", [None, "04-ok-exp2", "04-ok-masked-load-then-where"])

@@ -260,17 +260,17 @@ def _kernel_device(device: str | None) -> tuple[str, bool]:
     return device, rt.interpret
 
 
-#: Kernels already flagged for review, so a kernel is reported once, not once per check.
-_FLAGGED: set[int] = set()
+#: Kernels already scanned (and reported if need be): once per kernel, not once per check.
+_SCANNED: dict[int, object] = {}
 
 
 def _flag_internals(kernel, what: str, notebook: str) -> None:
     """Report a kernel that mentions Triton's interpreter internals: its loads may bypass the accounting."""
-    if id(kernel) in _FLAGGED or not hasattr(kernel, "fn"):
+    if _SCANNED.get(id(kernel)) is kernel or not hasattr(kernel, "fn"):
         return
+    _SCANNED[id(kernel)] = kernel
     hits = interpreter_internals(kernel)
     if hits:
-        _FLAGGED.add(id(kernel))
         _flag(f"{what} refers to Triton's interpreter internals ({', '.join(hits)}): the load accounting of "
               f"notebook {notebook} cannot vouch for how it reads memory")
 
