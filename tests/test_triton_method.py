@@ -211,6 +211,19 @@ def test_a_kernel_that_mentions_the_interpreter_internals_is_flagged_for_review(
     assert "needs review" not in capsys.readouterr().out
 
 
+def test_atomic_stores_are_accounted_too(tmp_path):
+    code = notebook_code("04_triton_softmax").replace(
+        "tl.store(output_ptr + row * output_row_stride + cols, y.to(output_ptr.dtype.element_ty), mask=in_row)",
+        "tl.atomic_add(output_ptr + ((row + 1) % tl.num_programs(0)) * output_row_stride + cols, y, mask=in_row)")
+    path = tmp_path / "atomic.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location("atomic", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(AssertionError, match="program 0 wrote row 1 of the output"):
+        check_softmax_kernel(mod._softmax_kernel, n_rows=3, n_cols=37)
+
+
 def test_ledger_counts_each_lane_once_per_access():
     import numpy as np
     import triton.language as tl

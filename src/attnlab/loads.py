@@ -98,21 +98,23 @@ def record(buffers: dict[str, torch.Tensor]):
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
-    def masked_load(ptrs, mask, other, cache_policy, is_volatile):
-        return load(ptrs, ledger._note(builder.grid_idx, "load", ptrs, mask), other, cache_policy, is_volatile)
+    # the trailing arguments (cache and eviction policies, memory semantics) differ between Triton
+    # versions; only the pointers and the mask matter here, and their positions have not changed
+    def masked_load(ptrs, mask, *rest, **kw):
+        return load(ptrs, ledger._note(builder.grid_idx, "load", ptrs, mask), *rest, **kw)
 
-    def masked_store(ptrs, value, mask, cache_policy):
-        return store(ptrs, value, ledger._note(builder.grid_idx, "store", ptrs, mask), cache_policy)
+    def masked_store(ptrs, value, mask, *rest, **kw):
+        return store(ptrs, value, ledger._note(builder.grid_idx, "store", ptrs, mask), *rest, **kw)
 
-    def atomic_rmw(op, ptr, val, mask, sem, scope):
-        return rmw(op, ptr, val, ledger._note(builder.grid_idx, "store", ptr, mask), sem, scope)
+    def atomic_rmw(op, ptr, val, mask, *rest, **kw):
+        return rmw(op, ptr, val, ledger._note(builder.grid_idx, "store", ptr, mask), *rest, **kw)
 
-    def atomic_cas(ptr, cmp, val, sem, scope):
+    def atomic_cas(ptr, *rest, **kw):
         before = len(ledger.strays)
         ledger._note(builder.grid_idx, "store", ptr, None)
         if len(ledger.strays) > before:  # no mask to switch lanes off: refuse the access itself
             raise MemoryError("tl.atomic_cas on memory outside the kernel's tensors")
-        return cas(ptr, cmp, val, sem, scope)
+        return cas(ptr, *rest, **kw)
 
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
