@@ -224,6 +224,12 @@ def test_atomic_stores_are_accounted_too(tmp_path):
         check_softmax_kernel(mod._softmax_kernel, n_rows=3, n_cols=37)
 
 
+def test_without_an_instrumentable_interpreter_the_method_is_flagged_not_passed_silently(monkeypatch, capsys):
+    monkeypatch.setattr("attnlab.verify.loads_available", lambda: False)
+    check_softmax_kernel(softmax_kernel("04-three-passes"), n_rows=3, n_cols=37)
+    assert "[grader] needs review: this Triton's interpreter cannot be instrumented" in capsys.readouterr().out
+
+
 def test_ledger_counts_each_lane_once_per_access():
     import numpy as np
     import triton.language as tl

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["Access", "Ledger", "record", "check_softmax_reads", "check_flash_reads", "interpreter_internals"]
+__all__ = ["Access", "Ledger", "available", "record", "check_softmax_reads", "check_flash_reads", "interpreter_internals"]
 
 #: Builder methods that touch memory; atomics count as stores (they write).
 _WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
@@ -71,6 +71,16 @@ class Ledger:
         keep = active.copy()
         keep[active] = known
         return type(mask)(keep, mask.dtype) if mask is not None else keep
+
+
+def available() -> bool:
+    """True when this Triton's interpreter has the entry points :func:`record` wraps (Triton 3.x)."""
+    try:
+        from triton.runtime import interpreter as ti
+    except ImportError:
+        return False
+    builder = getattr(ti, "interpreter_builder", None)
+    return builder is not None and all(callable(getattr(builder, name, None)) for name in _WRAPPED)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
                      tolerance)
 from .device import require_interpreter, runtime
 from .grading import guard as _guard
+from .loads import available as loads_available
 from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
 from .reference import lse_dtype, naive_attention, reference_gradients
@@ -252,12 +253,17 @@ def _kernel_device(device: str | None) -> tuple[str, bool]:
     """
     rt = runtime()
     device = device or rt.device
-    if rt.interpret:
-        require_interpreter()
-        if torch.device(device).type != "cpu":
-            raise ValueError(f"device={device!r}: under Triton's interpreter the kernel checks run on the CPU "
-                             f"(device='cpu'); GPU cases run on a GPU")
-    return device, rt.interpret
+    if not rt.interpret:
+        return device, False
+    require_interpreter()
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"device={device!r}: under Triton's interpreter the kernel checks run on the CPU "
+                         f"(device='cpu'); GPU cases run on a GPU")
+    if not loads_available():
+        _flag("this Triton's interpreter cannot be instrumented, so the loads of the kernel (the method of "
+              "notebooks 04 and 05) are not checked; only its results are")
+        return device, False
+    return device, True
 
 
 #: Kernels already scanned (and reported if need be): once per kernel, not once per check.
