@@ -184,9 +184,11 @@ def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, 
 
 
 # %% nbgrader={"grade_id": "triton_softmax", "locked": true}
-# Given: the launcher. It checks x (2-D; float16, bfloat16 or float32), makes it contiguous,
-# allocates y full of NaN (an element your kernel forgets stays NaN) and launches one program
-# per row with BLOCK_SIZE = next_power_of_2(n_cols).
+# Given: the launcher. It checks x (2-D; float32 or float16, and bfloat16 on a GPU only: Triton's
+# CPU interpreter gets bfloat16 wrong), makes it contiguous, allocates y full of NaN (an element
+# your kernel forgets stays NaN) and launches one program per row with
+# BLOCK_SIZE = next_power_of_2(n_cols). Without a GPU the tests also count your kernel's loads:
+# program i must read row i, each column once.
 def triton_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax of a 2-D tensor by your `_softmax_kernel`."""
     return launch.launch_softmax(_softmax_kernel, x)
@@ -219,6 +221,9 @@ print("visible checks passed")
 for seed, n_cols in enumerate((1, 2, 3, 17, 255, 257, 781, 1500)):
     check_softmax_kernel(_softmax_kernel, n_rows=3, n_cols=n_cols, seed=10 + seed)
 check_softmax_kernel(_softmax_kernel, n_rows=9, n_cols=100, seed=30)
+check_softmax_kernel(_softmax_kernel, n_rows=3, n_cols=5000, seed=31)  # wider than any fixed block
+for seed, peak in enumerate(("first", "middle", "last")):  # the row max in the first, a middle, the last column
+    check_softmax_kernel(_softmax_kernel, n_rows=3, n_cols=300, peak=peak, seed=32 + seed)
 if not RUNTIME.interpret:  # sizes that fill a GPU, and 16-bit inputs
     for n_rows, n_cols in ((4096, 1000), (1024, 4097), (300, 16384)):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -238,6 +243,8 @@ print("visible checks passed")
 check_softmax_kernel(_softmax_kernel, n_rows=4, n_cols=37, offset=1000.0, seed=1)
 check_softmax_kernel(_softmax_kernel, n_rows=4, n_cols=37, offset=-1000.0, seed=2)
 check_softmax_kernel(_softmax_kernel, n_rows=5, n_cols=300, offset=90.0, seed=3)
+check_softmax_kernel(_softmax_kernel, n_rows=4, n_cols=300, offset=-30.0, seed=7)  # every value negative
+check_softmax_kernel(_softmax_kernel, n_rows=3, n_cols=1000, offset=-1000.0, peak="last", seed=8)
 if not RUNTIME.interpret:
     check_softmax_kernel(_softmax_kernel, n_rows=2048, n_cols=1000, offset=1000.0, seed=4)
     check_softmax_kernel(_softmax_kernel, n_rows=2048, n_cols=1000, offset=-1000.0, seed=5)

@@ -287,8 +287,11 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, stride_bh, stride_t, T, scale,
 
 # %% nbgrader={"grade_id": "triton_flash_attention", "locked": true}
 # Given: the launcher. It checks q, k, v (same (B, H, T, D), D a power of two >= 16, one device and
-# dtype; block sizes powers of two >= 16), makes them contiguous, allocates O and LSE full of NaN
-# (a row your kernel forgets stays NaN) and launches the grid (cdiv(T, block_m), B * H).
+# dtype: float32 or float16, and bfloat16 on a GPU only, as Triton's CPU interpreter gets bfloat16
+# tl.dot wrong; block sizes powers of two >= 16), makes them contiguous, allocates O and LSE full
+# of NaN (a row your kernel forgets stays NaN) and launches the grid (cdiv(T, block_m), B * H).
+# Without a GPU the tests also count your kernel's loads: K and V in tiles of at most BLOCK_N keys,
+# each key once per program, and no causal tile that lies entirely past the diagonal.
 def triton_flash_attention(q, k, v, causal=False, block_m=64, block_n=64, num_warps=4, num_stages=2):
     """FlashAttention forward by your `_flash_fwd_kernel`: returns (o, lse), lse float32 (B, H, T)."""
     return launch.launch_flash_forward(_flash_fwd_kernel, q, k, v, causal=causal, block_m=block_m,
@@ -327,6 +330,8 @@ for causal in (False, True):
     check_flash_kernel(_flash_fwd_kernel, T=64, D=64, causal=causal, block_m=16, block_n=32, seed=3)
     check_flash_kernel(_flash_fwd_kernel, T=32, B=2, H=3, D=32, causal=causal, seed=4)
     check_flash_kernel(_flash_fwd_kernel, T=16, B=3, H=1, D=32, causal=causal, block_m=16, block_n=16, seed=8)
+    # longer than any fixed block of keys a kernel might get away with on the short cases
+    check_flash_kernel(_flash_fwd_kernel, T=203, H=1, D=16, causal=causal, block_m=64, block_n=32, seed=9)
 if not RUNTIME.interpret:  # sizes that fill a GPU, half precision, the launcher's defaults and more
     for D, dtype in ((64, torch.bfloat16), (128, torch.float16), (128, torch.bfloat16)):
         for causal in (False, True):
@@ -357,6 +362,9 @@ for causal in (False, True):
     check_flash_kernel(_flash_fwd_kernel, T=33, D=16, causal=causal, block_m=16, block_n=16, seed=13)
     check_flash_kernel(_flash_fwd_kernel, T=5, D=16, causal=causal, block_m=16, block_n=16, seed=14)
 check_flash_kernel(_flash_fwd_kernel, T=49, B=2, H=1, D=32, causal=True, block_m=32, block_n=16, seed=15)
+# T a multiple of neither block; causal with block_m > block_n: key tiles fully hidden from some rows
+check_flash_kernel(_flash_fwd_kernel, T=83, H=1, D=16, causal=True, block_m=64, block_n=16, seed=16)
+check_flash_kernel(_flash_fwd_kernel, T=83, H=1, D=16, causal=False, block_m=16, block_n=64, seed=17)
 if not RUNTIME.interpret:
     for T in (1000, 1023, 1025):
         for causal in (False, True):
@@ -379,6 +387,13 @@ print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 check_flash_kernel(_flash_fwd_kernel, T=64, D=16, causal=True, block_m=32, block_n=16, growing=True, seed=21)
 check_flash_kernel(_flash_fwd_kernel, T=48, D=32, causal=False, block_m=16, block_n=32, growing=True, seed=22)
+for causal in (False, True):
+    # every score near -1000: exp underflows to 0 unless the running max starts at -inf
+    check_flash_kernel(_flash_fwd_kernel, T=37, H=1, D=16, causal=causal, offset=-1000.0, seed=24)
+# the row max in the first, a middle and the last (ragged) key tile
+for seed, (peak, causal) in enumerate((("first", True), ("middle", False), ("last", False))):
+    check_flash_kernel(_flash_fwd_kernel, T=50, H=1, D=16, causal=causal, block_m=32, block_n=16, peak=peak,
+                       seed=25 + seed)
 if not RUNTIME.interpret:
     check_flash_kernel(_flash_fwd_kernel, B=2, H=4, T=512, D=64, causal=True, dtype=torch.float32,
                        block_m=64, block_n=64, growing=True, seed=23)

@@ -1,9 +1,49 @@
-"""Typical mistakes in notebook 04 (format: samples/README.md)."""
+"""Typical mistakes in notebook 04 (format: samples/README.md).
+
+Entries whose ``fails`` is empty are not mistakes: they are correct kernels written differently
+from the reference, which must keep every point. The shortcuts at the end give the right numbers
+for every tested width without the method the notebook teaches (one program per row, one masked
+read of the row in one block); the load accounting under the interpreter takes their points.
+"""
+
+from pathlib import Path
 
 from attnlab.grading.samples import Mistake
 
 _NB, _CELL = "04_triton_softmax", "_softmax_kernel"
-_ALL = ("test_softmax_kernel_rows", "test_softmax_kernel_large_values", "test_softmax_kernel_strided_rows")
+_ROWS, _LARGE, _STRIDED = ("test_softmax_kernel_rows", "test_softmax_kernel_large_values",
+                           "test_softmax_kernel_strided_rows")
+_ALL = (_ROWS, _LARGE, _STRIDED)
+
+_REF_SRC = (Path(__file__).resolve().parents[2] / "notebooks" / f"{_NB}.py").read_text()
+_ROW_LINE = "    row = tl.program_id(0).to(tl.int64)  # 64-bit, so row * stride cannot overflow\n"
+_STORE_LINE = ("    tl.store(output_ptr + row * output_row_stride + cols, y.to(output_ptr.dtype.element_ty), "
+               "mask=in_row)\n")
+# the reference body after its first line, up to and including the store
+_AFTER_ROW = _REF_SRC[_REF_SRC.index(_ROW_LINE) + len(_ROW_LINE):_REF_SRC.index(_STORE_LINE) + len(_STORE_LINE)]
+_LOAD = 'x = tl.load(input_ptr + row * input_row_stride + cols, mask=in_row, other=float("-inf"))'
+_MATH = ("    x = x.to(tl.float32)\n    z = x - tl.max(x, axis=0)  # every exponent <= 0: no overflow\n"
+         "    num = tl.exp(z)\n    y = num / tl.sum(num, axis=0)\n")
+
+_ONE_PROGRAM_ALL_ROWS = ("    if tl.program_id(0) == 0:  # program 0 does every row; the others have nothing to do\n"
+                         "        for row in range(0, tl.num_programs(0)):\n"
+                         + "".join("        " + line + "\n" if line.strip() else "\n"
+                                   for line in _AFTER_ROW.splitlines()))
+_THREE_PASSES = ('    ptrs = input_ptr + row * input_row_stride + cols\n'
+                 '    m = tl.max(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32), axis=0)\n'
+                 '    s = tl.sum(tl.exp(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32) - m), axis=0)\n'
+                 '    y = tl.exp(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32) - m) / s\n')
+_TORCH_INTERFACE = '''
+
+class _TorchSoftmax(triton.runtime.KernelInterface):
+    """Looks like a kernel to kernel[grid](...), but runs torch.softmax."""
+
+    def run(self, y, x, *args, grid, warmup, **kwargs):
+        y.copy_(torch.softmax(x.float(), dim=-1).to(y.dtype))
+
+
+_softmax_kernel = _TorchSoftmax()
+'''
 
 MISTAKES = [
     Mistake(
@@ -27,14 +67,60 @@ MISTAKES = [
     Mistake(
         id="04-n-cols-as-stride", notebook=_NB, cell=_CELL,
         edits=(("row * input_row_stride", "row * n_cols"), ("row * output_row_stride", "row * n_cols")),
-        fails=("test_softmax_kernel_strided_rows",),
+        fails=(_STRIDED,),
         why="steps from row to row by n_cols instead of the row strides",
     ),
     Mistake(
         id="04-no-max-subtraction", notebook=_NB, cell=_CELL,
         edits=(("z = x - tl.max(x, axis=0)", "z = x"),),
-        fails=("test_softmax_kernel_large_values",),
+        fails=(_LARGE,),
         why="exponentiates without subtracting the row max: exp overflows (or underflows to 0/0)",
+    ),
+    # shortcuts: right numbers, not the method
+    Mistake(
+        id="04-one-program-all-rows", notebook=_NB, cell=_CELL,
+        edits=((_ROW_LINE + _AFTER_ROW, _ONE_PROGRAM_ALL_ROWS),),
+        fails=_ALL,
+        why="program 0 loops over every row while the other programs idle",
+    ),
+    Mistake(
+        id="04-three-passes", notebook=_NB, cell=_CELL,
+        edits=(("    " + _LOAD + "\n" + _MATH, _THREE_PASSES),),
+        fails=_ALL,
+        why="reads the row three times (max, sum, output) instead of once",
+    ),
+    Mistake(
+        id="04-fixed-block-2048", notebook=_NB, cell=_CELL,
+        edits=(("cols = tl.arange(0, BLOCK_SIZE)", "cols = tl.arange(0, 2048)"),),
+        fails=(_ROWS,),
+        why="a fixed block of 2048 columns instead of BLOCK_SIZE: right only for rows up to 2048 wide",
+    ),
+    Mistake(
+        id="04-unmasked-load-then-where", notebook=_NB, cell=_CELL,
+        edits=((_LOAD, 'x = tl.load(input_ptr + row * input_row_stride + cols)\n'
+                       '    x = tl.where(in_row, x, float("-inf"))'),),
+        fails=_ALL,
+        why="loads the whole block without a mask and hides the padding with tl.where: reads past the row",
+    ),
+    Mistake(
+        id="04-kernel-interface-torch", notebook=_NB, cell=_CELL,
+        edits=((_STORE_LINE, _STORE_LINE + _TORCH_INTERFACE),),
+        fails=_ALL,
+        why="replaces the kernel by a KernelInterface subclass that calls torch.softmax",
+    ),
+    # correct variants
+    Mistake(
+        id="04-ok-exp2", notebook=_NB, cell=_CELL,
+        edits=(("num = tl.exp(z)", "num = tl.exp2(z * 1.4426950408889634)  # exp(z) = 2^(z log2 e)"),),
+        fails=(),
+        why="not a mistake: exp2 with log2(e) folded in is the same softmax",
+    ),
+    Mistake(
+        id="04-ok-masked-load-then-where", notebook=_NB, cell=_CELL,
+        edits=((_LOAD, 'x = tl.load(input_ptr + row * input_row_stride + cols, mask=in_row, other=0.0)\n'
+                       '    x = tl.where(in_row, x, float("-inf"))'),),
+        fails=(),
+        why="not a mistake: a masked load with other=0, then -inf on the padding with tl.where",
     ),
 ]
 

@@ -53,6 +53,91 @@ _SINGLE_PHASE_BODY = '''    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[
 '''
 
 
+# Every key in one block of 64: right while T <= 64 (all the CPU tests before T = 203 were).
+_WHOLE_ROW_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    offs_n = tl.arange(0, 64)  # every key at once
+    kv_offs = offs_n[:, None] * stride_t + offs_d[None, :]
+    k = tl.load(K + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+    v = tl.load(V + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+    s = tl.dot(q, tl.trans(k)) * scale
+    ok = offs_n[None, :] < T
+    if CAUSAL:
+        ok = ok & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(ok, s, float("-inf"))
+    m_i = tl.max(s, axis=1)
+    p = tl.exp(s - m_i[:, None])
+    l_i = tl.sum(p, axis=1)
+    o = tl.dot(p.to(v.dtype), v) / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+"""
+
+# A first pass over the key tiles for the row max, a second for the sum and acc: no rescale, K read twice.
+_TWO_PASS_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if CAUSAL:
+        end = tl.minimum(start_m + BLOCK_M, T)
+    else:
+        end = T
+    for start_n in range(0, end, BLOCK_N):  # pass 1: the max
+        offs_n = start_n + offs_j
+        k = tl.load(K + offs_n[:, None] * stride_t + offs_d[None, :], mask=offs_n[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        ok = offs_n[None, :] < T
+        if CAUSAL:
+            ok = ok & (offs_n[None, :] <= offs_m[:, None])
+        m_i = tl.maximum(m_i, tl.max(tl.where(ok, s, float("-inf")), axis=1))
+    for start_n in range(0, end, BLOCK_N):  # pass 2: the sum and acc against the final max
+        offs_n = start_n + offs_j
+        kv_offs = offs_n[:, None] * stride_t + offs_d[None, :]
+        k = tl.load(K + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+        v = tl.load(V + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        ok = offs_n[None, :] < T
+        if CAUSAL:
+            ok = ok & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.exp(tl.where(ok, s, float("-inf")) - m_i[:, None])
+        l_i += tl.sum(p, axis=1)
+        acc += tl.dot(p.to(v.dtype), v)
+    o = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+"""
+
+# Correct, in another order: key tiles from the last one down to the first, so a row can meet a
+# fully masked tile before any visible key; the m = -inf guard keeps that exact. K is loaded
+# already transposed, as a (HEAD_DIM, BLOCK_N) block.
+_REVERSED_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if CAUSAL:
+        end = tl.minimum(start_m + BLOCK_M, T)
+    else:
+        end = T
+    n_tiles = tl.cdiv(end, BLOCK_N)
+    for i in range(0, n_tiles):
+        start_n = (n_tiles - 1 - i) * BLOCK_N  # last tile first
+        offs_n = start_n + offs_j
+        kt = tl.load(K + offs_n[None, :] * stride_t + offs_d[:, None], mask=offs_n[None, :] < T, other=0.0)
+        v = tl.load(V + offs_n[:, None] * stride_t + offs_d[None, :], mask=offs_n[:, None] < T, other=0.0)
+        s = tl.dot(q, kt) * scale
+        ok = offs_n[None, :] < T
+        if CAUSAL:
+            ok = ok & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+"""
+
+
 MISTAKES = [
     Mistake(
         id="05-no-rescale", notebook=_NB, cell=_CELL,
@@ -101,21 +186,55 @@ MISTAKES = [
         id="05-unmasked-store", notebook=_NB, cell=_CELL,
         edits=(("o.to(O.dtype.element_ty), mask=row_ok[:, None])", "o.to(O.dtype.element_ty))"),
                ("tl.store(LSE + offs_m, lse, mask=row_ok)", "tl.store(LSE + offs_m, lse)")),
-        fails=(_RAG,),
+        fails=_ALL,
         why="stores the padded rows beyond T: into the next head, or past the end of O and LSE",
     ),
     Mistake(
         id="05-unmasked-kv-load", notebook=_NB, cell=_CELL,
         edits=(("k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)", "k = tl.load(K + kv_offs)"),
                ("v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)", "v = tl.load(V + kv_offs)")),
-        fails=(_RAG, _GROW),
+        fails=_ALL,
         why="loads K and V past the last key without a mask, trusting the score mask alone",
     ),
+    Mistake(
+        id="05-max-init-zero", notebook=_NB, cell=_CELL,
+        edits=(('m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)',
+                "m_i = tl.zeros([BLOCK_M], dtype=tl.float32)"),),
+        fails=(_GROW,),
+        why="starts the running max at 0 instead of -inf: rows whose scores are all near -1000 give 0/0",
+    ),
+    # shortcuts: right numbers on small inputs, not the method
+    Mistake(
+        id="05-whole-kv-row", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _WHOLE_ROW_BODY),),
+        fails=_ALL,
+        why="loads every key and value as one block of 64 instead of tiles of BLOCK_N: right only while T <= 64",
+    ),
+    Mistake(
+        id="05-two-pass", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _TWO_PASS_BODY),),
+        fails=_ALL,
+        why="a pass over K for the row max, then a second pass for the sum: no online rescale, K read twice",
+    ),
+    Mistake(
+        id="05-causal-no-skip", notebook=_NB, cell=_CELL,
+        edits=(("hi = tl.minimum(start_m + BLOCK_M, T)     # keys after the last row are never needed",
+                "hi = T  # every tile, the hidden ones masked"),),
+        fails=_ALL,
+        why="loads the causal tiles above the diagonal and masks them instead of skipping them",
+    ),
+    # correct variants
     Mistake(
         id="05-ok-single-phase-exp", notebook=_NB, cell=_CELL,
         edits=((_REF_BODY, _SINGLE_PHASE_BODY),),
         fails=(),
         why="not a mistake: one masked loop with tl.exp and no guard is correct, only slower on a GPU",
+    ),
+    Mistake(
+        id="05-ok-reversed-tiles", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _REVERSED_BODY),),
+        fails=(),
+        why="not a mistake: key tiles from the last to the first (with the -inf guard), K loaded transposed",
     ),
 ]
 

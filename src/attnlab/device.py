@@ -1,17 +1,30 @@
 """Where the course's code runs: a CUDA GPU, or Triton's CPU interpreter.
 
 Triton decides at decoration time whether a ``@triton.jit`` function is compiled for the GPU or
-run by its NumPy interpreter, from the ``TRITON_INTERPRET`` environment variable. So :func:`init`
-must run before any cell defines a kernel: every notebook calls it in its first code cell.
+run by its NumPy interpreter, from the ``TRITON_INTERPRET`` environment variable; its own
+library (``tl.zeros``, ``tl.sum``, ``tl.max``... are ``@triton.jit`` functions too) is decorated
+when ``triton`` is first imported. So :func:`init` runs in every notebook's first code cell, and
+when a learner imported ``triton`` before it, :func:`init` converts what was already decorated
+(Triton's library, and kernels at launch through :func:`runnable_kernel`), so the grade does not
+depend on import order.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import types
 from dataclasses import dataclass
+
+__all__ = ["Runtime", "init", "runtime", "interpreter_problem", "require_interpreter", "runnable_kernel",
+           "is_kernel", "is_interpreted", "FORCE_ENV"]
 
 #: Set to ``cpu`` to force the interpreter on a machine that has a GPU (handy when debugging a kernel).
 FORCE_ENV = "ATTNLAB_DEVICE"
+
+#: What a learner reads when interpreter mode cannot be switched on in this Python process.
+_RESTART = ("Restart the kernel (Kernel > Restart) and run the set-up cell before any other cell; "
+            "in a notebook you hand in, put nothing that imports triton above the set-up cell.")
 
 
 @dataclass(frozen=True)
@@ -54,11 +67,151 @@ def runtime() -> Runtime:
     return Runtime("cuda", False, torch.cuda.get_device_name())
 
 
+# ------------------------------------------------------------------------ switching after import
+def _jit_types():
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction, InterpretedFunction
+
+
+#: compiled-mode JITFunction id -> (that JITFunction, its InterpretedFunction): one conversion each,
+#: so identity comparisons inside Triton (``combine_fn is tl.standard._sum_combine``) still hold.
+_CONVERTED: dict[int, tuple[object, object]] = {}
+
+
+def _interpreted(fn):
+    """The InterpretedFunction for a compiled-mode ``JITFunction`` (made once per function)."""
+    _, interpreted_cls = _jit_types()
+    hit = _CONVERTED.get(id(fn))
+    if hit is None or hit[0] is not fn:
+        # the interpreter ignores specialisation and inlining hints: the Python function is all it needs
+        new = interpreted_cls(fn.fn)
+        hit = _CONVERTED[id(fn)] = (fn, new)
+    return hit[1]
+
+
+def _convert_namespace(ns: dict, owner=None) -> int:
+    """Replace every compiled-mode ``JITFunction`` value of ``ns`` (a module's or class's dict) by
+    its interpreted twin; returns how many were replaced."""
+    jit_cls, _ = _jit_types()
+    n = 0
+    for name, value in list(ns.items()):
+        if type(value) is not jit_cls:
+            continue
+        new = _interpreted(value)
+        if owner is None:
+            ns[name] = new
+        else:
+            # a tensor method (x.sum()): Triton installs a plain forwarding function in interpreter
+            # mode, because an InterpretedFunction is not a descriptor that binds ``self``
+            def member(*args, _fn=new, **kwargs):
+                return _fn(*args, **kwargs)
+
+            member.__name__ = name
+            setattr(owner, name, member)
+        n += 1
+    return n
+
+
+def _switch_triton_library() -> int:
+    """Convert the ``@triton.jit`` functions of every loaded ``triton`` module (and the classes
+    they define, e.g. ``tl.tensor``'s methods) to interpreted ones. Returns how many changed."""
+    n = 0
+    for name, mod in list(sys.modules.items()):
+        if not isinstance(mod, types.ModuleType) or not (name == "triton" or name.startswith("triton.")):
+            continue
+        n += _convert_namespace(vars(mod))
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                n += _convert_namespace(dict(vars(value)), owner=value)
+    return n
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton kernels cannot run through the interpreter in this process, or None when they can
+    (or when the GPU is in use). Cheap: looks at ``tl.zeros``, one of Triton's own jit functions."""
+    if not runtime().interpret or "triton" not in sys.modules:
+        return None
+    try:
+        import triton.language as tl
+
+        jit_cls, _ = _jit_types()
+    except Exception as exc:  # noqa: BLE001 (a broken Triton install: say what it was)
+        return f"Triton cannot be imported: {type(exc).__name__}: {exc}"
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return ("TRITON_INTERPRET=1 is not set, so Triton compiles kernels for a GPU that is not "
+                "there. " + _RESTART)
+    if type(tl.zeros) is jit_cls:
+        return ("Triton was imported before interpreter mode was switched on, and its library could "
+                "not be converted (tl.zeros is still compiled for a GPU). " + _RESTART)
+    return None
+
+
+def require_interpreter() -> None:
+    """Make sure Triton kernels can run through the interpreter, switching it on (:func:`init`) if a
+    learner's code imported Triton first; raise ``RuntimeError`` with :func:`interpreter_problem`'s
+    plain explanation where that is impossible."""
+    problem = interpreter_problem()
+    if problem:
+        init(verbose=False)
+        problem = interpreter_problem()
+    if problem:
+        raise RuntimeError(f"Triton's interpreter is not active in this Python process: {problem}")
+
+
+def is_kernel(obj) -> bool:
+    """True for exactly a ``@triton.jit`` function: ``triton.runtime.jit.JITFunction`` or, under the
+    interpreter, ``InterpretedFunction``. Subclasses and other ``KernelInterface`` objects are not
+    kernels: their launch can run any Python (a ``torch.softmax`` included)."""
+    try:
+        jit_cls, interpreted_cls = _jit_types()
+    except ImportError:
+        return False
+    return type(obj) is jit_cls or type(obj) is interpreted_cls
+
+
+def is_interpreted(kernel) -> bool:
+    """True when ``kernel`` runs through Triton's CPU interpreter (an ``InterpretedFunction``)."""
+    try:
+        _, interpreted_cls = _jit_types()
+    except ImportError:
+        return False
+    return type(kernel) is interpreted_cls
+
+
+def runnable_kernel(kernel):
+    """``kernel`` ready to launch in the current mode.
+
+    Under the interpreter, a kernel decorated while Triton was still in GPU mode (its cell ran
+    before the set-up cell) is converted, with the ``@triton.jit`` helpers of its module, instead of
+    failing with Triton's "Cannot call @triton.jit'd outside of the scope of a kernel".
+
+    Raises:
+        TypeError: ``kernel`` is not exactly a ``@triton.jit`` function.
+    """
+    if not is_kernel(kernel):
+        kind = type(kernel)
+        raise TypeError(f"the kernel must be a @triton.jit function (exactly triton.runtime.jit.JITFunction), "
+                        f"got {kind.__qualname__}. Decorate the kernel's def with @triton.jit and nothing "
+                        f"else: a wrapper or a subclass of Triton's kernel classes can run any Python when "
+                        f"launched, so it is not graded as a kernel.")
+    jit_cls, _ = _jit_types()
+    # cheap on a GPU (no device query beyond is_available): the bench cells launch through here
+    if type(kernel) is jit_cls and (os.environ.get("TRITON_INTERPRET") == "1" or not _gpu_available()):
+        _switch_triton_library()
+        _convert_namespace(kernel.fn.__globals__)
+        return _interpreted(kernel)
+    return kernel
+
+
 def init(verbose: bool = True) -> Runtime:
     """Pick GPU or interpreter mode, switch Triton accordingly, and say which one is active.
 
-    Call it before any ``@triton.jit`` decorator runs: the interpreter switch has no effect on
-    kernels defined earlier.
+    Kernels defined after this call follow the mode. When ``triton`` was already imported (a
+    learner's own ``import triton`` above the set-up cell), its library is converted to interpreted
+    functions as well; if that is impossible, a plain explanation is printed and every Triton
+    check raises it (:func:`require_interpreter`).
 
     Returns:
         The :class:`Runtime` in force.
@@ -66,6 +219,14 @@ def init(verbose: bool = True) -> Runtime:
     if not _gpu_available():
         os.environ["TRITON_INTERPRET"] = "1"
     rt = runtime()
+    if rt.interpret and "triton" in sys.modules:
+        try:
+            _switch_triton_library()
+        except Exception:  # noqa: BLE001 (reported below, in words)
+            pass
     if verbose:
         print(rt.describe())
+        problem = interpreter_problem()
+        if problem:
+            print(f"WARNING: Triton kernels cannot run in this session. {problem}")
     return rt

@@ -6,11 +6,18 @@ The notebooks wrap these around the learner's kernels (``triton_softmax`` and
 - softmax: grid (n_rows,), one program per row, ``BLOCK_SIZE = next_power_of_2(n_cols)``;
 - flash forward: grid (cdiv(T, BLOCK_M), B*H), contiguous (B, H, T, D) inputs, so
   ``stride_bh = T*D`` and ``stride_t = D``; LSE is float32 of shape (B, H, T).
+
+Every public function here either computes the right result for the tensors it is given or
+refuses them with an error that names the argument: a stride the kernel cannot follow, a device
+the kernel does not run on, or bfloat16 under Triton's CPU interpreter (whose ``tl.dot`` and
+arithmetic on bfloat16 are wrong).
 """
 
 from __future__ import annotations
 
 import torch
+
+from .device import is_interpreted, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
@@ -39,25 +46,70 @@ def _softmax_warps(block_size: int) -> int:
     return 4 if block_size < 2048 else 8 if block_size < 8192 else 16
 
 
-def _require_jit(kernel, what: str) -> None:
-    """Only a ``@triton.jit`` function is a kernel: anything else (a Python function calling torch)
-    would pass the checks without being the kernel the notebook asks for."""
-    from triton.runtime.jit import KernelInterface
+def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
+    """One dtype among float16/bfloat16/float32, one device, and a device the kernel runs on."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    first = next(iter(tensors.values()))
+    for name, t in tensors.items():
+        if t.device != first.device:
+            raise ValueError(f"{where}: all tensors must be on one device; {name} is on {t.device}, "
+                             f"{next(iter(tensors))} on {first.device}")
+    dtype = first.dtype
+    if dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"{where}: dtype {dtype} not supported; use float16, bfloat16 (GPU only) or float32")
+    if is_interpreted(kernel):
+        if first.device.type not in ("cpu", "cuda"):  # the interpreter reads raw addresses
+            raise ValueError(f"{where}: tensors on {first.device} have no memory Triton's interpreter can "
+                             f"read; use CPU tensors")
+        if dtype == torch.bfloat16:
+            raise TypeError(
+                f"{where}: bfloat16 does not work under Triton's CPU interpreter (TRITON_INTERPRET=1): it "
+                f"holds bfloat16 values as raw 16-bit integers, so tl.dot and arithmetic on them give "
+                f"wrong numbers (off by ~1e9). Use float32 (or float16) on the CPU; bfloat16 runs on a GPU.")
+    elif first.device.type != "cuda":
+        raise ValueError(f"{where}: the tensors are on {first.device}, but Triton compiles this kernel for "
+                         f"the GPU: move them to 'cuda' (or switch to the interpreter with attnlab.init() "
+                         f"before the kernel is defined, on a machine without a GPU)")
 
-    if not isinstance(kernel, KernelInterface):
-        raise TypeError(f"{what} must be a @triton.jit function, got {type(kernel).__name__}")
 
-
+# ---------------------------------------------------------------------------------------- softmax
 def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Launch ``kernel`` on 2-D ``x`` into ``y`` as given (their row strides may exceed n_cols).
+    """Launch ``kernel`` on 2-D ``x`` into ``y`` as given: grid (n_rows,), BLOCK_SIZE the next power
+    of two of n_cols. Rows may be further apart than n_cols (``x.stride(0)``, ``y.stride(0)``),
+    but each row's columns must be adjacent in memory, as the kernel reads them.
+
+    Args:
+        kernel: a ``@triton.jit`` function with the ``_softmax_kernel`` signature.
+        x: (n_rows, n_cols) float16, bfloat16 (GPU only) or float32; column stride 1.
+        y: like ``x`` (same shape, dtype, device), column stride 1, rows that do not overlap.
+
+    Returns:
+        ``y``, written by the kernel.
 
     Raises:
-        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+        TypeError: ``kernel`` is not a ``@triton.jit`` function; an unsupported dtype (bfloat16
+            under the interpreter included).
+        ValueError: shapes differ, a column stride is not 1, output rows overlap, or the device is
+            not one the kernel runs on.
     """
     import triton
 
-    _require_jit(kernel, "_softmax_kernel")
+    kernel = runnable_kernel(kernel)
+    _check_kernel_inputs(kernel, {"x": x, "y": y}, "run_softmax_kernel")
+    if x.dim() != 2 or y.shape != x.shape or y.dtype != x.dtype:
+        raise ValueError(f"run_softmax_kernel: x and y must be 2-D of one shape and dtype, got x "
+                         f"{tuple(x.shape)} {x.dtype} and y {tuple(y.shape)} {y.dtype}")
     n_rows, n_cols = x.shape
+    for name, t in (("x", x), ("y", y)):
+        if n_cols > 1 and t.stride(1) != 1:
+            raise ValueError(f"run_softmax_kernel: {name} has strides {tuple(t.stride())}: the kernel reads "
+                             f"the columns of a row as adjacent elements (column stride 1); pass "
+                             f"{name}.contiguous() (for x; for y allocate a contiguous output)")
+    if n_rows > 1 and y.stride(0) < n_cols:
+        raise ValueError(f"run_softmax_kernel: rows of y overlap (row stride {y.stride(0)} < n_cols = "
+                         f"{n_cols}): every program would write over its neighbour's row")
     block = triton.next_power_of_2(n_cols)
     kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_cols, BLOCK_SIZE=block,
                       num_warps=_softmax_warps(block))
@@ -70,29 +122,45 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     Args:
         kernel: a ``@triton.jit`` function with signature
             ``(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE)``.
-        x: (n_rows, n_cols) float16, bfloat16 or float32; made contiguous first.
+        x: (n_rows, n_cols) float16, bfloat16 (GPU only) or float32, any strides (a contiguous
+            copy is taken when its columns are not adjacent).
 
     Returns:
-        y: like ``x``; allocated full of NaN, so any element the kernel does not write stays NaN
-        (with one spare block after it, so an unmasked store cannot corrupt other memory).
+        y: like ``x``, contiguous; allocated full of NaN, so any element the kernel does not write
+        stays NaN (with one spare block after it, so an unmasked store cannot corrupt other memory).
 
     Raises:
-        TypeError: ``x`` is not a floating tensor of a supported dtype.
+        TypeError: ``x`` is not a floating tensor of a supported dtype (bfloat16 under the
+            interpreter included), or ``kernel`` is not a ``@triton.jit`` function.
         ValueError: ``x`` is not 2-D or has no columns.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"triton_softmax: x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"triton_softmax: x must be 2-D (n_rows, n_cols), got shape {tuple(x.shape)}")
-    if x.dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"triton_softmax: dtype {x.dtype} not supported; use float16, bfloat16 or float32")
     if x.shape[1] == 0:
         raise ValueError("triton_softmax: x has no columns")
+    if x.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"triton_softmax: dtype {x.dtype} not supported; use float16, bfloat16 (GPU only) "
+                        f"or float32")
+    kernel = runnable_kernel(kernel)
+    _check_kernel_inputs(kernel, {"x": x}, "triton_softmax")
     import triton
 
     x = x.contiguous()
     y = _poisoned_with_tail(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
     return run_softmax_kernel(kernel, x, y)
+
+
+# ---------------------------------------------------------------------------------------- flash
+def _validate_blocks(d: int, block_m, block_n) -> None:
+    if not _is_pow2(d) or d < 16:
+        raise ValueError(f"triton_flash_attention: head dim D={d} must be a power of two >= 16 "
+                         f"(tl.arange and tl.dot need it)")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if not _is_pow2(b) or b < 16:
+            raise ValueError(f"triton_flash_attention: {name}={b!r} must be a power of two >= 16 "
+                             f"(tl.arange needs a power of two; tl.dot needs at least 16)")
 
 
 def _validate_flash(q, k, v, block_m, block_n):
@@ -104,29 +172,51 @@ def _validate_flash(q, k, v, block_m, block_n):
                          f"(B, H, T, D), got q {tuple(q.shape)}, k {tuple(k.shape)}")
     if q.dtype not in _KERNEL_DTYPES:
         raise TypeError(f"triton_flash_attention: dtype {q.dtype} not supported; "
-                        f"use float16, bfloat16 or float32")
-    d = q.shape[-1]
-    if not _is_pow2(d) or d < 16:
-        raise ValueError(f"triton_flash_attention: head dim D={d} must be a power of two >= 16 "
-                         f"(tl.arange and tl.dot need it)")
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not _is_pow2(b) or b < 16:
-            raise ValueError(f"triton_flash_attention: {name}={b!r} must be a power of two >= 16 "
-                             f"(tl.arange needs a power of two; tl.dot needs at least 16)")
+                        f"use float16, bfloat16 (GPU only) or float32")
+    _validate_blocks(q.shape[-1], block_m, block_n)
 
 
 def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_warps=4, num_stages=2):
-    """Launch ``kernel`` on contiguous q, k, v into the given o (B, H, T, D) and lse (B, H, T).
+    """Launch ``kernel`` into the given ``o`` and ``lse``: grid (cdiv(T, block_m), B*H),
+    ``stride_bh = T*D``, ``stride_t = D``, ``scale = D ** -0.5``.
+
+    The kernel's contract has one pair of strides for Q, K, V and O, so all four must be
+    contiguous (B, H, T, D) tensors of one shape; a transposed or sliced view is refused, never
+    read with another tensor's strides.
+
+    Args:
+        kernel: a ``@triton.jit`` function with the ``_flash_fwd_kernel`` signature.
+        q, k, v, o: contiguous (B, H, T, D), one dtype among float16, bfloat16 (GPU only), float32.
+        lse: contiguous (B, H, T) float32.
+        causal, block_m, block_n, num_warps, num_stages: as :func:`launch_flash_forward`.
+
+    Returns:
+        (o, lse), written by the kernel.
 
     Raises:
-        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+        TypeError: ``kernel`` is not a ``@triton.jit`` function; an unsupported dtype.
+        ValueError: a shape, stride (non-contiguous tensor), block size or device the kernel cannot use.
     """
     import triton
 
-    _require_jit(kernel, "_flash_fwd_kernel")
+    kernel = runnable_kernel(kernel)
+    _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v, "o": o}, "run_flash_kernel")
+    _validate_flash(q, k, v, block_m, block_n)
     B, H, T, D = q.shape
+    if o.shape != q.shape or o.dtype != q.dtype:
+        raise ValueError(f"run_flash_kernel: o must be {tuple(q.shape)} {q.dtype}, got {tuple(o.shape)} {o.dtype}")
+    if not isinstance(lse, torch.Tensor) or lse.shape != (B, H, T) or lse.dtype != torch.float32 \
+            or lse.device != q.device:
+        got = f"{tuple(lse.shape)} {lse.dtype} on {lse.device}" if isinstance(lse, torch.Tensor) else type(lse).__name__
+        raise ValueError(f"run_flash_kernel: lse must be ({B}, {H}, {T}) float32 on {q.device}, got {got}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse)):
+        if not t.is_contiguous():
+            raise ValueError(f"run_flash_kernel: {name} is not contiguous (strides {tuple(t.stride())}): the "
+                             f"kernel addresses every tensor with stride_bh = T*D and stride_t = D; pass "
+                             f"{name}.contiguous()")
     grid = (triton.cdiv(T, block_m), B * H)
-    kernel[grid](q, k, v, o, lse, q.stride(1), q.stride(2), T, D ** -0.5,
+    # strides from the shape, not from q.stride(): torch leaves the stride of a size-1 dim arbitrary
+    kernel[grid](q, k, v, o, lse, T * D, D, T, D ** -0.5,
                  CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D,
                  num_warps=num_warps, num_stages=num_stages)
     return o, lse
@@ -138,8 +228,9 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
     Args:
         kernel: a ``@triton.jit`` function with signature ``(Q, K, V, O, LSE, stride_bh, stride_t, T,
             scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM)``.
-        q, k, v: (B, H, T, D), one dtype among float16, bfloat16, float32, on one device; D a power
-            of two >= 16. Made contiguous, so ``stride_bh = T*D`` and ``stride_t = D``.
+        q, k, v: (B, H, T, D), any strides, one dtype among float16, bfloat16 (GPU only), float32,
+            on one device; D a power of two >= 16. Made contiguous, so ``stride_bh = T*D`` and
+            ``stride_t = D``.
         causal: top-left aligned causal mask (query i sees keys j <= i).
         block_m, block_n: query and key tile sizes, powers of two >= 16.
         num_warps, num_stages: passed to Triton (ignored by the interpreter).
@@ -152,6 +243,8 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
         TypeError, ValueError: naming the argument that is wrong (see ``validate_qkv`` too).
     """
     _validate_flash(q, k, v, block_m, block_n)
+    kernel = runnable_kernel(kernel)
+    _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v}, "triton_flash_attention")
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = _poisoned_with_tail(q.shape, block_m * q.shape[-1], q.dtype, q.device)
     lse = _poisoned_with_tail(q.shape[:3], block_m, torch.float32, q.device)

@@ -7,6 +7,7 @@ same way for the visible and the hidden tests. Every reference comes from this p
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -15,15 +16,18 @@ from torch.autograd.gradcheck import GradcheckError
 from . import launch
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
-from .device import runtime
+from .device import require_interpreter, runtime
 from .grading import guard as _guard
 from .hints import causal_alignment_hint
+from .loads import available as loads_available
+from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
+from .review import flag as _flag
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
     "check_attention_gradcheck",
-    "check_softmax_kernel", "check_flash_kernel", "call_limit_s",
+    "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores",
 ]
 
 #: Learner functions that already ran out of time: later checks fail at once instead of waiting again.
@@ -243,10 +247,57 @@ def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: 
 
 # ---------------------------------------------------------------------------------------------- 04
 _GUARD = -4096.0  # exactly representable in every float dtype; written where a kernel must not write
+_PEAKS = ("first", "middle", "last")
+
+
+def _kernel_device(device: str | None) -> tuple[str, bool]:
+    """The device for a Triton check and whether its loads are accounted (under the interpreter).
+
+    Raises:
+        RuntimeError: interpreter mode is needed but cannot work in this process (see
+            :func:`attnlab.device.require_interpreter`).
+        ValueError: a CUDA device under the interpreter, where the checks account loads on the CPU.
+    """
+    rt = runtime()
+    device = device or rt.device
+    if not rt.interpret:
+        return device, False
+    require_interpreter()
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"device={device!r}: under Triton's interpreter the kernel checks run on the CPU "
+                         f"(device='cpu'); GPU cases run on a GPU")
+    if not loads_available():
+        _flag("this Triton's interpreter cannot be instrumented, so the loads of the kernel (the method of "
+              "notebooks 04 and 05) are not checked; only its results are")
+        return device, False
+    return device, True
+
+
+#: Kernels already scanned (and reported if need be): once per kernel, not once per check.
+_SCANNED: dict[int, object] = {}
+
+
+def _flag_internals(kernel, what: str, notebook: str) -> None:
+    """Report a kernel that mentions Triton's interpreter internals: its loads may bypass the accounting."""
+    if _SCANNED.get(id(kernel)) is kernel or not hasattr(kernel, "fn"):
+        return
+    _SCANNED[id(kernel)] = kernel
+    hits = interpreter_internals(kernel)
+    if hits:
+        _flag(f"{what} refers to Triton's interpreter internals ({', '.join(hits)}): the load accounting of "
+              f"notebook {notebook} cannot vouch for how it reads memory")
+
+
+def _peak_index(peak: str | None, n: int) -> int | None:
+    if peak is None:
+        return None
+    if peak not in _PEAKS:
+        raise ValueError(f"peak must be one of {_PEAKS} or None, got {peak!r}")
+    return {"first": 0, "middle": n // 2, "last": n - 1}[peak]
 
 
 def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float32, offset: float = 0.0,
-                         padded: bool = False, seed: int = 0, device: str | None = None):
+                         padded: bool = False, peak: str | None = None, seed: int = 0, device: str | None = None):
     """Check a ``_softmax_kernel`` through the course launcher against ``torch.softmax`` in float64.
 
     The kernel is launched as ``triton_softmax`` launches it (grid (n_rows,), BLOCK_SIZE the next
@@ -254,32 +305,50 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     one whole block, so an unmasked load or store stays inside memory the check owns. Every output
     element the kernel must not write holds a guard value; changing one fails the check.
 
+    Under Triton's interpreter the check also accounts every load and store
+    (:func:`attnlab.loads.check_softmax_reads`): program i must read row i only, each column once,
+    and nothing past it (notebook 04's method: one program per row, one read of the row).
+
     Args:
         n_rows, n_cols: input shape; n_cols need not be a power of two.
-        offset: added to every input (a large offset overflows exp unless the max is subtracted).
+        dtype: float32, float16, or bfloat16 (GPU only: the launcher refuses it under the interpreter).
+        offset: added to every input (+1000 overflows exp unless the max is subtracted; a negative
+            offset makes every value of the row negative, so a padding of 0 would win the max).
         padded: give input and output rows a stride larger than n_cols; the input's padding holds
             large values a kernel must not read, the output's a guard value it must not overwrite.
+        peak: ``"first"``, ``"middle"`` or ``"last"``: put each row's maximum in that column.
         device: defaults to the runtime's (``cuda`` on a GPU, ``cpu`` under the interpreter).
+
+    Raises:
+        AssertionError: a wrong value, a write outside the output, or a load the method forbids;
+            the message names the case, the program and the rule.
     """
     import triton
 
-    device = device or runtime().device
+    device, accounted = _kernel_device(device)
     case = Case(n_rows=n_rows, n_cols=n_cols, dtype=str(dtype).replace("torch.", ""), offset=offset,
                 padded=padded)
-    x64 = randn(n_rows, n_cols, seed=seed) * 3.0 + offset
+    x64 = randn(n_rows, n_cols, seed=seed) * 3.0
+    col = _peak_index(peak, n_cols)
+    if col is not None:
+        x64[:, col] = x64.max() + 4.0
+        case["peak"] = peak
+    x64 += offset
     x = x64.to(device=device, dtype=dtype)
     expected = torch.softmax(x.to(torch.float64), dim=-1).cpu()
     # padded: rows of input and output are further apart than n_cols, by different amounts, so a
     # kernel must use each row stride where it belongs
+    block = triton.next_power_of_2(n_cols)
     x_width, width = (n_cols + 7, n_cols + 3) if padded else (n_cols, n_cols)
-    size = n_rows * width + triton.next_power_of_2(n_cols)
-    x_buf = torch.full((n_rows * x_width + triton.next_power_of_2(n_cols),), 1e4, dtype=dtype, device=device)
+    size = n_rows * width + block
+    x_buf = torch.full((n_rows * x_width + block,), 1e4, dtype=dtype, device=device)
     x_in = x_buf[:n_rows * x_width].view(n_rows, x_width)[:, :n_cols]
     x_in.copy_(x)
     y_buf = torch.full((size,), _GUARD, dtype=dtype, device=device)
     y = y_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
     y.fill_(float("nan"))
-    _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, _key=kernel)
+    with record({"input": x_buf, "output": y_buf}) if accounted else contextlib.nullcontext() as ledger:
+        _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     outside = torch.ones(size, dtype=torch.bool, device=device)
@@ -292,40 +361,77 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
                  else f"in row {row}, column {col} >= n_cols")
         raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. "
                              f"Mask the store with the columns < n_cols, and step rows by output_row_stride.")
+    if ledger is not None:
+        _flag_internals(kernel, "_softmax_kernel", "04")
+        check_softmax_reads(ledger, n_rows=n_rows, n_cols=n_cols, x_width=x_width, y_width=width,
+                            block_size=block, where=f"_softmax_kernel [{case}]")
     # no dot product here, so no tf32: float32 is held to 1e-5 on a GPU too
     assert_close(y.cpu(), expected, name="softmax", case=case,
                  tol=1e-5 if dtype == torch.float32 else tolerance(dtype, device))
 
 
 # ---------------------------------------------------------------------------------------------- 05
-def _tail_room(t: torch.Tensor, extra: int) -> torch.Tensor:
-    """A contiguous copy of ``t`` followed in memory by ``extra`` NaN elements (reads past the end stay in bounds)."""
+def _tail_room(t: torch.Tensor, extra: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A contiguous copy of ``t`` followed in memory by ``extra`` NaN elements (reads past the end
+    stay in bounds), and the whole buffer holding both."""
     buf = torch.full((t.numel() + extra,), float("nan"), dtype=t.dtype, device=t.device)
     out = buf[:t.numel()].view(t.shape)
     out.copy_(t)
-    return out
+    return out, buf
+
+
+def shape_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: float = 0.0,
+                 peak_key: int | None = None, bump: float = 8.0) -> None:
+    """Shift every score by ``offset`` and raise the scores of key ``peak_key`` by ``bump`` (in place).
+
+    q[..., 0] is set to 1 and k[..., 0] to ``offset / scale`` (plus ``bump / scale`` at the peak
+    key), so score (i, j) = offset (+ bump) + the rest of the dot product. A constant shift leaves
+    O unchanged and moves the LSE by ``offset``: at offset -1000 every exp underflows unless the
+    running max starts at -inf and is subtracted (a max started at 0 gives 0/0).
+    """
+    q[..., 0] = 1.0
+    k[..., 0] = offset / scale
+    if peak_key is not None:
+        k[..., peak_key, 0] += bump / scale
 
 
 def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, causal: bool = False,
                        block_m: int = 16, block_n: int = 16, dtype=torch.float32, seed: int = 0,
-                       growing: bool = False, num_warps: int = 4, num_stages: int = 2,
-                       device: str | None = None):
+                       growing: bool = False, offset: float = 0.0, peak: str | None = None,
+                       num_warps: int = 4, num_stages: int = 2, device: str | None = None):
     """Check a ``_flash_fwd_kernel`` through the course launcher against ``naive_attention`` in float64.
 
     The outputs are NaN-poisoned and followed in memory by guard values: a row the kernel forgets
     to write stays NaN, and a store past the last row (padded rows beyond T) changes a guard.
     The inputs too are followed by one tile of NaN: a kernel that reads K or V past the last key
     without a mask gets NaN in its output (0 * NaN is NaN), as it may get garbage on a GPU.
-    Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16.
+    Under Triton's interpreter every load is accounted (:func:`attnlab.loads.check_flash_reads`):
+    K and V in tiles of at most ``block_n`` keys, each key once per program, no causal tile past
+    the diagonal.
+
+    Args:
+        growing: every score row grows along the keys (:func:`growing_scores`).
+        offset: every score shifted by this (:func:`shape_scores`; -1000: all scores very negative).
+        peak: ``"first"``, ``"middle"`` or ``"last"``: one key of that part of the sequence scores 8
+            above the others in every row that sees it (the row max sits in that key tile).
+        dtype: float32, float16, or bfloat16 (GPU only: the launcher refuses it under the interpreter).
+
+    Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16;
+    with an offset, 1e-4 at least (float32 scores near 1000 carry absolute rounding near 1e-4).
     """
-    device = device or runtime().device
+    device, accounted = _kernel_device(device)
     case = Case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
                 dtype=str(dtype).replace("torch.", ""))
     q, k, v = _qkv(B, H, T, T, D, seed=seed)
     if growing:
         growing_scores(q, k, D ** -0.5)
         case["growing_scores"] = True
-    q, k, v = (_tail_room(t.to(device=device, dtype=dtype), max(block_m, block_n) * D) for t in (q, k, v))
+    peak_key = _peak_index(peak, T)
+    if offset or peak_key is not None:
+        shape_scores(q, k, D ** -0.5, offset=offset, peak_key=peak_key)
+        case.update({key: val for key, val in (("score_offset", offset), ("peak", peak)) if val})
+    (q, q_buf), (k, k_buf), (v, v_buf) = (_tail_room(t.to(device=device, dtype=dtype), max(block_m, block_n) * D)
+                                          for t in (q, k, v))
     # the reference comes from copies taken before the launch, so a kernel that writes into its
     # inputs cannot move the target it is compared with
     inputs = tuple(t.clone() for t in (q, k, v))
@@ -338,8 +444,10 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     lse_buf = torch.full((B * H * T + block_m,), _GUARD, dtype=torch.float32, device=device)
     lse_buf[:B * H * T] = float("nan")
     o, lse = o_buf[:n].view(B, H, T, D), lse_buf[:B * H * T].view(B, H, T)
-    _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
-          block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, _key=kernel)
+    buffers = {"Q": q_buf, "K": k_buf, "V": v_buf, "O": o_buf, "LSE": lse_buf}
+    with record(buffers) if accounted else contextlib.nullcontext() as ledger:
+        _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
+              block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():
@@ -349,10 +457,16 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):
             raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote into its input {name_.upper()}: "
                                  f"a kernel may only store to O and LSE")
+    if ledger is not None:
+        _flag_internals(kernel, "_flash_fwd_kernel", "05")
+        check_flash_reads(ledger, BH=B * H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
+                          where=f"_flash_fwd_kernel [{case}]")
     tol = tolerance(dtype, device)
     if growing and dtype == torch.float32 and device == "cuda":
         # tf32 rounds the scores to ~2^-11 relative; at scores near 50 that is a few percent of
         # each probability. A missing rescale is off by O(1), so this still catches it.
         tol = 5e-2
+    if offset:
+        tol = max(tol, 1e-4)
     assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol)
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
