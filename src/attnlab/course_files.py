@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ASSIGNMENT = "attention_kernels"
+from .grading.course import ASSIGNMENT, ASSIGNMENTS
+
 #: A course directory (holding nbgrader_config.py and source/attention_kernels/) to use instead.
 COURSE_ENV = "ATTNLAB_COURSE"
 
@@ -34,8 +35,8 @@ def course_root() -> Path | None:
 
 
 def source_notebooks() -> dict[str, Path]:
-    """name -> path of every instructor notebook found (empty when none is)."""
+    """name -> path of every instructor notebook found, of every assignment (empty when none is)."""
     root = course_root()
     if root is None:
         return {}
-    return {p.stem: p for p in sorted((root / "source" / ASSIGNMENT).glob("*.ipynb"))}
+    return {p.stem: p for a in ASSIGNMENTS for p in sorted((root / "source" / a).glob("*.ipynb"))}

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course_files import ASSIGNMENT, course_root, source_notebooks
+from .course_files import course_root, source_notebooks
 
 __all__ = ["identify_notebook", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
 
@@ -172,8 +172,7 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
     import nbformat
 
     _check_nbgrader()
-    from .grading.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
-    from .grading.course import Course
+    from .grading.course import Course, assignment_of
 
     sources = source_notebooks()
     if not sources:
@@ -192,42 +191,55 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             raise SelfcheckError(f"{jobs[name].name} and {p.name} are both {name}: check one at a time")
         jobs[name] = p
     root = course_root()
+    reports = []
     with tempfile.TemporaryDirectory(prefix="attnlab-selfcheck-") as tmp:
-        course = Course(Path(tmp))
-        shutil.copy(root / "nbgrader_config.py", course.root / "nbgrader_config.py")
-        course.source.mkdir(parents=True)
-        for name in jobs:
-            shutil.copy(sources[name], course.source / f"{name}.ipynb")
-        start = time.perf_counter()
-        if progress:
-            progress(f"Preparing a private copy of the course with the hidden tests of {', '.join(jobs)} ...")
-        course.nbgrader("generate_assignment", ASSIGNMENT, "--force", timeout=600)
-        folder = course.submitted / STUDENT / ASSIGNMENT
-        folder.mkdir(parents=True)
-        # The other course notebooks beside yours come along (notebook 06 loads 05's kernel from its folder).
-        for p in jobs.values():
-            for sib in p.resolve().parent.glob("[0-9][0-9]_*.ipynb"):
-                if sib.stem in sources and sib.stem not in jobs:
-                    shutil.copy(sib, folder / sib.name)
-        for name, p in jobs.items():
-            shutil.copy(p, folder / f"{name}.ipynb")
-        if progress:
-            progress(f"Running your notebooks with the hidden tests, one at a time (set up in "
-                     f"{time.perf_counter() - start:.0f} s) ...")
-        results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
-        reports = []
-        for r in results:
-            out = course.autograded / STUDENT / ASSIGNMENT / f"{r.notebook}.ipynb"
-            grades = {}
-            if r.status == "graded":
-                grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
-            src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
-            reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
-                                          _tests_of(src, out if r.status == "graded" else None, grades)))
-            if keep is not None and out.exists():
-                keep.mkdir(parents=True, exist_ok=True)
-                shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
-        return reports
+        shutil.copy(root / "nbgrader_config.py", Path(tmp) / "nbgrader_config.py")
+        for assignment in dict.fromkeys(assignment_of(n) for n in jobs):  # one nbgrader assignment at a time
+            mine = {n: p for n, p in jobs.items() if assignment_of(n) == assignment}
+            reports += _selfcheck_assignment(Course(Path(tmp), assignment), mine, sources, limit_s, keep, progress)
+    return reports
+
+
+def _selfcheck_assignment(course, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
+                          progress) -> list[NotebookReport]:
+    """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
+    import nbformat
+
+    from .grading.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
+
+    course.source.mkdir(parents=True)
+    for name in jobs:
+        shutil.copy(sources[name], course.source / f"{name}.ipynb")
+    start = time.perf_counter()
+    if progress:
+        progress(f"Preparing a private copy of the course with the hidden tests of {', '.join(jobs)} ...")
+    course.nbgrader("generate_assignment", course.assignment, "--force", timeout=600)
+    folder = course.submitted / STUDENT / course.assignment
+    folder.mkdir(parents=True)
+    # The other course notebooks beside yours come along (notebook 06 loads 05's kernel from its folder).
+    for p in jobs.values():
+        for sib in p.resolve().parent.glob("[0-9][0-9]_*.ipynb"):
+            if sib.stem in sources and sib.stem not in jobs:
+                shutil.copy(sib, folder / sib.name)
+    for name, p in jobs.items():
+        shutil.copy(p, folder / f"{name}.ipynb")
+    if progress:
+        progress(f"Running your notebooks with the hidden tests, one at a time (set up in "
+                 f"{time.perf_counter() - start:.0f} s) ...")
+    results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
+    reports = []
+    for r in results:
+        out = course.autograded / STUDENT / course.assignment / f"{r.notebook}.ipynb"
+        grades = {}
+        if r.status == "graded":
+            grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
+        src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
+        reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
+                                      _tests_of(src, out if r.status == "graded" else None, grades)))
+        if keep is not None and out.exists():
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
+    return reports
 
 
 def _wrap(text: str, indent: str, max_lines: int = 8) -> list[str]:
