@@ -83,6 +83,15 @@ DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 # tiles, $S^\top_{ji} = K_j Q_i^\top$ (shape `BLOCK_N x BLOCK_M`), so that $P^\top$ and $dS^\top$
 # come out in the orientation the products with $dO_i$ and $Q_i$ need.
 #
+# **Tile shapes.** In every kernel `BLOCK_M` counts query rows and `BLOCK_N` keys. What matters
+# for speed is the tile a program *owns*: every $Q_i, dO_i$ tile the dK/dV kernel loads serves
+# its `BLOCK_N` keys, every $K_j, V_j$ tile the dQ kernel loads serves its `BLOCK_M` queries. So
+# the given launcher's `block_n` is the owned tile and `block_m` the step of the inner loop, in
+# both kernels: the dK/dV kernel runs with `BLOCK_N = block_n`, `BLOCK_M = block_m`, the dQ kernel
+# with the transposed shape, `BLOCK_M = block_n`, `BLOCK_N = block_m` (FlashAttention-2's backward
+# does the same, e.g. 128 owned rows stepping 32 or 64). Your kernels must work for any powers
+# of two $\ge 16$.
+#
 # **Scale.** $dS$ is the gradient with respect to the *scaled* scores, so both $dQ$ and $dK$ carry
 # one factor of scale, applied once to the accumulator before the store. $dV$ has none.
 #
@@ -287,10 +296,16 @@ def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, stride_t, T, qk
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < T
     q_offs = offs_m[:, None] * stride_t + offs_d[None, :]
-    q = tl.load(Q + q_offs, mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + q_offs, mask=row_ok[:, None], other=0.0)
-    lse2 = tl.load(LSE + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634  # base 2
-    delta = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
+    if MASK:  # the ragged last tile may hold rows >= T
+        q = tl.load(Q + q_offs, mask=row_ok[:, None], other=0.0)
+        do = tl.load(DO + q_offs, mask=row_ok[:, None], other=0.0)
+        lse2 = tl.load(LSE + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634  # base 2
+        delta = tl.load(DELTA + offs_m, mask=row_ok, other=0.0)
+    else:     # a full tile: plain loads
+        q = tl.load(Q + q_offs)
+        do = tl.load(DO + q_offs)
+        lse2 = tl.load(LSE + offs_m) * 1.4426950408889634
+        delta = tl.load(DELTA + offs_m)
     s_t = tl.dot(k, tl.trans(q)) * qk_scale                 # (BLOCK_N, BLOCK_M): S transposed, base 2
     p_t = tl.exp2(s_t - lse2[None, :])                       # P rebuilt from the saved LSE
     if MASK:
@@ -388,8 +403,12 @@ def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, stride_t, T, qk_scal
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < T
     kv_offs = offs_n[:, None] * stride_t + offs_d[None, :]
-    k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)
-    v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)
+    if MASK:  # the ragged last tile may hold keys >= T
+        k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)
+        v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)
+    else:
+        k = tl.load(K + kv_offs)
+        v = tl.load(V + kv_offs)
     s = tl.dot(q, tl.trans(k)) * qk_scale                   # base-2 scores
     p = tl.exp2(s - lse2[:, None])                           # P from the saved LSE
     if MASK:
@@ -454,6 +473,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, DQ_ACC, stride_bh, stride_t, T, 
 # (B, H, T, D) shape, dtype and device; lse float32 (B, H, T); D and the blocks powers of two >= 16),
 # makes them contiguous, allocates DELTA, DQ, DK and DV full of NaN (an element no kernel writes
 # stays NaN) and DQ_ACC full of zeros, then launches the preprocess, the dK/dV and the dQ kernels.
+# block_n is the tile a program owns, block_m the step of its loop (section 1, "Tile shapes"):
+# dK/dV runs with BLOCK_N=block_n, BLOCK_M=block_m; dQ and the preprocess with BLOCK_M=block_n.
 def triton_flash_attention_backward(q, k, v, o, lse, do, causal=False, block_m=64, block_n=64,
                                     num_warps=4, num_stages=2):
     """FlashAttention backward by your three kernels: returns (dq, dk, dv) in q's dtype."""
@@ -563,8 +584,8 @@ if not RUNTIME.interpret:
 # buffers allocated once) and forward + backward through `triton_attention`, against SDPA's default
 # backend (cuDNN on an H100/H200) and its FlashAttention-2 backend. TFLOP/s use the standard count:
 # forward $4BHT^2D$, backward $2.5\times$ that, halved for causal. Try other tile sizes: the dK/dV
-# kernel keeps two `BLOCK_N x D` float32 accumulators live, so it prefers a larger `block_n` than
-# `block_m`. On a CPU this cell only prints a note.
+# kernel keeps two `BLOCK_N x D` float32 accumulators live, and a larger owned tile (`block_n`)
+# means fewer reloads of the stepped tiles. On a CPU this cell only prints a note.
 
 # %% nbgrader={"grade_id": "bench-backward", "locked": true}
 if RUNTIME.interpret:
@@ -586,7 +607,7 @@ else:
         print(f"max |yours - SDPA| {name} in bf16: {(a - b).abs().max().item():.3g}")
     print(f"\nB={B_} H={H_} T={T_} D={D_} causal bf16; backward {2.5 * fwd_flops / 1e12:.2f} TFLOP")
     kernels = launch_backward.BackwardKernels(_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel)
-    for bm, bn, warps, stages in ((64, 64, 4, 2), (32, 128, 8, 2), (64, 128, 8, 2)):
+    for bm, bn, warps, stages in ((64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 8, 3)):
         bufs = launch_backward.backward_buffers(q_b, bm, bn)
         ms = bench.median_ms(lambda: launch_backward.run_backward_kernels(
             kernels, q_b, k_b, v_b, o_b, lse_b, do_b, *bufs, causal=True, block_m=bm, block_n=bn,

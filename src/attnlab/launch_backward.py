@@ -13,6 +13,13 @@ as notebook 05's forward, :mod:`attnlab.launch`):
 - ``dq(Q, K, V, DO, LSE, DELTA, DQ, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL, BLOCK_M,
   BLOCK_N, HEAD_DIM)``, grid (cdiv(T, BLOCK_M), B*H): one program per query tile, launched after dkdv.
 
+In every kernel BLOCK_M counts query rows and BLOCK_N keys. The launcher's ``block_n`` is the
+tile a program *owns* and ``block_m`` the *step* of its inner loop: the dK/dV kernel gets
+``BLOCK_N = block_n`` keys and steps ``BLOCK_M = block_m`` queries; the dQ kernel gets the
+transposed shape, ``BLOCK_M = block_n`` queries stepping ``BLOCK_N = block_m`` keys, and so does
+the preprocess (``BLOCK_M = block_n``). A large owned tile is what saves memory traffic (each
+loaded K/V or Q/dO tile serves more rows), as in FlashAttention-2's backward.
+
 ``DQ_ACC`` is a float32 (B, H, T, D) buffer of zeros. The standard design (dQ with query tiles
 outer) ignores it; the alternative design adds each key tile's share of dQ into it with
 ``tl.atomic_add`` inside the dK/dV kernel, and the dQ kernel then only writes ``DQ_ACC · scale``
@@ -96,12 +103,13 @@ def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, d
     # COMPILE GATE (issue 16): once attnlab.gpu_compile is merged, compile the three kernels through
     # it here, before the first launch, so a kernel that fails to compile on a GPU is reported by name.
     meta = dict(num_warps=num_warps, num_stages=num_stages)
-    preprocess[(triton.cdiv(T, block_m), B * H)](o, do, delta, sbh, st, T, BLOCK_M=block_m, HEAD_DIM=D, **meta)
+    preprocess[(triton.cdiv(T, block_n), B * H)](o, do, delta, sbh, st, T, BLOCK_M=block_n, HEAD_DIM=D, **meta)
     dkdv[(triton.cdiv(T, block_n), B * H)](q, k, v, do, lse, delta, dk, dv, dq_acc, sbh, st, T, scale,
                                             CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n,
                                             HEAD_DIM=D, **meta)
-    dq_kernel[(triton.cdiv(T, block_m), B * H)](q, k, v, do, lse, delta, dq, dq_acc, sbh, st, T, scale,
-                                                 CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n,
+    # the dQ kernel owns block_n queries and steps block_m keys (the transposed tile shape)
+    dq_kernel[(triton.cdiv(T, block_n), B * H)](q, k, v, do, lse, delta, dq, dq_acc, sbh, st, T, scale,
+                                                 CAUSAL=bool(causal), BLOCK_M=block_n, BLOCK_N=block_m,
                                                  HEAD_DIM=D, **meta)
     return dq, dk, dv
 
@@ -127,7 +135,8 @@ def launch_flash_backward(kernels, q, k, v, o, lse, do, causal=False, block_m=64
         q, k, v: (B, H, T, D) forward inputs; o: the forward output; lse: (B, H, T) float32, the
             natural-log LSE the forward saved; do: dL/dO. See :func:`validate_backward`.
         causal: top-left aligned causal mask (query i sees keys j <= i).
-        block_m, block_n: query and key tile sizes, powers of two >= 16.
+        block_m, block_n: powers of two >= 16: block_n is the tile a program owns (keys in the dK/dV
+            kernel, queries in the dQ kernel), block_m the step of its inner loop (see module docstring).
         num_warps, num_stages: passed to Triton (ignored by the interpreter).
 
     Returns:
