@@ -155,35 +155,54 @@ def launch_flash_backward(kernels, q, k, v, o, lse, do, causal=False, block_m=64
                                 block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
-def attention_function(fwd_kernel, bwd_kernels, block_m=64, block_n=64, num_warps=4, num_stages=2):
+#: (block_m, block_n, num_warps, num_stages) per head dim, the fastest measured on an H200
+#: (notes/gpu-measurements.md, 2026-11-30); other head dims use the launchers' defaults.
+FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
+BACKWARD_CONFIGS = {64: (32, 128, 4, 3), 128: (64, 64, 4, 2)}
+_DEFAULT_CONFIG = (64, 64, 4, 2)
+
+
+def _config(table, given, d: int, t: int) -> tuple[int, int, int, int]:
+    """``given`` or the table's entry for head dim ``d``; block sizes capped to T's next power of two
+    (at least 16), so that tiny inputs (the interpreter's tests) run in one tile."""
+    import triton
+
+    bm, bn, warps, stages = given or table.get(d, _DEFAULT_CONFIG)
+    cap = max(16, triton.next_power_of_2(t))
+    return min(bm, cap), min(bn, cap), warps, stages
+
+
+def attention_function(fwd_kernel, bwd_kernels, forward=None, backward=None):
     """A differentiable ``attention(q, k, v, causal=False) -> o`` from a forward kernel and three backward kernels.
 
-    ``fwd_kernel`` and ``bwd_kernels`` are callables returning the kernels (so a kernel redefined
-    later in the notebook is the one used). The forward saves (q, k, v, o, LSE); the backward runs
-    :func:`launch_flash_backward`. Block sizes are capped to the next power of two of T (at least
-    16), so tiny inputs run in one tile.
+    Args:
+        fwd_kernel, bwd_kernels: callables returning the forward kernel and the (preprocess, dkdv, dq)
+            kernels, looked up at every call (so a kernel redefined later in a notebook is the one used).
+        forward, backward: (block_m, block_n, num_warps, num_stages) of each pass; by default the
+            fastest measured for the head dim (:data:`FORWARD_CONFIGS`, :data:`BACKWARD_CONFIGS`).
+
+    The forward (notebook 05's launcher) saves (q, k, v, o, LSE); ``o.backward(do)`` runs
+    :func:`launch_flash_backward`. Returns o in q's dtype; gradients flow to q, k and v.
     """
-    import triton
 
     class _TritonAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal):
-            t = q.shape[2] if q.dim() == 4 else 16
-            bm = min(block_m, max(16, triton.next_power_of_2(t)))
-            bn = min(block_n, max(16, triton.next_power_of_2(t)))
+            d, t = (q.shape[-1], q.shape[2]) if q.dim() == 4 else (0, 16)
+            bm, bn, warps, stages = _config(FORWARD_CONFIGS, forward, d, t)
             o, lse = launch.launch_flash_forward(fwd_kernel(), q, k, v, causal=causal, block_m=bm, block_n=bn,
-                                                 num_warps=num_warps, num_stages=num_stages)
+                                                 num_warps=warps, num_stages=stages)
             ctx.save_for_backward(q, k, v, o, lse)
-            ctx.causal, ctx.blocks = causal, (bm, bn)
+            ctx.causal, ctx.config = causal, _config(BACKWARD_CONFIGS, backward, d, t)
             return o
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
-            bm, bn = ctx.blocks
+            bm, bn, warps, stages = ctx.config
             dq, dk, dv = launch_flash_backward(bwd_kernels(), q, k, v, o, lse, do.contiguous(),
                                                causal=ctx.causal, block_m=bm, block_n=bn,
-                                               num_warps=num_warps, num_stages=num_stages)
+                                               num_warps=warps, num_stages=stages)
             return dq, dk, dv, None
 
     def attention(q, k, v, causal=False):

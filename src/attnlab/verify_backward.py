@@ -40,6 +40,16 @@ def _guarded(shape, extra: int, dtype, device):
     return buf, buf[:n].view(shape)
 
 
+def _tolerance(dtype, device) -> float:
+    """The course's tolerance, except float32 on a GPU: 1e-2. There ``tl.dot`` rounds its operands
+    to tf32, and dQ, dK pass through two chained products (dP, then dS K or dSᵀ Q): measured
+    relative errors 2.8e-3 on an H200, above the forward's 2e-3. Every mistake of
+    samples/mistakes/07 is off by 0.1 or more."""
+    if dtype == torch.float32 and torch.device(device).type == "cuda":
+        return 1e-2
+    return tolerance(dtype, device)
+
+
 def _case(**kw) -> Case:
     if "dtype" in kw:
         kw["dtype"] = str(kw["dtype"]).replace("torch.", "")
@@ -194,7 +204,7 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):
             raise AssertionError(f"backward kernels [{case}]: wrote into the input {name}: the kernels may "
                                  f"only store to DELTA, DQ, DK, DV and DQ_ACC")
-    tol = tolerance(dtype, device)
+    tol = _tolerance(dtype, device)
     for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
         assert_close(out.cpu(), ref, name=name, case=case, tol=tol)
 
@@ -215,7 +225,7 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
     refs = reference_gradients(*exact, causal=causal)
     q, k, v = (t.to(device).requires_grad_(True) for t in (q, k, v))
     o = _call(attn, name, q, k, v, causal)
-    tol = tolerance(dtype, device)
+    tol = _tolerance(dtype, device)
     assert_close(o.detach().cpu(), o_ref, name="o", case=case, tol=tol)
     _call(o.backward, f"{name} backward", do.to(device))
     for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), refs):
