@@ -88,3 +88,26 @@ def test_notebooks_belong_to_their_assignment():
     assert assignment_of("99_triton_probe") == ASSIGNMENT  # the test suite's own probe notebook
     with pytest.raises(ValueError):
         assignment_of("seven")
+
+
+def test_selfcheck_grades_a_second_assignment_notebook_beside_a_first(tmp_path):
+    """One selfcheck run over 01 (first assignment) and a 07 with the dQ scale missing (second):
+    each is graded in its own assignment, and 07's report names the tests its bug fails."""
+    import nbformat
+
+    from attnlab.grading.samples import apply_mistake, reference_notebook
+    from attnlab.selfcheck import selfcheck
+
+    course = Course(ROOT)
+    mistake = {m.id: m for m in load_mistakes(course)[0]}["07-dq-scale-missing"]
+    nbformat.write(apply_mistake(reference_notebook(course, "07_triton_backward"), mistake),
+                   tmp_path / "Copy of 07_triton_backward.ipynb")
+    nbformat.write(reference_notebook(course, "01_online_softmax"), tmp_path / "01_online_softmax.ipynb")
+    reports = selfcheck([tmp_path / "01_online_softmax.ipynb", tmp_path / "Copy of 07_triton_backward.ipynb"],
+                        progress=None)
+    by_name = {r.name: r for r in reports}
+    first = {t.grade_id: t for t in by_name["01_online_softmax"].tests if t.kind == "test"}
+    assert all(t.passed for t in first.values()), first
+    tests = {t.grade_id: t for t in by_name["07_triton_backward"].tests if t.kind == "test"}
+    assert {g for g, t in tests.items() if not t.passed} == set(mistake.fails)
+    assert "dq" in tests["test_flash_backward_matches_reference"].error
