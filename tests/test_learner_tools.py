@@ -238,7 +238,7 @@ def test_selfcheck_without_nbgrader_says_how_to_get_it(monkeypatch, tmp_path):
 def test_course_files_found_in_a_checkout_and_from_the_environment(monkeypatch, tmp_path):
     from attnlab import course_files
 
-    assert set(course_files.source_notebooks()) == set(Course(ROOT).notebook_names())
+    assert set(course_files.source_notebooks()) == set(Course(ROOT).all_notebook_names())  # both assignments
     monkeypatch.setenv(course_files.COURSE_ENV, str(tmp_path))  # not a course: falls through to the checkout
     assert course_files.course_root() == ROOT
 
