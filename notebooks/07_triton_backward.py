@@ -189,9 +189,10 @@ assert_number(delta_bytes, 2 * 8 * 16 * 4096 * 64 * 2 + 8 * 16 * 4096 * 4, name=
 
 # %% [markdown] nbgrader={"grade_id": "answer-predict-backward", "solution": true, "grade": true, "points": 1}
 # The preprocess: it reads $O$ and $dO$ and does two FLOPs per element (a multiply and an add), far
-# below the ~300 FLOP/byte a GPU's tensor cores need; at the sizes above it moves about 34 MB, some
-# 10 µs at 4 TB/s, against milliseconds for the two big kernels, so a percent or less. The backward
-# is slower per FLOP than the forward because it does more work per useful FLOP: $S$ and $dP$ are
+# below the ~150 FLOP/byte an H200's tensor cores need to stay busy; at the sizes above it moves
+# about 136 MB, some 35 µs at 4 TB/s, against about 2 ms for the two big kernels: one to two percent
+# of the backward. The backward is slower per FLOP than the forward because it does more work per
+# useful FLOP: $S$ and $dP$ are
 # computed twice (the standard count charges 5 products, the kernels run 7), it keeps more tiles
 # live ($dK$ and $dV$ accumulators, $K$, $V$, plus $Q$, $dO$ tiles per step) so tiles are smaller or
 # registers spill, and the element-wise work between the products ($P$, $dS$) is larger.
