@@ -282,7 +282,7 @@ def test_readme_colab_badges_match_the_configured_repository(course):
 
     readme = (ROOT / "README.md").read_text()
     settings = course_settings(ROOT)
-    for path in sorted(course.release.glob("*.ipynb")):
+    for path in sorted(p for each in course.assignments() for p in each.release.glob("*.ipynb")):
         url = colab_url(settings, path.stem)
         assert f"(https://colab.research.google.com/assets/colab-badge.svg)]({url})" in readme, path.stem
         first = nbformat.read(path, as_version=4).cells[0].source
