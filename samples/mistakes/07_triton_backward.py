@@ -96,6 +96,15 @@ MISTAKES = [
         why="starts the dK/dV kernel's causal loop one query tile below the diagonal",
     ),
     Mistake(
+        id="07-unmasked-dkdv-store", notebook=_NB, cell=_DKDV,
+        edits=(("tl.store(DK + kv_offs, dk.to(DK.dtype.element_ty), mask=key_ok[:, None])",
+                "tl.store(DK + kv_offs, dk.to(DK.dtype.element_ty))"),
+               ("tl.store(DV + kv_offs, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])",
+                "tl.store(DV + kv_offs, dv.to(DV.dtype.element_ty))")),
+        fails=(_RAG,),
+        why="stores the padded key rows beyond T: into the next head's rows, or past the end of dK and dV",
+    ),
+    Mistake(
         id="07-dq-atomics-race", notebook=_NB, cell=_DKDV,
         edits=((_DKDV_SRC, _DKDV_ATOMIC.replace(
             _ATOMIC_ADD, "tl.store(DQ_ACC + q_offs, tl.load(DQ_ACC + q_offs, mask=row_ok[:, None]) + dq_part, "
