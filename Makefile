@@ -35,7 +35,7 @@ build: install
 check: install
 	$(BIN)/attnlab build --check
 
-# The main job: build, write the sample submissions, autograde them, print the table, export grades.csv
+# The main job: build, write the sample submissions, autograde them, print one table per assignment, export grades.csv
 grade: install
 	$(BIN)/attnlab grade-samples
 
@@ -45,4 +45,4 @@ test: install browser
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.
 clean:
 	rm -rf $(addprefix submitted/,$(SAMPLES)) $(addprefix autograded/,$(SAMPLES)) \
-		$(addprefix feedback/,$(SAMPLES)) grades.csv grading_report.csv
+		$(addprefix feedback/,$(SAMPLES)) grades.csv grading_report.csv grading_report_*.csv

@@ -55,15 +55,18 @@ class GradedCourse:
 def graded(tmp_path_factory) -> GradedCourse:
     tmp = tmp_path_factory.mktemp("course")
     c = copy_course(tmp)
-    # register the assignment in a fresh gradebook; release/ must stay exactly as committed
-    generate_assignment(c)
-    shutil.rmtree(c.release)
-    shutil.copytree(Course(ROOT).release, c.release)
-    students = write_main_samples(c)
-    mistakes = write_mistake_samples(c)
+    jobs, mistakes = [], []
+    for each in c.assignments():  # both assignments, graded in one batch
+        # register the assignment in a fresh gradebook; release/ must stay exactly as committed
+        generate_assignment(each)
+        shutil.rmtree(each.release)
+        shutil.copytree(Course(ROOT).for_assignment(each.assignment).release, each.release)
+        students = write_main_samples(each)
+        mine = write_mistake_samples(each)
+        jobs += [(s, n) for s in students for n in each.notebook_names()]
+        jobs += [(f"mistake-{m.id}", m.notebook) for m in mine]
+        mistakes += mine
     # one batch: one worker process grades every notebook, each kernel started while the last one runs
-    jobs = [(s, n) for s in students for n in c.notebook_names()]
-    jobs += [(f"mistake-{m.id}", m.notebook) for m in mistakes]
     results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print)}
     return GradedCourse(c, results, mistakes)
 

@@ -20,18 +20,39 @@ def test_source_and_release_are_fresh(course):
 
 
 def test_every_notebook_is_built(course):
-    names = course.notebook_names()
-    assert names, "no notebooks found"
-    for folder in (course.source, course.release):
-        assert sorted(p.stem for p in folder.glob("*.ipynb")) == names
+    assert [a.assignment for a in course.assignments()] == ["attention_kernels", "attention_kernels_beyond"]
+    for each in course.assignments():
+        names = each.notebook_names()
+        assert names, f"no notebooks found for {each.assignment}"
+        for folder in (each.source, each.release):
+            assert sorted(p.stem for p in folder.glob("*.ipynb")) == names
+
+
+def test_first_assignment_keeps_its_six_notebooks(course):
+    assert [n[:2] for n in course.notebook_names()] == ["01", "02", "03", "04", "05", "06"]
+    assert [n[:2] for n in course.for_assignment("attention_kernels_beyond").notebook_names()][:1] == ["07"]
+
+
+def test_given_cells_include_solutions_of_earlier_notebooks_from_one_source(course):
+    """07's given forward kernel is 05's model solution, inserted by the build (no second copy)."""
+    from attnlab.grading.samples import solution_cells
+
+    beyond = course.for_assignment("attention_kernels_beyond")
+    nb = nbformat.read(beyond.release / "07_triton_backward.ipynb", as_version=4)
+    given = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "course-forward")
+    assert solution_cells(course, "05_triton_flash")["_flash_fwd_kernel"].strip() in given.source
+    assert "attnlab: include" not in given.source
+    # and the installable package defines none of the course's kernels (issue 17: it carries no solutions)
+    graded = re.compile(r"^\s*def (_flash_fwd_kernel|_bwd_\w+_kernel|_softmax_kernel)\(", re.MULTILINE)
+    assert not [p.name for p in (course.root / "src" / "attnlab").rglob("*.py") if graded.search(p.read_text())]
 
 
 def test_release_holds_no_solutions_or_hidden_tests(course):
-    for path in course.release.glob("*.ipynb"):
+    for path in (p for each in course.assignments() for p in each.release.glob("*.ipynb")):
         text = path.read_text()
         assert not MARKERS.search(text), path.name
         nb = nbformat.read(path, as_version=4)
-        source = {c.id: c for c in nbformat.read(course.source / path.name, as_version=4).cells}
+        source = {c.id: c for c in nbformat.read(course.root / "source" / path.parent.name / path.name, as_version=4).cells}
         for cell in nb.cells:
             meta = cell.metadata.get("nbgrader", {})
             if meta.get("solution") and cell.cell_type == "code":
@@ -44,13 +65,13 @@ def test_release_holds_no_solutions_or_hidden_tests(course):
 
 
 def test_release_holds_only_student_files(course):
-    files = [p for p in course.release.rglob("*") if p.is_file()]
+    files = [p for each in course.assignments() for p in each.release.rglob("*") if p.is_file()]
     assert all(p.suffix == ".ipynb" for p in files), files
 
 
 def test_solution_cells_define_the_contract_names(course):
     """Each graded function lives in its own solution cell named after it."""
-    for path in course.source.glob("*.ipynb"):
+    for path in (p for each in course.assignments() for p in each.source.glob("*.ipynb")):
         nb = json.loads(path.read_text())
         for cell in nb["cells"]:
             meta = cell["metadata"].get("nbgrader", {})

@@ -6,11 +6,12 @@ from __future__ import annotations
 import nbformat
 import pytest
 
+from attnlab.grading.course import assignment_of
 from attnlab.grading.samples import load_mistakes
 
 from .conftest import ROOT, Course
 
-NOTEBOOKS = Course(ROOT).notebook_names()
+NOTEBOOKS = Course(ROOT).all_notebook_names()  # both assignments
 MISTAKES, TYPICAL = load_mistakes(Course(ROOT))
 
 
@@ -25,7 +26,7 @@ def test_reference_earns_every_autograded_point(graded, notebook):
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_reference_runs_top_to_bottom_without_errors(graded, notebook):
     """The autograded reference is the source notebook with hidden tests: no cell may raise."""
-    path = graded.course.autograded / "reference" / "attention_kernels" / f"{notebook}.ipynb"
+    path = graded.course.autograded / "reference" / assignment_of(notebook) / f"{notebook}.ipynb"
     nb = nbformat.read(path, as_version=4)
     errors = [(c.metadata.get("nbgrader", {}).get("grade_id", c.id), o.get("ename"), o.get("evalue", "")[:200])
               for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

@@ -25,7 +25,7 @@ from attnlab.grading.submissions import NOTES_FILE, WHOLE, canonical, normalize_
 from .conftest import ROOT, Course
 
 COURSE = Course(ROOT)
-NAMES = COURSE.notebook_names()
+NAMES = COURSE.all_notebook_names()  # both assignments
 
 
 def _gids(nb) -> list[str | None]:

@@ -238,7 +238,7 @@ def test_selfcheck_without_nbgrader_says_how_to_get_it(monkeypatch, tmp_path):
 def test_course_files_found_in_a_checkout_and_from_the_environment(monkeypatch, tmp_path):
     from attnlab import course_files
 
-    assert set(course_files.source_notebooks()) == set(Course(ROOT).notebook_names())
+    assert set(course_files.source_notebooks()) == set(Course(ROOT).all_notebook_names())  # both assignments
     monkeypatch.setenv(course_files.COURSE_ENV, str(tmp_path))  # not a course: falls through to the checkout
     assert course_files.course_root() == ROOT
 
@@ -282,7 +282,7 @@ def test_readme_colab_badges_match_the_configured_repository(course):
 
     readme = (ROOT / "README.md").read_text()
     settings = course_settings(ROOT)
-    for path in sorted(course.release.glob("*.ipynb")):
+    for path in sorted(p for each in course.assignments() for p in each.release.glob("*.ipynb")):
         url = colab_url(settings, path.stem)
         assert f"(https://colab.research.google.com/assets/colab-badge.svg)]({url})" in readme, path.stem
         first = nbformat.read(path, as_version=4).cells[0].source

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course_files import ASSIGNMENT, find as find_course_files, source_notebooks
+from .course_files import find as find_course_files, source_notebooks
 
 __all__ = ["identify_notebook", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
 
@@ -196,8 +196,7 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
     import nbformat
 
     _check_nbgrader()
-    from .grading.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
-    from .grading.course import Course
+    from .grading.course import Course, assignment_of
 
     files = find_course_files()
     sources = source_notebooks()
@@ -216,56 +215,68 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         if name in jobs:
             raise SelfcheckError(f"{jobs[name].name} and {p.name} are both {name}: check one at a time")
         jobs[name] = p
-    assignment_of = files.assignment_of()
-    others = sorted({assignment_of[n] for n in jobs} - {ASSIGNMENT})
-    if others:
-        raise SelfcheckError(f"selfcheck grades the notebooks of {ASSIGNMENT} only, not of {', '.join(others)}")
-    hidden = files.hidden_tests
+    reports = []
     with tempfile.TemporaryDirectory(prefix="attnlab-selfcheck-") as tmp:
-        course = Course(Path(tmp))
-        shutil.copy(files.config, course.root / "nbgrader_config.py")
-        course.source.mkdir(parents=True)
-        for name in jobs:
-            # the learner copy: release cells (solutions already cleared) and the tests, hidden ones included
-            (course.source / f"{name}.ipynb").write_text(json.dumps(files.learner_notebook(name)))
-        start = time.perf_counter()
-        if progress:
-            progress(f"Preparing a private copy of the course with the {'hidden' if hidden else 'visible'} "
-                     f"tests of {', '.join(jobs)} ...")
-        # The learner copy has its solutions cleared already; clearing again would turn every solution
-        # cell into the bare stub and change the checksums grading compares against.
-        course.nbgrader("generate_assignment", ASSIGNMENT, "--force", "--ClearSolutions.enabled=False", timeout=600)
-        folder = course.submitted / STUDENT / ASSIGNMENT
-        folder.mkdir(parents=True)
-        # The other course notebooks beside yours come along (notebook 06 loads 05's kernel from its folder).
-        for p in jobs.values():
-            for sib in p.resolve().parent.glob("[0-9][0-9]_*.ipynb"):
-                if sib.stem in sources and sib.stem not in jobs:
-                    shutil.copy(sib, folder / sib.name)
-        for name, p in jobs.items():
-            shutil.copy(p, folder / f"{name}.ipynb")
-        if progress:
-            progress(f"Running your notebooks with the {'hidden' if hidden else 'visible'} tests, one at a time (set up in "
-                     f"{time.perf_counter() - start:.0f} s) ...")
-        results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
-        reports = []
-        for r in results:
-            out = course.autograded / STUDENT / ASSIGNMENT / f"{r.notebook}.ipynb"
-            grades = {}
-            if r.status == "graded":
-                grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
-            src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
-            tests = _tests_of(src, out if r.status == "graded" else None, grades)
-            if not hidden:  # no hidden part: whatever failed was visible
-                for t in tests:
-                    if t.kind == "test" and t.error and t.hidden is None:
-                        t.hidden = False
-            reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
-                                          tests, hidden_tests=hidden))
-            if keep is not None and out.exists():
-                keep.mkdir(parents=True, exist_ok=True)
-                shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
-        return reports
+        for assignment in dict.fromkeys(assignment_of(n) for n in jobs):  # one nbgrader assignment at a time
+            mine = {n: p for n, p in jobs.items() if assignment_of(n) == assignment}
+            course = Course(Path(tmp) / assignment, assignment)
+            course.root.mkdir()
+            reports += _selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress)
+    return reports
+
+
+def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
+                          progress) -> list[NotebookReport]:
+    """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
+    import nbformat
+
+    from .grading.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
+
+    hidden = files.hidden_tests
+    shutil.copy(files.config, course.root / "nbgrader_config.py")
+    course.source.mkdir(parents=True)
+    for name in jobs:
+        # the learner copy: release cells (solutions already cleared) and the tests, hidden ones included
+        (course.source / f"{name}.ipynb").write_text(json.dumps(files.learner_notebook(name)))
+    start = time.perf_counter()
+    kind = "hidden" if hidden else "visible"
+    if progress:
+        progress(f"Preparing a private copy of the course with the {kind} tests of {', '.join(jobs)} ...")
+    # The learner copy has its solutions cleared already; clearing again would turn every solution
+    # cell into the bare stub and change the checksums grading compares against.
+    course.nbgrader("generate_assignment", course.assignment, "--force", "--ClearSolutions.enabled=False",
+                    timeout=600)
+    folder = course.submitted / STUDENT / course.assignment
+    folder.mkdir(parents=True)
+    # The other course notebooks beside yours come along (notebook 06 loads 05's kernel from its folder).
+    for p in jobs.values():
+        for sib in p.resolve().parent.glob("[0-9][0-9]_*.ipynb"):
+            if sib.stem in sources and sib.stem not in jobs:
+                shutil.copy(sib, folder / sib.name)
+    for name, p in jobs.items():
+        shutil.copy(p, folder / f"{name}.ipynb")
+    if progress:
+        progress(f"Running your notebooks with the {kind} tests, one at a time (set up in "
+                 f"{time.perf_counter() - start:.0f} s) ...")
+    results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
+    reports = []
+    for r in results:
+        out = course.autograded / STUDENT / course.assignment / f"{r.notebook}.ipynb"
+        grades = {}
+        if r.status == "graded":
+            grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
+        src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
+        tests = _tests_of(src, out if r.status == "graded" else None, grades)
+        if not hidden:  # no hidden part: whatever failed was visible
+            for t in tests:
+                if t.kind == "test" and t.error and t.hidden is None:
+                    t.hidden = False
+        reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
+                                      tests, hidden_tests=hidden))
+        if keep is not None and out.exists():
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
+    return reports
 
 
 def _wrap(text: str, indent: str, max_lines: int = 8) -> list[str]:

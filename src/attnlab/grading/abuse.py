@@ -21,7 +21,7 @@ from typing import Callable
 
 import nbformat
 
-from .course import ASSIGNMENT, Course
+from .course import Course
 from .samples import Mistake, apply_mistake, load_mistakes, reference_notebook
 
 
@@ -227,7 +227,7 @@ def write_abuse_samples(course: Course, cases: list[Abuse] | None = None) -> lis
 
     cases = load_cases(course) if cases is None else cases
     for case in cases:
-        folder = course.submitted / case.student / ASSIGNMENT
+        folder = course.submitted / case.student / course.assignment
         if folder.exists():
             shutil.rmtree(folder)
         write_folder(folder, build_submission(course, case))

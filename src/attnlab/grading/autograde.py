@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ASSIGNMENT, COURSE_ID, Course, tool_env
+from .course import COURSE_ID, Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
 NOTEBOOK_LIMIT_S = 600
@@ -132,7 +132,7 @@ def _zero_notebook(course: Course, student: str, notebook: str) -> None:
 
     with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
         try:
-            sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+            sub = gb.find_submission_notebook(notebook, course.assignment, student)
         except MissingEntry:
             return
         for grade in sub.grades:
@@ -145,7 +145,7 @@ def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
-        sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        sub = gb.find_submission_notebook(notebook, course.assignment, student)
         return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
                          g.max_score) for g in sub.grades}
 
@@ -247,7 +247,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
     auto, manual_max = _points(course, notebook)
     res = NotebookResult(student, notebook, "graded", max_points=sum(auto.values()), manual_max=manual_max,
                          seconds=seconds)
-    out = course.autograded / student / ASSIGNMENT / f"{notebook}.ipynb"
+    out = course.autograded / student / course.assignment / f"{notebook}.ipynb"
     if status != "ok" or not out.exists():
         if status == "timeout":
             res.status, res.reason = "timeout", f"grading ran past {limit_s:g} s and was stopped"
@@ -282,7 +282,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     for s in dict.fromkeys(s for s, _ in jobs):
-        folder_notes[s] = normalize_submission(course.submitted / s / ASSIGNMENT, course.notebook_names())
+        folder_notes[s] = normalize_submission(course.submitted / s / course.assignment, course.notebook_names())
     first_job = {}
     for s, n in jobs:
         first_job.setdefault(s, n)
@@ -294,7 +294,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             notes += folder_notes[s].get(WHOLE, [])
         if outcome is None:
             auto, manual = _points(course, n)
-            folder = course.submitted / s / ASSIGNMENT
+            folder = course.submitted / s / course.assignment
             others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
             reason = f"{n}.ipynb was not submitted"
             if not folder.is_dir():
@@ -312,7 +312,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
 
     present = []
     for s, n in jobs:
-        if (course.submitted / s / ASSIGNMENT / f"{n}.ipynb").exists():
+        if (course.submitted / s / course.assignment / f"{n}.ipynb").exists():
             present.append(f"{s}/{n}")
         else:
             finish(f"{s}/{n}", None)
@@ -333,7 +333,7 @@ def autograde_submission(course: Course, student: str, notebooks: list[str] | No
 def submitted_students(course: Course) -> list[str]:
     if not course.submitted.exists():
         return []
-    return sorted(p.name for p in course.submitted.iterdir() if (p / ASSIGNMENT).is_dir())
+    return sorted(p.name for p in course.submitted.iterdir() if (p / course.assignment).is_dir())
 
 
 def autograde(course: Course, students: list[str] | None = None, notebooks: list[str] | None = None,
@@ -425,13 +425,13 @@ def generate_feedback(course: Course, students: list[str] | None = None,
         student -> the feedback files written (empty: none; see nbgrader's log).
     """
     if students is None:
-        course.nbgrader("generate_feedback", ASSIGNMENT, "--force", timeout=timeout, check=False)
+        course.nbgrader("generate_feedback", course.assignment, "--force", timeout=timeout, check=False)
         students = sorted(p.name for p in course.autograded.iterdir()
-                          if (p / ASSIGNMENT).is_dir()) if course.autograded.is_dir() else []
+                          if (p / course.assignment).is_dir()) if course.autograded.is_dir() else []
     elif students:
         env = tool_env()
         try:
-            subprocess.run([sys.executable, "-m", "attnlab.grading.worker", "--feedback", str(course.root),
+            subprocess.run([sys.executable, "-m", "attnlab.grading.worker", "--feedback", str(course.root), course.assignment,
                             *students], cwd=course.root, env=env, capture_output=True, text=True,
                            timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -440,4 +440,4 @@ def generate_feedback(course: Course, students: list[str] | None = None,
 
 
 def feedback_files(course: Course, student: str) -> list[Path]:
-    return sorted((course.root / "feedback" / student / ASSIGNMENT).glob("*.html"))
+    return sorted((course.root / "feedback" / student / course.assignment).glob("*.html"))

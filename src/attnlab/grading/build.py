@@ -1,12 +1,15 @@
 """Build nbgrader's source/ and release/ from the jupytext sources in notebooks/, and check freshness.
 
-notebooks/NN_name.py  --jupytext-->  source/attention_kernels/NN_name.ipynb
-                      --nbgrader generate_assignment-->  release/attention_kernels/NN_name.ipynb
+notebooks/NN_name.py  --jupytext-->  source/ASSIGNMENT/NN_name.ipynb
+                      --nbgrader generate_assignment-->  release/ASSIGNMENT/NN_name.ipynb
+
+for each assignment of the course (``attention_kernels``: 01-06; ``attention_kernels_beyond``: 07 on).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from .course import ASSIGNMENT, Course
+from .course import Course, assignment_of
 
 #: Filled in for every cell that carries nbgrader metadata, so sources only state what differs.
 NBGRADER_DEFAULTS = {"grade": False, "solution": False, "locked": False, "task": False, "schema_version": 3}
@@ -42,7 +45,7 @@ def course_settings(root: Path) -> dict:
 
 def colab_url(settings: dict, name: str) -> str:
     repo = settings["repository"].removeprefix("https://github.com/")
-    return f"https://colab.research.google.com/github/{repo}/blob/{settings['branch']}/release/{ASSIGNMENT}/{name}.ipynb"
+    return f"https://colab.research.google.com/github/{repo}/blob/{settings['branch']}/release/{assignment_of(name)}/{name}.ipynb"
 
 
 _BOOTSTRAP = """\
@@ -66,13 +69,47 @@ def _bootstrap_cells(settings: dict, name: str) -> list[nbformat.NotebookNode]:
     return [badge, code]
 
 
+#: A given cell line ``# attnlab: include NN_name grade_id`` is replaced by that solution cell of
+#: notebooks/NN_name.py (markers removed): one source for code a later notebook gives away.
+_INCLUDE = re.compile(r"^# attnlab: include (\d\d_\w+) (\w+)[ \t]*$", re.MULTILINE)
+
+
+def _included_solution(folder: Path, notebook: str, grade_id: str) -> str:
+    from .samples import strip_markers
+
+    path = folder / f"{notebook}.py"
+    if not path.is_file():
+        raise ValueError(f"include {notebook} {grade_id}: {path} does not exist")
+    cells = [c for c in jupytext.read(path).cells
+             if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    if len(cells) != 1 or not cells[0].metadata["nbgrader"].get("solution"):
+        raise ValueError(f"include {notebook} {grade_id}: no single solution cell {grade_id!r} in {path.name}")
+    return strip_markers(cells[0].source).rstrip("\n")
+
+
+def _resolve_includes(nb: nbformat.NotebookNode, folder: Path) -> None:
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not _INCLUDE.search(cell.source):
+            continue
+        if not meta.get("locked") or meta.get("solution") or meta.get("grade"):
+            raise ValueError(f"include in a cell that is not a given (locked) cell:\n{cell.source[:200]}")
+        cell.source = _INCLUDE.sub(lambda m: _included_solution(folder, m[1], m[2]), cell.source)
+
+
 def notebook_from_source(path: Path, settings: dict | None = None) -> nbformat.NotebookNode:
     """Read one jupytext percent file and return the instructor notebook, with stable cell ids.
 
+    Include lines (``# attnlab: include NN_name grade_id`` in a given cell) are replaced by that
+    solution cell of the sibling notebook, so a later assignment can give away an earlier one's
+    model solution without a second copy of it.
+
     Raises:
-        ValueError: a graded cell without points, or a duplicate grade_id.
+        ValueError: a graded cell without points, a duplicate grade_id, or an include that does not
+        name one solution cell.
     """
     nb = jupytext.read(path)
+    _resolve_includes(nb, path.parent)
     if settings is not None:
         nb.cells[:0] = _bootstrap_cells(settings, path.stem)
     grade_ids: set[str] = set()
@@ -100,7 +137,7 @@ def notebook_from_source(path: Path, settings: dict | None = None) -> nbformat.N
 
 
 def build_source(course: Course) -> list[Path]:
-    """Write source/attention_kernels/*.ipynb from notebooks/*.py; remove notebooks that no longer exist."""
+    """Write source/<course.assignment>/*.ipynb from its notebooks/*.py; remove notebooks that no longer exist."""
     course.source.mkdir(parents=True, exist_ok=True)
     names = course.notebook_names()
     for stale in course.source.glob("*.ipynb"):
@@ -118,7 +155,7 @@ def build_source(course: Course) -> list[Path]:
 def generate_assignment(course: Course) -> None:
     """``nbgrader generate_assignment`` in ``course``: writes release/ and registers the notebooks and
     their test cells in the course's gradebook (autograde needs them there)."""
-    course.nbgrader("generate_assignment", ASSIGNMENT, "--force", timeout=600)
+    course.nbgrader("generate_assignment", course.assignment, "--force", timeout=600)
 
 
 def _build_fresh(course: Course, tmp: Path) -> Course:
@@ -127,8 +164,9 @@ def _build_fresh(course: Course, tmp: Path) -> Course:
     shutil.copytree(course.notebooks, fresh.notebooks)
     for name in ("nbgrader_config.py", "pyproject.toml"):
         shutil.copy(course.root / name, fresh.root / name)
-    build_source(fresh)
-    generate_assignment(fresh)
+    for each in fresh.assignments():
+        build_source(each)
+        generate_assignment(each)
     return fresh
 
 
@@ -140,11 +178,13 @@ def build(course: Course) -> None:
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
         fresh = _build_fresh(course, Path(tmp))
-        for kind in ("source", "release"):
-            dest = getattr(course, kind)
-            if dest.exists():
-                shutil.rmtree(dest)
-            shutil.copytree(getattr(fresh, kind), dest)
+        for each in fresh.assignments():
+            mine = course.for_assignment(each.assignment)
+            for kind in ("source", "release"):
+                dest = getattr(mine, kind)
+                if dest.exists():
+                    shutil.rmtree(dest)
+                shutil.copytree(getattr(each, kind), dest)
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -153,21 +193,29 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 
 def stale_files(course: Course) -> list[str]:
-    """Files of source/ and release/ that differ from a fresh build of notebooks/ (empty: all fresh).
+    """Files of source/ and release/ (every assignment) that differ from a fresh build of notebooks/.
 
     Builds in a temporary copy of the course, so the working tree and its gradebook are untouched.
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
         fresh = _build_fresh(course, Path(tmp))
         problems = []
-        for kind in ("source", "release"):
-            want, have = _tree(getattr(fresh, kind)), _tree(getattr(course, kind))
-            for rel in sorted(set(want) | set(have)):
-                label = f"{kind}/{ASSIGNMENT}/{rel}"
-                if rel not in have:
-                    problems.append(f"{label}: missing")
-                elif rel not in want:
-                    problems.append(f"{label}: not produced by the build (remove it)")
-                elif want[rel] != have[rel]:
-                    problems.append(f"{label}: differs from a fresh build")
+        for each in fresh.assignments():
+            problems += _stale_in(each, course.for_assignment(each.assignment))
         return problems
+
+
+def _stale_in(fresh: Course, course: Course) -> list[str]:
+    problems = []
+    for kind in ("source", "release"):
+        want = _tree(getattr(fresh, kind))
+        have = _tree(getattr(course, kind)) if getattr(course, kind).is_dir() else {}
+        for rel in sorted(set(want) | set(have)):
+            label = f"{kind}/{course.assignment}/{rel}"
+            if rel not in have:
+                problems.append(f"{label}: missing")
+            elif rel not in want:
+                problems.append(f"{label}: not produced by the build (remove it)")
+            elif want[rel] != have[rel]:
+                problems.append(f"{label}: differs from a fresh build")
+    return problems

@@ -6,15 +6,18 @@ Learners:
     attnlab doctor                 check this environment (GPU or interpreter, versions, lab extension)
 
 Instructors (run in the course repository, or name it with --course):
-    attnlab build [--check]        notebooks/ -> source/ -> release/ (or only report staleness)
+    attnlab build [--check]        notebooks/ -> source/ -> release/, both assignments (or only report staleness)
     attnlab samples                write the bundled sample submissions into submitted/
-    attnlab grade-samples          the main job: build, samples, autograde, grades.csv
+    attnlab grade-samples          the main job: build, samples, autograde both assignments, grades.csv
 
 Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab collect EXPORT.zip     an LMS export -> submitted/<student>/ (nbgrader zip_collect)
     attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
-    attnlab feedback [--student S] feedback/<student>/attention_kernels/*.html (nbgrader generate_feedback)
+    attnlab feedback [--student S] feedback/<student>/<assignment>/*.html (nbgrader generate_feedback)
+
+collect, autograde and feedback work on one assignment: --assignment attention_kernels (the
+default, notebooks 01-06) or --assignment attention_kernels_beyond (notebooks 07 on).
 
 Run "attnlab COMMAND --help" for a command's options.
 """
@@ -27,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from .course import Course
+from .course import ASSIGNMENT, ASSIGNMENTS, Course
 
 
 def plain_text(doc: str) -> str:
@@ -50,8 +53,10 @@ def _cmd_build(args) -> int:
         return 0
     start = time.perf_counter()
     build(course)
-    print(f"built {len(course.notebook_names())} notebooks into {course.source.relative_to(course.root)} "
-          f"and {course.release.relative_to(course.root)} in {time.perf_counter() - start:.1f} s")
+    for each in course.assignments():
+        print(f"built {len(each.notebook_names())} notebooks into {each.source.relative_to(each.root)} "
+              f"and {each.release.relative_to(each.root)}")
+    print(f"in {time.perf_counter() - start:.1f} s")
     return 0
 
 
@@ -59,8 +64,10 @@ def _cmd_samples(args) -> int:
     from .samples import write_main_samples
 
     course = Course.find(args.course)
-    students = write_main_samples(course)
-    print(f"wrote sample submissions to {course.submitted.relative_to(course.root)}/: {', '.join(students)}")
+    for each in course.assignments():
+        students = write_main_samples(each)
+        print(f"wrote sample submissions of {each.assignment} to {each.submitted.relative_to(each.root)}/: "
+              f"{', '.join(students)}")
     return 0
 
 
@@ -92,7 +99,7 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
 
 def _registered(course: Course) -> bool:
     """Whether gradebook.db knows the assignment (autograde needs its notebooks and test cells)."""
-    from .course import ASSIGNMENT, COURSE_ID
+    from .course import COURSE_ID
 
     db = course.root / "gradebook.db"
     if not db.exists():
@@ -101,16 +108,16 @@ def _registered(course: Course) -> bool:
 
     with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
         try:
-            return bool(gb.find_assignment(ASSIGNMENT).notebooks)
+            return bool(gb.find_assignment(course.assignment).notebooks)
         except MissingEntry:
             return False
 
 
 def _cmd_autograde(args) -> int:
-    course = Course.find(args.course)
+    course = Course.find(args.course, args.assignment)
     if not _registered(course):
-        print("attnlab autograde: gradebook.db does not know the assignment yet; run once:\n"
-              "  nbgrader generate_assignment attention_kernels --force")
+        print(f"attnlab autograde: gradebook.db does not know the assignment yet; run once:\n"
+              f"  nbgrader generate_assignment {course.assignment} --force")
         return 1
     _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv,
                       args.report_json)
@@ -123,7 +130,7 @@ def _cmd_collect(args) -> int:
     from .collect import collect_zip
     from .submissions import WHOLE
 
-    course = Course.find(args.course)
+    course = Course.find(args.course, args.assignment)
     try:
         notes, left_out = collect_zip(course, args.archive, layout=args.layout, regexp=args.regexp)
     except (FileNotFoundError, RuntimeError) as exc:
@@ -133,7 +140,7 @@ def _cmd_collect(args) -> int:
           f"{', '.join(notes) or '(none: check --layout or --regexp)'}")
     names = course.notebook_names()
     for student, by_nb in notes.items():
-        folder = course.submitted / student / "attention_kernels"
+        folder = course.submitted / student / course.assignment
         missing = [n for n in names if not (folder / f"{n}.ipynb").exists()]
         for key, lines in by_nb.items():
             for line in lines:
@@ -169,7 +176,7 @@ def _feedback(course: Course, students) -> int:
 
 
 def _cmd_feedback(args) -> int:
-    return _feedback(Course.find(args.course), args.student or None)
+    return _feedback(Course.find(args.course, args.assignment), args.student or None)
 
 
 def _cmd_grade_samples(args) -> int:
@@ -181,12 +188,18 @@ def _cmd_grade_samples(args) -> int:
     build(course)
     # Earlier sample grades would stop nbgrader from registering changed notebooks: drop them first.
     forget_students(course, SAMPLE_STUDENTS)
-    generate_assignment(course)
-    print(f"built release/ from notebooks/ and registered it in the gradebook in {time.perf_counter() - start:.1f} s")
-    students = write_main_samples(course)
-    print(f"sample submissions: {', '.join(students)}\n")
-    results = _grade_and_report(course, students, None, course.root / "grades.csv",
-                                course.root / "grading_report.csv")
+    assignments = course.assignments()
+    for each in assignments:
+        generate_assignment(each)
+    print(f"built release/ from notebooks/ and registered {', '.join(a.assignment for a in assignments)} "
+          f"in the gradebook in {time.perf_counter() - start:.1f} s")
+    results = []
+    for i, each in enumerate(assignments):
+        students = write_main_samples(each)
+        print(f"\n== {each.assignment} ==\nsample submissions: {', '.join(students)}\n")
+        last = i == len(assignments) - 1  # nbgrader export writes every assignment: once, at the end
+        report = course.root / ("grading_report.csv" if i == 0 else f"grading_report_{each.assignment}.csv")
+        results += _grade_and_report(each, students, None, course.root / "grades.csv" if last else None, report)
     ref = [r for r in results if r.student == "reference"]
     blank = [r for r in results if r.student == "blank"]
     problems = [f"reference lost points in {r.notebook}" for r in ref if r.points < r.max_points]
@@ -199,27 +212,32 @@ def _cmd_grade_samples(args) -> int:
 
 
 _DESCRIPTIONS = {
-    "build": "Build the course: notebooks/*.py (jupytext) -> source/attention_kernels/ (the instructor "
-             "version) -> release/attention_kernels/ (nbgrader generate_assignment). --check only reports "
+    "build": "Build the course: notebooks/*.py (jupytext) -> source/<assignment>/ (the instructor "
+             "version) -> release/<assignment>/ (nbgrader generate_assignment). --check only reports "
              "which files are stale.",
     "samples": "Write the bundled sample submissions (reference: the model solutions; blank: the release "
                "as handed out; typical_mistakes: one typical bug per notebook) into submitted/.",
-    "autograde": "Autograde submitted/<student>/attention_kernels/, one notebook at a time in a worker "
+    "autograde": "Autograde submitted/<student>/<assignment>/, one notebook at a time in a worker "
                  "process with a time limit, then print the points per student and notebook, every lost "
                  "point with its reason and the grader's notes.",
-    "collect": "Collect an LMS zip export into submitted/<student>/attention_kernels/ (nbgrader zip_collect). "
+    "collect": "Collect an LMS zip export into submitted/<student>/<assignment>/ (nbgrader zip_collect). "
                "Student ids are the LMS's own ids with the name for readability (Moodle's participant id, "
                "Canvas's user id); misnamed notebooks are renamed; every file left out is listed with the "
                "reason.",
     "export": "Export the gradebook (autograded and manual scores) to a CSV, one row per student and "
               "assignment (nbgrader export).",
-    "feedback": "Write feedback/<student>/attention_kernels/<notebook>.html for each graded student "
+    "feedback": "Write feedback/<student>/<assignment>/<notebook>.html for each graded student "
                 "(nbgrader generate_feedback): the autograded notebook with the hidden tests, each failing "
                 "check's message and the grader's notes.",
-    "grade-samples": "The main job: build source/ and release/, register the assignment, write the sample "
-                     "submissions, autograde them, print the table and export grades.csv. Exits non-zero "
+    "grade-samples": "The main job: build source/ and release/, register both assignments, write the sample "
+                     "submissions, autograde them, print one table per assignment and export grades.csv. Exits non-zero "
                      "if the reference loses a point or the blank release earns one.",
 }
+
+
+def _assignment_option(p) -> None:
+    p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
+                   help=f"the assignment to work on (default {ASSIGNMENT}; notebooks 07 on: {ASSIGNMENTS[1]})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -249,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
     p.add_argument("--report-json", type=Path, default=None, help="write every result, cell and note here")
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
+    _assignment_option(p)
 
     p = command("collect", "collect an LMS zip export into submitted/ (nbgrader zip_collect)", _cmd_collect)
     p.add_argument("archive", type=Path, help="the zip file downloaded from the LMS")
@@ -256,12 +275,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="how the export names each student's files (default: recognise it)")
     p.add_argument("--regexp", default=None,
                    help="nbgrader's named_regexp instead (groups student_id and file_id, matched on the path)")
+    _assignment_option(p)
 
     p = command("export", "export the gradebook to a CSV (nbgrader export)", _cmd_export)
     p.add_argument("--to", type=Path, default=Path("grades.csv"), help="the CSV to write (default grades.csv)")
 
     p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
+    _assignment_option(p)
 
     command("grade-samples", "the main job: build, write samples, autograde, export grades.csv", _cmd_grade_samples)
 

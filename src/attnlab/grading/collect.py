@@ -32,11 +32,11 @@ from pathlib import Path
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from traitlets import Enum
 
-from .course import ASSIGNMENT, Course
+from .course import ASSIGNMENTS, Course
 
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_?$")
 _CANVAS = re.compile(r"^(?P<login>[^_/]+?)(?:_LATE)?_(?P<uid>\d+)_(?P<sid>\d+)_(?P<file>.+)$")
-_SKIP_DIRS = {ASSIGNMENT, "submission", "submissions", "notebooks", "__macosx"}
+_SKIP_DIRS = {*ASSIGNMENTS, "submission", "submissions", "notebooks", "__macosx"}
 
 
 def slug(text: str) -> str:
@@ -151,13 +151,13 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
     archive = Path(archive).resolve()
     if not archive.is_file():
         raise FileNotFoundError(archive)
-    store = course.root / "downloaded" / ASSIGNMENT / "archive"
+    store = course.root / "downloaded" / course.assignment / "archive"
     if store.exists():
         shutil.rmtree(store)
     store.mkdir(parents=True)
     shutil.copy(archive, store / archive.name)
     before = set(_students(course))
-    args = ["zip_collect", ASSIGNMENT, "--force", "--collector=attnlab.grading.collect.LmsCollector",
+    args = ["zip_collect", course.assignment, "--force", "--collector=attnlab.grading.collect.LmsCollector",
             f"--LmsCollector.layout={layout}"]
     if regexp:
         args.append(f"--LmsCollector.named_regexp={regexp}")
@@ -166,7 +166,7 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
         raise RuntimeError(f"nbgrader zip_collect failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     collected = _collected_students(proc.stdout + proc.stderr, course) or sorted(set(_students(course)) - before)
     names = course.notebook_names()
-    notes = {s: normalize_submission(course.submitted / s / ASSIGNMENT, names) for s in collected}
+    notes = {s: normalize_submission(course.submitted / s / course.assignment, names) for s in collected}
     return notes, left_out(proc.stdout + proc.stderr)
 
 
@@ -182,11 +182,11 @@ def left_out(log: str) -> list[tuple[str, str]]:
 def _students(course: Course) -> list[str]:
     if not course.submitted.is_dir():
         return []
-    return sorted(p.name for p in course.submitted.iterdir() if (p / ASSIGNMENT).is_dir())
+    return sorted(p.name for p in course.submitted.iterdir() if (p / course.assignment).is_dir())
 
 
 def _collected_students(log: str, course: Course) -> list[str]:
     """Students nbgrader copied files for in this run (from its "Copying to:" log lines)."""
     root = str(course.submitted.resolve())
-    found = re.findall(re.escape(root) + r"/([^/\s]+)/" + re.escape(ASSIGNMENT) + "/", log)
+    found = re.findall(re.escape(root) + r"/([^/\s]+)/" + re.escape(course.assignment) + "/", log)
     return sorted(set(found))

@@ -6,11 +6,30 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ASSIGNMENT = "attention_kernels"
+#: The second assignment (notebooks 07-09), released after the first one is graded.
+BEYOND = "attention_kernels_beyond"
+#: Every assignment, in course order.
+ASSIGNMENTS = (ASSIGNMENT, BEYOND)
+#: Notebook numbers of the second assignment; every other number (01-06, and the test suite's
+#: own 9x notebooks such as samples/abuse/99_triton_probe.py) belongs to the lab.
+_BEYOND_NUMBERS = range(7, 90)
 COURSE_ID = "attention-kernels"
+
+
+def assignment_of(notebook: str) -> str:
+    """The assignment a course notebook belongs to, from its number (``"07_triton_backward"`` -> BEYOND).
+
+    Raises:
+        ValueError: the name does not start with a two-digit number.
+    """
+    head = notebook.split("_", 1)[0]
+    if not (len(head) == 2 and head.isdigit()):
+        raise ValueError(f"{notebook!r} is not a course notebook name (NN_name)")
+    return BEYOND if int(head) in _BEYOND_NUMBERS else ASSIGNMENT
 
 
 def tool_env(env: dict | None = None) -> dict:
@@ -26,17 +45,24 @@ def tool_env(env: dict | None = None) -> dict:
 
 @dataclass(frozen=True)
 class Course:
-    """Paths of one course directory; ``root`` holds ``nbgrader_config.py``."""
+    """Paths of one course directory and one of its assignments; ``root`` holds ``nbgrader_config.py``.
+
+    ``assignment`` selects what ``source``, ``release``, ``notebook_names`` and the graders see;
+    :meth:`for_assignment` gives the same directory seen through another assignment.
+    """
 
     root: Path
+    assignment: str = ASSIGNMENT
 
     @classmethod
-    def find(cls, start: str | os.PathLike | None = None) -> "Course":
+    def find(cls, start: str | os.PathLike | None = None, assignment: str = ASSIGNMENT) -> "Course":
         """The course directory at or above ``start`` (default: the working directory)."""
+        if assignment not in ASSIGNMENTS:
+            raise SystemExit(f"attnlab: unknown assignment {assignment!r}; the course has {', '.join(ASSIGNMENTS)}")
         here = Path(start or os.getcwd()).resolve()
         for d in (here, *here.parents):
             if (d / "nbgrader_config.py").is_file() and (d / "notebooks").is_dir():
-                return cls(d)
+                return cls(d, assignment)
         raise SystemExit(f"attnlab: no course directory (nbgrader_config.py beside notebooks/) at or above {here}")
 
     @property
@@ -45,11 +71,11 @@ class Course:
 
     @property
     def source(self) -> Path:
-        return self.root / "source" / ASSIGNMENT
+        return self.root / "source" / self.assignment
 
     @property
     def release(self) -> Path:
-        return self.root / "release" / ASSIGNMENT
+        return self.root / "release" / self.assignment
 
     @property
     def submitted(self) -> Path:
@@ -65,7 +91,22 @@ class Course:
 
     def notebook_names(self) -> list[str]:
         """The assignment's notebooks, by name without extension, in course order."""
+        return [n for n in self.all_notebook_names() if assignment_of(n) == self.assignment]
+
+    def all_notebook_names(self) -> list[str]:
+        """Every notebook of notebooks/, whatever its assignment, in course order."""
         return sorted(p.stem for p in self.notebooks.glob("[0-9][0-9]_*.py"))
+
+    def for_assignment(self, assignment: str) -> "Course":
+        """This course directory, seen through ``assignment``."""
+        if assignment not in ASSIGNMENTS:
+            raise ValueError(f"unknown assignment {assignment!r}; the course has {', '.join(ASSIGNMENTS)}")
+        return replace(self, assignment=assignment)
+
+    def assignments(self) -> list["Course"]:
+        """This directory seen through each assignment that has notebooks, in course order."""
+        present = {assignment_of(n) for n in self.all_notebook_names()}
+        return [self.for_assignment(a) for a in ASSIGNMENTS if a in present]
 
     def nbgrader(self, *args: str, timeout: float | None = None, env: dict | None = None,
                  check: bool = True) -> subprocess.CompletedProcess:

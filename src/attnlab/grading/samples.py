@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import ASSIGNMENT, Course
+from .course import Course, assignment_of
 
 _MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -35,6 +35,8 @@ class Mistake:
         edits: (old, new) pairs; each ``old`` must occur exactly once in the reference cell.
         fails: grade_ids of the test cells that must lose their points.
         why: the mistake in one line, as a learner would make it.
+        other_cells: (grade_id, edits) of further solution cells of the same notebook, for a design
+            that spans two cells (e.g. dQ by atomics in 07's dK/dV kernel, copied out by its dQ kernel).
     """
 
     id: str
@@ -43,6 +45,7 @@ class Mistake:
     edits: tuple[tuple[str, str], ...]
     fails: tuple[str, ...]
     why: str
+    other_cells: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
 
 def load_mistakes(course: Course) -> tuple[list[Mistake], list[str]]:
@@ -73,13 +76,18 @@ def strip_markers(source: str) -> str:
 
 def solution_cells(course: Course, name: str) -> dict[str, str]:
     """grade_id -> reference text of every solution cell of source notebook ``name``."""
-    nb = nbformat.read(course.source / f"{name}.ipynb", as_version=4)
+    nb = nbformat.read(_of(course, name).source / f"{name}.ipynb", as_version=4)
     return {c.metadata["nbgrader"]["grade_id"]: strip_markers(c.source) for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("solution")}
 
 
+def _of(course: Course, name: str) -> Course:
+    """``course`` seen through the assignment notebook ``name`` belongs to."""
+    return course.for_assignment(assignment_of(name))
+
+
 def release_notebook(course: Course, name: str) -> nbformat.NotebookNode:
-    return nbformat.read(course.release / f"{name}.ipynb", as_version=4)
+    return nbformat.read(_of(course, name).release / f"{name}.ipynb", as_version=4)
 
 
 def reference_notebook(course: Course, name: str) -> nbformat.NotebookNode:
@@ -100,22 +108,23 @@ def apply_mistake(nb: nbformat.NotebookNode, mistake: Mistake) -> nbformat.Noteb
         ValueError: the cell is missing, or an edit's text does not occur exactly once.
     """
     nb = copy.deepcopy(nb)
-    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == mistake.cell]
-    if len(cells) != 1:
-        raise ValueError(f"mistake {mistake.id}: no single cell {mistake.cell!r} in {mistake.notebook}")
-    cell = cells[0]
-    for old, new in mistake.edits:
-        count = cell.source.count(old)
-        if count != 1:
-            raise ValueError(f"mistake {mistake.id}: {old!r} occurs {count} times in cell {mistake.cell!r} "
-                             f"of {mistake.notebook}; update samples/mistakes/ to the current reference")
-        cell.source = cell.source.replace(old, new)
+    for grade_id, edits in ((mistake.cell, mistake.edits), *mistake.other_cells):
+        cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+        if len(cells) != 1:
+            raise ValueError(f"mistake {mistake.id}: no single cell {grade_id!r} in {mistake.notebook}")
+        cell = cells[0]
+        for old, new in edits:
+            count = cell.source.count(old)
+            if count != 1:
+                raise ValueError(f"mistake {mistake.id}: {old!r} occurs {count} times in cell {grade_id!r} "
+                                 f"of {mistake.notebook}; update samples/mistakes/ to the current reference")
+            cell.source = cell.source.replace(old, new)
     return nb
 
 
 def write_submission(course: Course, student: str, notebooks: dict[str, nbformat.NotebookNode]) -> Path:
-    """Write ``notebooks`` as ``submitted/<student>/attention_kernels/*.ipynb`` (replacing what was there)."""
-    folder = course.submitted / student / ASSIGNMENT
+    """Write ``notebooks`` as ``submitted/<student>/<course.assignment>/*.ipynb`` (replacing what was there)."""
+    folder = course.submitted / student / course.assignment
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
@@ -149,7 +158,7 @@ def forget_students(course: Course, students) -> None:
 
 
 def write_main_samples(course: Course) -> list[str]:
-    """Write the three submissions the main job grades; returns the student ids."""
+    """Write the three submissions of ``course.assignment`` the main job grades; returns the student ids."""
     names = course.notebook_names()
     reference = {n: reference_notebook(course, n) for n in names}
     mistakes, typical = load_mistakes(course)
@@ -157,6 +166,8 @@ def write_main_samples(course: Course) -> list[str]:
     typical_nbs = dict(reference)
     for mid in typical:
         m = by_id[mid]
+        if m.notebook not in typical_nbs:  # the other assignment's
+            continue
         typical_nbs[m.notebook] = apply_mistake(typical_nbs[m.notebook], m)
     write_submission(course, "reference", reference)
     write_submission(course, "blank", {n: release_notebook(course, n) for n in names})
@@ -165,8 +176,10 @@ def write_main_samples(course: Course) -> list[str]:
 
 
 def write_mistake_samples(course: Course) -> list[Mistake]:
-    """One submission per mistake, ``mistake-<id>``, holding only the notebook the mistake is in."""
+    """One submission per mistake of ``course.assignment``, ``mistake-<id>``, holding only the notebook
+    the mistake is in."""
     mistakes, _ = load_mistakes(course)
+    mistakes = [m for m in mistakes if assignment_of(m.notebook) == course.assignment]
     for m in mistakes:
         write_submission(course, f"mistake-{m.id}", {m.notebook: apply_mistake(reference_notebook(course, m.notebook), m)})
     return mistakes

@@ -8,7 +8,7 @@ on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
 ``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
 this process group if a notebook overruns.
 
-``python -m attnlab.grading.worker --feedback ROOT STUDENT ...`` generates feedback for several
+``python -m attnlab.grading.worker --feedback ROOT ASSIGNMENT STUDENT ...`` generates feedback for several
 students in one process instead.
 """
 
@@ -26,7 +26,7 @@ def _emit(obj) -> None:
     sys.__stdout__.flush()
 
 
-def feedback(root: str, students: list[str]) -> int:
+def feedback(root: str, assignment: str, students: list[str]) -> int:
     """``generate_feedback`` for each student, in this one process (nbgrader loads once)."""
     root = os.path.abspath(root)
     os.chdir(root)
@@ -34,12 +34,10 @@ def feedback(root: str, students: list[str]) -> int:
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
 
-    from .course import ASSIGNMENT
-
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
     for student in students:
         api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=root), config=config)
-        result = api.generate_feedback(ASSIGNMENT, student, force=True)
+        result = api.generate_feedback(assignment, student, force=True)
         _emit({"feedback": student, "success": bool(result.get("success")),
                "log": ((result.get("log") or "") + (result.get("error") or ""))[-2000:]})
     return 0
@@ -47,7 +45,7 @@ def feedback(root: str, students: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--feedback":
-        return feedback(argv[1], argv[2:])
+        return feedback(argv[1], argv[2], argv[3:])
     root, *jobs = argv
     root = os.path.abspath(root)
     os.chdir(root)
@@ -56,7 +54,7 @@ def main(argv: list[str]) -> int:
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
 
-    from .course import ASSIGNMENT
+    from .course import assignment_of
 
     # NbGraderAPI does not read nbgrader_config.py by itself.
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
@@ -66,7 +64,7 @@ def main(argv: list[str]) -> int:
         coursedir = CourseDirectory(config=config, root=root)
         coursedir.notebook_id = name
         api = NbGraderAPI(coursedir=coursedir, config=config)
-        result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+        result = api.autograde(assignment_of(name), student, force=True, create=True)
         _emit({"done": job, "success": bool(result.get("success")),
                "log": (result.get("log") or "") + (result.get("error") or "")})
     return 0

@@ -1,0 +1,212 @@
+"""The given launchers of notebook 07: FlashAttention backward from three Triton kernels, and the
+autograd Function that pairs a forward kernel with them.
+
+The learner writes the kernels; these functions validate the inputs, allocate NaN-poisoned
+outputs and launch the kernels the way notebook 07's contract says (same layout and conventions
+as notebook 05's forward, :mod:`attnlab.launch`):
+
+- contiguous (B, H, T, D) tensors, so ``stride_bh = T*D`` and ``stride_t = D``; LSE and Δ are
+  float32 (B, H, T), one value per query row (Δ_i = rowsum(dO ∘ O)_i, Dao 2023, Algorithm 2 line 4);
+- ``preprocess(O, DO, DELTA, stride_bh, stride_t, T, BLOCK_M, HEAD_DIM)``, grid (cdiv(T, BLOCK_M), B*H);
+- ``dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL, BLOCK_M,
+  BLOCK_N, HEAD_DIM)``, grid (cdiv(T, BLOCK_N), B*H): one program per key tile;
+- ``dq(Q, K, V, DO, LSE, DELTA, DQ, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL, BLOCK_M,
+  BLOCK_N, HEAD_DIM)``, grid (cdiv(T, BLOCK_M), B*H): one program per query tile, launched after dkdv.
+
+In every kernel BLOCK_M counts query rows and BLOCK_N keys. The launcher's ``block_n`` is the
+tile a program *owns* and ``block_m`` the *step* of its inner loop: the dK/dV kernel gets
+``BLOCK_N = block_n`` keys and steps ``BLOCK_M = block_m`` queries; the dQ kernel gets the
+transposed shape, ``BLOCK_M = block_n`` queries stepping ``BLOCK_N = block_m`` keys, and so does
+the preprocess (``BLOCK_M = block_n``). A large owned tile is what saves memory traffic (each
+loaded K/V or Q/dO tile serves more rows), as in FlashAttention-2's backward.
+
+``DQ_ACC`` is a float32 (B, H, T, D) buffer of zeros. The standard design (dQ with query tiles
+outer) ignores it; the alternative design adds each key tile's share of dQ into it with
+``tl.atomic_add`` inside the dK/dV kernel, and the dQ kernel then only writes ``DQ_ACC · scale``
+into DQ. Either way DQ, DK and DV start as NaN, so an element no kernel writes fails the checks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import launch
+from .reference import validate_qkv
+
+__all__ = ["BackwardKernels", "validate_backward", "run_backward_kernels", "launch_flash_backward",
+           "attention_function"]
+
+class BackwardKernels(tuple):
+    """(preprocess, dkdv, dq): the three ``@triton.jit`` kernels of the backward, in launch order."""
+
+    def __new__(cls, preprocess, dkdv, dq):
+        for kernel, what in ((preprocess, "_bwd_preprocess_kernel"), (dkdv, "_bwd_dkdv_kernel"),
+                             (dq, "_bwd_dq_kernel")):
+            launch._require_jit(kernel, what)
+        return super().__new__(cls, (preprocess, dkdv, dq))
+
+
+def _check_blocks(where: str, block_m, block_n, d) -> None:
+    if not launch._is_pow2(d) or d < 16:
+        raise ValueError(f"{where}: head dim D={d} must be a power of two >= 16 (tl.arange and tl.dot need it)")
+    for name, b in (("block_m", block_m), ("block_n", block_n)):
+        if not launch._is_pow2(b) or b < 16:
+            raise ValueError(f"{where}: {name}={b!r} must be a power of two >= 16 "
+                             f"(tl.arange needs a power of two; tl.dot needs at least 16)")
+
+
+def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash_attention_backward") -> None:
+    """Raise a clear error unless (q, k, v, o, lse, do) is a valid input of the backward launcher.
+
+    Args:
+        q, k, v, o, do: (B, H, T, D), one dtype (float16, bfloat16, float32), one device; D a power
+            of two >= 16.
+        lse: (B, H, T), float32, the natural-log LSE the forward saved.
+        block_m, block_n: powers of two >= 16.
+
+    Raises:
+        TypeError: a non-tensor, or a dtype that is not supported or differs between tensors.
+        ValueError: a wrong shape, a different device, or a bad head dim or block size.
+    """
+    validate_qkv(q, k, v, where=where)
+    if q.shape != k.shape:
+        raise ValueError(f"{where}: this kernel does self-attention; q, k, v must all be (B, H, T, D), "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if q.dtype not in launch._KERNEL_DTYPES:
+        raise TypeError(f"{where}: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
+    for name, t in (("o", o), ("do", do)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{where}: {name} must be like q ({tuple(q.shape)}, {q.dtype}, {q.device}), "
+                             f"got {tuple(t.shape)}, {t.dtype}, {t.device}")
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"{where}: lse must be a torch.Tensor, got {type(lse).__name__}")
+    if lse.shape != q.shape[:3] or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"{where}: lse must be (B, H, T) = {tuple(q.shape[:3])}, float32, on {q.device} "
+                         f"(what the forward returns), got {tuple(lse.shape)}, {lse.dtype}, {lse.device}")
+    _check_blocks(where, block_m, block_n, q.shape[-1])
+
+
+def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, dq, dk, dv, dq_acc, *,
+                         causal, block_m, block_n, num_warps=4, num_stages=2):
+    """Launch the three kernels on contiguous inputs into the given buffers (no validation, no allocation).
+
+    ``dq_acc`` must hold zeros (float32, like q); ``delta`` is float32 (B, H, T). Returns (dq, dk, dv).
+    """
+    import triton
+
+    preprocess, dkdv, dq_kernel = kernels
+    B, H, T, D = q.shape
+    sbh, st = q.stride(1), q.stride(2)
+    scale = D ** -0.5
+    # COMPILE GATE (issue 16): once attnlab.gpu_compile is merged, compile the three kernels through
+    # it here, before the first launch, so a kernel that fails to compile on a GPU is reported by name.
+    meta = dict(num_warps=num_warps, num_stages=num_stages)
+    preprocess[(triton.cdiv(T, block_n), B * H)](o, do, delta, sbh, st, T, BLOCK_M=block_n, HEAD_DIM=D, **meta)
+    dkdv[(triton.cdiv(T, block_n), B * H)](q, k, v, do, lse, delta, dk, dv, dq_acc, sbh, st, T, scale,
+                                            CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n,
+                                            HEAD_DIM=D, **meta)
+    # the dQ kernel owns block_n queries and steps block_m keys (the transposed tile shape)
+    dq_kernel[(triton.cdiv(T, block_n), B * H)](q, k, v, do, lse, delta, dq, dq_acc, sbh, st, T, scale,
+                                                 CAUSAL=bool(causal), BLOCK_M=block_n, BLOCK_N=block_m,
+                                                 HEAD_DIM=D, **meta)
+    return dq, dk, dv
+
+
+def backward_buffers(q, block_m: int, block_n: int):
+    """(delta, dq, dk, dv, dq_acc) for contiguous ``q``: NaN-poisoned outputs (each followed by one
+    padded tile of spare elements, so an unmasked store past the last row cannot corrupt memory)
+    and a zeroed float32 dQ accumulator."""
+    B, H, T, D = q.shape
+    tail = max(block_m, block_n) * D
+    delta = launch._poisoned_with_tail((B, H, T), max(block_m, block_n), torch.float32, q.device)
+    dq, dk, dv = (launch._poisoned_with_tail(q.shape, tail, q.dtype, q.device) for _ in range(3))
+    dq_acc = torch.zeros(B * H * T * D + tail, dtype=torch.float32, device=q.device)[:B * H * T * D].view(q.shape)
+    return delta, dq, dk, dv, dq_acc
+
+
+def launch_flash_backward(kernels, q, k, v, o, lse, do, causal=False, block_m=64, block_n=64,
+                          num_warps=4, num_stages=2):
+    """FlashAttention backward by the learner's three kernels (notebook 07's contract).
+
+    Args:
+        kernels: (preprocess, dkdv, dq) ``@triton.jit`` functions, signatures in the module docstring.
+        q, k, v: (B, H, T, D) forward inputs; o: the forward output; lse: (B, H, T) float32, the
+            natural-log LSE the forward saved; do: dL/dO. See :func:`validate_backward`.
+        causal: top-left aligned causal mask (query i sees keys j <= i).
+        block_m, block_n: powers of two >= 16: block_n is the tile a program owns (keys in the dK/dV
+            kernel, queries in the dQ kernel), block_m the step of its inner loop (see module docstring).
+        num_warps, num_stages: passed to Triton (ignored by the interpreter).
+
+    Returns:
+        (dq, dk, dv), each (B, H, T, D) in q's dtype.
+
+    Raises:
+        TypeError, ValueError: from :func:`validate_backward`, naming the bad argument.
+
+    Source: Dao, "FlashAttention-2", 2023, Algorithm 2 (backward), split into a dK/dV and a dQ pass.
+    """
+    validate_backward(q, k, v, o, lse, do, block_m, block_n)
+    kernels = BackwardKernels(*kernels)
+    q, k, v, o, do, lse = (t.contiguous() for t in (q, k, v, o, do, lse))
+    delta, dq, dk, dv, dq_acc = backward_buffers(q, block_m, block_n)
+    return run_backward_kernels(kernels, q, k, v, o, lse, do, delta, dq, dk, dv, dq_acc, causal=causal,
+                                block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
+
+
+#: (block_m, block_n, num_warps, num_stages) per head dim, the fastest measured on an H200
+#: (notes/gpu-measurements.md, 2026-11-30); other head dims use the launchers' defaults.
+FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
+BACKWARD_CONFIGS = {64: (32, 128, 4, 3), 128: (64, 128, 8, 3)}
+_DEFAULT_CONFIG = (64, 64, 4, 2)
+
+
+def _config(table, given, d: int, t: int) -> tuple[int, int, int, int]:
+    """``given`` or the table's entry for head dim ``d``; block sizes capped to T's next power of two
+    (at least 16), so that tiny inputs (the interpreter's tests) run in one tile."""
+    import triton
+
+    bm, bn, warps, stages = given or table.get(d, _DEFAULT_CONFIG)
+    cap = max(16, triton.next_power_of_2(t))
+    return min(bm, cap), min(bn, cap), warps, stages
+
+
+def attention_function(fwd_kernel, bwd_kernels, forward=None, backward=None):
+    """A differentiable ``attention(q, k, v, causal=False) -> o`` from a forward kernel and three backward kernels.
+
+    Args:
+        fwd_kernel, bwd_kernels: callables returning the forward kernel and the (preprocess, dkdv, dq)
+            kernels, looked up at every call (so a kernel redefined later in a notebook is the one used).
+        forward, backward: (block_m, block_n, num_warps, num_stages) of each pass; by default the
+            fastest measured for the head dim (:data:`FORWARD_CONFIGS`, :data:`BACKWARD_CONFIGS`).
+
+    The forward (notebook 05's launcher) saves (q, k, v, o, LSE); ``o.backward(do)`` runs
+    :func:`launch_flash_backward`. Returns o in q's dtype; gradients flow to q, k and v.
+    """
+
+    class _TritonAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            d, t = (q.shape[-1], q.shape[2]) if q.dim() == 4 else (0, 16)
+            bm, bn, warps, stages = _config(FORWARD_CONFIGS, forward, d, t)
+            o, lse = launch.launch_flash_forward(fwd_kernel(), q, k, v, causal=causal, block_m=bm, block_n=bn,
+                                                 num_warps=warps, num_stages=stages)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.config = causal, _config(BACKWARD_CONFIGS, backward, d, t)
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            bm, bn, warps, stages = ctx.config
+            dq, dk, dv = launch_flash_backward(bwd_kernels(), q, k, v, o, lse, do.contiguous(),
+                                               causal=ctx.causal, block_m=bm, block_n=bn,
+                                               num_warps=warps, num_stages=stages)
+            return dq, dk, dv, None
+
+    def attention(q, k, v, causal=False):
+        """Attention by the course's forward kernel and your backward kernels; differentiable."""
+        return _TritonAttention.apply(q, k, v, causal)
+
+    return attention

@@ -1,0 +1,234 @@
+"""Checkers of notebook 07 (FlashAttention backward in Triton): seeded inputs, the learner's kernels
+through the course's launcher (:mod:`attnlab.launch_backward`), float64 references from
+:mod:`attnlab.reference`.
+
+As in :mod:`attnlab.verify`: every call of learner code goes through ``verify._call`` (time limit,
+the grader's guard), inputs are followed by a tile of NaN (an unmasked load past the last row
+poisons the result), outputs start as NaN and are followed by guard values (an element never
+written stays NaN; a store past the last row changes a guard), and a kernel that writes into its
+inputs fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+import torch
+
+from . import launch_backward
+from .checks import Case, assert_close, randn, tolerance
+from .device import runtime
+from .reference import naive_attention, reference_gradients
+from .verify import _GUARD, _call, _tail_room
+
+__all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
+           "stores_through_argument"]
+
+#: Position of DQ_ACC among the dK/dV kernel's arguments (launch_backward's contract).
+_DQ_ACC_ARG = 8
+
+
+def _guarded(shape, extra: int, dtype, device):
+    """(buffer, view): a NaN view of ``shape`` followed in the buffer by ``extra`` guard values."""
+    n = 1
+    for s in shape:
+        n *= s
+    buf = torch.full((n + extra,), _GUARD, dtype=dtype, device=device)
+    buf[:n] = float("nan")
+    return buf, buf[:n].view(shape)
+
+
+def _tolerance(dtype, device) -> float:
+    """The course's tolerance, except float32 on a GPU: 1e-2. There ``tl.dot`` rounds its operands
+    to tf32, and dQ, dK pass through two chained products (dP, then dS K or dSᵀ Q): measured
+    relative errors 2.8e-3 on an H200, above the forward's 2e-3. Every mistake of
+    samples/mistakes/07 is off by 0.1 or more."""
+    if dtype == torch.float32 and torch.device(device).type == "cuda":
+        return 1e-2
+    return tolerance(dtype, device)
+
+
+def _case(**kw) -> Case:
+    if "dtype" in kw:
+        kw["dtype"] = str(kw["dtype"]).replace("torch.", "")
+    return Case(**kw)
+
+
+def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
+    """q, k, v, do (with NaN tail room) in ``dtype`` on ``device``; o and LSE of the float64
+    forward, rounded as a forward kernel would save them; and the float64 reference gradients."""
+    q, k, v, do = (randn(B, H, T, D, seed=seed + i) for i in range(4))
+    q, k, v, do = (t.to(dtype) for t in (q, k, v, do))  # the reference sees what the kernel sees
+    exact = tuple(t.to(torch.float64) for t in (q, k, v, do))
+    o, lse = naive_attention(*exact[:3], causal=causal)
+    refs = reference_gradients(*exact, causal=causal)
+    o, lse = o.to(dtype), lse.to(torch.float32)
+    put = lambda t: _tail_room(t.to(device), tail)  # noqa: E731
+    return put(q), put(k), put(v), put(o), put(lse), put(do), refs
+
+
+def stores_through_argument(kernel, index: int, _depth: int = 0) -> bool:
+    """Whether ``kernel``'s source calls ``tl.store`` on a pointer derived from its argument ``index``.
+
+    Derived: the argument itself, or any name assigned (also ``+=``) from an expression that uses a
+    derived name; a derived value passed to another ``@triton.jit`` function of the kernel's module
+    is followed into it. Used to tell a load-add-store of dQ rows that several programs share (a
+    race on a GPU, invisible under the interpreter, which runs programs one at a time) from
+    ``tl.atomic_add``.
+    """
+    from triton.runtime.jit import KernelInterface  # JITFunction, or InterpretedFunction under the interpreter
+
+    fn = getattr(kernel, "fn", kernel)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    func = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+    if func is None or len(func.args.args) <= index or _depth > 4:
+        return False
+    derived = {func.args.args[index].arg}
+    uses = lambda node: any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(node))  # noqa: E731
+    changed = True
+    while changed:  # names assigned from derived names, until nothing new turns up
+        changed = False
+        for node in ast.walk(func):
+            targets, value = [], None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                targets, value = [node.target], node.value
+            if value is None or not uses(value):
+                continue
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id not in derived:
+                        derived.add(n.id)
+                        changed = True
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "store" and node.args and uses(node.args[0]):
+            return True
+        callee = getattr(fn, "__globals__", {}).get(node.func.id) if isinstance(node.func, ast.Name) else None
+        if isinstance(callee, KernelInterface) and hasattr(callee, "fn"):
+            params = list(inspect.signature(callee.fn).parameters)
+            passed = [i for i, arg in enumerate(node.args) if uses(arg)]
+            passed += [params.index(kw.arg) for kw in node.keywords if kw.arg in params and uses(kw.value)]
+            if any(stores_through_argument(callee, i, _depth + 1) for i in passed):
+                return True
+    return False
+
+
+def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, block_m: int = 16,
+                         dtype=torch.float32, seed: int = 0, device: str | None = None):
+    """Check ``_bwd_preprocess_kernel``: Δ = rowsum(dO ∘ O), float32 (B, H, T), against float64.
+
+    Launched alone, as the backward launcher launches it (grid (cdiv(T, block_m), B*H)).
+
+    Raises:
+        AssertionError: Δ wrong (with the first wrong index), or a store past the last row.
+    """
+    import triton
+
+    from . import launch
+
+    device = device or runtime().device
+    launch._require_jit(kernel, "_bwd_preprocess_kernel")
+    case = _case(B=B, H=H, T=T, D=D, block_m=block_m, dtype=dtype)
+    o, do = (_tail_room(randn(B, H, T, D, seed=seed + i).to(device=device, dtype=dtype), block_m * D)
+             for i in range(2))
+    expected = (o.cpu().double() * do.cpu().double()).sum(-1)
+    buf, delta = _guarded((B, H, T), block_m, torch.float32, device)
+
+    def run():
+        kernel[(triton.cdiv(T, block_m), B * H)](o, do, delta, o.stride(1), o.stride(2), T,
+                                                  BLOCK_M=block_m, HEAD_DIM=D)
+    _call(run, "_bwd_preprocess_kernel", _key=kernel)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if (buf[B * H * T:] != _GUARD).any():
+        raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA: mask the "
+                             f"store with offs_m < T")
+    assert_close(delta.cpu(), expected, name="Δ = rowsum(dO ∘ O)", case=case,
+                 tol=max(tolerance(dtype, device), 1e-5))
+
+
+def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: int = 32,
+                                 causal: bool = False, block_m: int = 16, block_n: int = 16,
+                                 dtype=torch.float32, seed: int = 0, num_warps: int = 4, num_stages: int = 2,
+                                 device: str | None = None):
+    """Check the three backward kernels through the course launcher: dq, dk, dv against autograd of
+    ``naive_attention`` in float64 (:func:`attnlab.reference.reference_gradients`).
+
+    Args:
+        kernels: (preprocess, dkdv, dq) ``@triton.jit`` functions.
+        T, B, H, D, causal, block_m, block_n, num_warps, num_stages: the case.
+        dtype: of q, k, v, o, do; the float64 forward's O and LSE are rounded to it (LSE float32).
+
+    Raises:
+        AssertionError: naming the case, the gradient and the first wrong index; also when a kernel
+        stores past the last row, writes into an input, or (a race on a GPU) the dK/dV kernel
+        accumulates dQ rows with a load and a store instead of ``tl.atomic_add``.
+        TypeError: a kernel is not a ``@triton.jit`` function.
+    """
+    device = device or runtime().device
+    kernels = launch_backward.BackwardKernels(*kernels)
+    case = _case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n, dtype=dtype)
+    if stores_through_argument(kernels[1], _DQ_ACC_ARG):
+        raise AssertionError(f"_bwd_dkdv_kernel [{case}]: stores to DQ_ACC with tl.store. Programs of "
+                             f"different key tiles add into the same dQ rows at the same time: a load "
+                             f"followed by a store loses updates on a GPU. Use tl.atomic_add.")
+    tail = max(block_m, block_n) * D
+    q, k, v, o, lse, do, refs = _inputs(B, H, T, D, causal=causal, seed=seed, dtype=dtype, device=device,
+                                        tail=tail)
+    launch_backward.validate_backward(q, k, v, o, lse, do, block_m, block_n)
+    inputs = tuple(t.clone() for t in (q, k, v, o, lse, do))
+    bufs, outs = zip(*(_guarded(q.shape, tail, dtype, device) for _ in range(3)))
+    delta_buf, delta = _guarded((B, H, T), max(block_m, block_n), torch.float32, device)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=device)
+    _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
+          *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
+          num_stages=num_stages, _key=kernels[1])
+    if device == "cuda":
+        torch.cuda.synchronize()
+    n = q.numel()
+    for name, buf in zip(("DQ", "DK", "DV"), bufs):
+        if (buf[n:] != _GUARD).any():
+            raise AssertionError(f"backward kernels [{case}]: wrote past the last row of {name}: padded rows "
+                                 f"(offsets >= T) must be masked out of the stores")
+    if (delta_buf[B * H * T:] != _GUARD).any():
+        raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA")
+    for name, before, after in zip(("Q", "K", "V", "O", "LSE", "DO"), inputs, (q, k, v, o, lse, do)):
+        if not torch.equal(before.nan_to_num(), after.nan_to_num()):
+            raise AssertionError(f"backward kernels [{case}]: wrote into the input {name}: the kernels may "
+                                 f"only store to DELTA, DQ, DK, DV and DQ_ACC")
+    tol = _tolerance(dtype, device)
+    for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
+        assert_close(out.cpu(), ref, name=name, case=case, tol=tol)
+
+
+def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16, causal: bool = False,
+                           dtype=torch.float32, seed: int = 0, device: str | None = None, name="triton_attention"):
+    """Check ``attn(q, k, v, causal) -> o`` end to end: o, then q/k/v .grad after ``o.backward(do)``,
+    against ``naive_attention`` and autograd in float64.
+
+    Raises:
+        AssertionError: naming the case and the first wrong element, or an input no gradient reached.
+    """
+    device = device or runtime().device
+    case = _case(B=B, H=H, T=T, D=D, causal=causal, dtype=dtype)
+    q, k, v, do = (randn(B, H, T, D, seed=seed + i).to(dtype) for i in range(4))
+    exact = tuple(t.to(torch.float64) for t in (q, k, v, do))
+    o_ref, _ = naive_attention(*exact[:3], causal=causal)
+    refs = reference_gradients(*exact, causal=causal)
+    q, k, v = (t.to(device).requires_grad_(True) for t in (q, k, v))
+    o = _call(attn, name, q, k, v, causal)
+    tol = _tolerance(dtype, device)
+    assert_close(o.detach().cpu(), o_ref, name="o", case=case, tol=tol)
+    _call(o.backward, f"{name} backward", do.to(device))
+    for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), refs):
+        if t.grad is None:
+            raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
+        assert_close(t.grad.cpu(), ref, name=gname, case=case, tol=tol)
