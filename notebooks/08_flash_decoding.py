@@ -9,7 +9,7 @@
 # %% [markdown]
 # # 08 · Decoding against a KV cache: split-K (FlashDecoding)
 #
-# *Attention Kernels Lab, beyond the lab, notebook 8.* A language model spends most of its attention
+# *Attention Kernels Lab, second assignment, notebook 8.* A language model spends most of its attention
 # time **decoding**: each step adds one new token per sequence, whose query attends to every key
 # and value cached so far. The kernel of notebook 05 parallelises over tiles of queries; with one
 # query per head it launches a few dozen programs on a GPU with 132 multiprocessors, and each walks
