@@ -525,9 +525,25 @@ if not RUNTIME.interpret:
 # - **SDPA at $T_q = 1$**: `scaled_dot_product_attention(..., enable_gqa=True)`.
 #
 # Each is scored by the bytes of the cache, $2 B H_{kv} T_k D \cdot 2$, per second, against the
-# device's copy bandwidth (bytes read plus written, per second). On an H200 (2026-11-30, torch 2.11,
-# triton 3.6) the course's reference kernels gave the plot below; without a GPU the next cell shows
-# that plot, with a GPU it runs the whole measurement again with your kernels (about a minute).
+# device's copy bandwidth (bytes read plus written, per second; a stream of reads alone can beat it
+# slightly). The course's reference kernels on one H200 (2026-11-30, torch 2.11, triton 3.6, medians
+# of `triton.testing.do_bench`; copy bandwidth 4265 GB/s):
+#
+# | B | $H_{kv}$ | $T_k$ | split-K | × copy | 05 kernel, $T_q = 1$ | SDPA, $T_q = 1$ | split-K / 05 |
+# |---|---|---|---|---|---|---|---|
+# | 1 | 32 | 32k | 3796 GB/s (141 µs) | 0.89 | 747 GB/s | 3876 GB/s | 5.1× |
+# | 1 | 32 | 128k | 4132 GB/s (520 µs) | 0.97 | 765 GB/s | 4384 GB/s | 5.4× |
+# | 1 | 8 | 32k | 1868 GB/s (72 µs) | 0.44 | 186 GB/s | 2660 GB/s | 10.0× |
+# | 1 | 8 | 128k | 3760 GB/s (143 µs) | 0.88 | 191 GB/s | 3853 GB/s | 19.7× |
+# | 8 | 32 | 32k | 4422 GB/s (971 µs) | 1.04 | 4210 GB/s | 4487 GB/s | 1.05× |
+#
+# Two things stand out. At $B = 1$ the split-K step never takes less than about 50 to 70 µs, even
+# when its 134 MB of K and V ($H_{kv} = 8$, 32k keys) would stream in 31 µs: that floor is the time
+# Python takes to launch two Triton kernels, which the GPU waits for (SDPA's floor is about 50 µs).
+# Inference engines remove it by capturing the step in a CUDA graph. And notebook 05's kernel is
+# stuck near 750 GB/s with 32 programs, at 190 GB/s with GQA (it reads the cache four times), but
+# at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up. Without a GPU the next cell shows the
+# whole measurement as a plot; with a GPU it measures again with your kernels (about a minute).
 
 # %% nbgrader={"grade_id": "fwd-kernel-05", "locked": true}
 # Given: notebook 05's model solution, for the comparison.
@@ -549,12 +565,13 @@ else:
 # gap shrink at $B = 8$, $H_{kv} = 32$?
 
 # %% [markdown] nbgrader={"grade_id": "answer-measured", "solution": true, "grade": true, "points": 1}
-# On the H200 the reference split-K kernels read K and V at about 0.9 of the copy bandwidth at
-# $B = 1$, $T_k = 32$k, and run over ten times faster than the 05 kernel, which starts only 32
-# programs and so uses a quarter of the SMs with little in flight. At $B = 8$, $H_{kv} = 32$ the 05
-# kernel already has 256 programs, about two per SM, so it too keeps every SM busy and the gap
-# shrinks; split-K then mostly adds the cost of writing and merging partials (and chooses few splits).
-# With GQA ($H_{kv} = 8$) the 05 kernel also reads the expanded K and V, four times the bytes.
+# On the H200 the reference split-K kernels read K and V at 0.89 of the copy bandwidth at $B = 1$,
+# $H_{kv} = 32$, $T_k = 32$k (3.8 TB/s), 5× faster than the 05 kernel, which starts only 32 programs
+# and reaches about 750 GB/s; with GQA ($H_{kv} = 8$) the gap is 10× to 20×, since the 05 kernel also
+# reads K and V once per query head. Short caches at $B = 1$ are dominated by the fixed cost of
+# launching two kernels. At $B = 8$, $H_{kv} = 32$ the 05 kernel has 256 programs, about two per SM,
+# so every SM streams and it comes within 5 % of split-K: splitting helps only when
+# (sequence, head) pairs are too few to fill the GPU.
 
 # %% [markdown]
 # ## 8. Check yourself

@@ -177,27 +177,29 @@ def plot_decode(points, copy_gbs: float | None = None, title: str = "", path: st
     import matplotlib.pyplot as plt
 
     batches = sorted({p.B for p in points})
-    fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.6), sharey=True, squeeze=False)
     colors = dict(zip(IMPLS, ("tab:blue", "tab:orange", "tab:green")))
+    kv_heads = sorted({p.H_kv for p in points})
     for ax, B in zip(axes[0], batches):
         for impl in IMPLS:
-            for H_kv, style in zip(sorted({p.H_kv for p in points}), ("-", "--", ":")):
+            for H_kv, style, marker in zip(kv_heads, ("-", "--", ":"), ("o", "s", "^")):
                 pts = sorted((p for p in points if p.B == B and p.impl == impl and p.H_kv == H_kv
                               and p.status == "ok"), key=lambda p: p.T_k)
                 if pts:
-                    ax.plot([p.T_k for p in pts], [p.gbs for p in pts], style, marker="o", color=colors[impl],
+                    ax.plot([p.T_k for p in pts], [p.gbs for p in pts], style, marker=marker, color=colors[impl],
                             label=f"{impl}, H_kv={H_kv}")
         if copy_gbs:
-            ax.axhline(copy_gbs, color="black", lw=1, ls="-.", label=f"copy bandwidth {copy_gbs:.0f} GB/s")
+            ax.axhline(copy_gbs, color="black", lw=1, ls="-.", label=f"copy bandwidth (read + write), {copy_gbs:.0f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("keys in the cache, T_k")
         ax.set_title(f"B = {B}, H_q = {points[0].H_q}, D = {points[0].D}, T_q = 1")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("GB/s of K and V read")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     if path is not None:
         fig.savefig(path, dpi=110)
     return fig
