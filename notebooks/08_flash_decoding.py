@@ -507,6 +507,8 @@ check_flash_decode(_decode_partial_kernel, _decode_merge_kernel, seqlens=[64, 31
                    num_splits=2, seed=32)
 check_flash_decode(_decode_partial_kernel, _decode_merge_kernel, seqlens=[40, 8], H_q=8, H_kv=2, T_q=3,
                    num_splits=3, seed=33)
+check_flash_decode(_decode_partial_kernel, _decode_merge_kernel, seqlens=[30, 12], H_q=8, H_kv=1, T_q=9,
+                   num_splits=2, seed=35)  # 72 rows per KV head: two blocks of rows
 if not RUNTIME.interpret:
     for dtype in (torch.bfloat16, torch.float16):
         check_flash_decode(_decode_partial_kernel, _decode_merge_kernel, seqlens=[2048, 700, 5], H_q=32, H_kv=8,
