@@ -163,7 +163,7 @@ assert_number(ideal_decode_us, 2**29 / 4.2e12 * 1e6, name="ideal_decode_us", rel
 for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 4096)):
     n = launch_decode.choose_num_splits(B_ * H_kv_, T_k_, n_sm=132)
     print(f"B={B_} H_kv={H_kv_:<3} T_k={T_k_:<6} -> {n:3d} splits, {B_ * H_kv_ * n:5d} programs, "
-          f"{-(-T_k_ // n)} keys each")
+          f"about {T_k_ // n} keys each")
 
 # %% [markdown]
 # ## 3. A real cache

@@ -155,6 +155,24 @@ def test_flash_decode_launcher_rejects_a_non_triton_kernel():
         launch_decode.launch_flash_decode(lambda *a, **kw: None, None, q, k, v, torch.tensor([3, 4], dtype=torch.int32))
 
 
+# ------------------------------------------------------------------------------------ measurement
+def test_recorded_h200_measurement_reads_back_plots_and_ships(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from importlib.resources import files
+
+    from attnlab import bench_decode
+
+    points = bench_decode.read_csv(ROOT / "notes" / "gpu" / "2026-11-30" / "decode_results.csv")
+    assert len(points) == 72 and all(p.status == "ok" for p in points)
+    bench_decode.write_csv(points, tmp_path / "again.csv")
+    assert bench_decode.read_csv(tmp_path / "again.csv") == points
+    bench_decode.plot_decode(points, 4265.0, path=tmp_path / "decode.png")
+    assert (tmp_path / "decode.png").stat().st_size > 10_000
+    assert files("attnlab").joinpath("data", "decode_h200.png").is_file()  # what CPU runs of 08 show
+
+
 # ------------------------------------------------- the notebook's test cells, model solution and mistakes
 def _cells():
     import jupytext
