@@ -39,6 +39,7 @@ _MODULES = (
     "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
     "attnlab", "attnlab.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
     "attnlab.launch", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
+    "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode",
 )
 #: Names of builtins that IPython itself swaps per request (not ours to restore).
 _BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display", "help", "copyright",

@@ -1,0 +1,137 @@
+"""Typical mistakes in notebook 08 (format: samples/README.md).
+
+Entries whose ``fails`` is empty are not mistakes: they are correct kernels written differently
+from the reference (``tl.exp`` instead of ``tl.exp2``; a merge that walks the splits one at a time
+with the online-softmax update), which must keep every point.
+"""
+
+from attnlab.grading.samples import Mistake
+
+_NB = "08_flash_decoding"
+_PARTIAL, _MERGE = "_decode_partial_kernel", "_decode_merge_kernel"
+_SPLITS = "test_decode_partial_splits"
+_CACHE = "test_decode_partial_cache"
+_MERGE_T = "test_decode_merge"
+_GQA = "test_flash_decode_ragged_gqa"
+_CHUNK = "test_flash_decode_causal_chunk"
+_PARTIAL_ALL = (_SPLITS, _CACHE, _GQA, _CHUNK)
+
+_EMPTY_O = "o = acc / tl.where(has_keys, l_i, 1.0)[:, None]"
+_EMPTY_LSE = ("lse = tl.where(has_keys, (m_i + tl.log2(tl.where(has_keys, l_i, 1.0))) * 0.6931471805599453,\n"
+              "                   float(\"-inf\"))")
+
+# The merge as a loop over the splits, each folded in with notebook 01's online update: correct, and
+# a fair alternative to the vectorised reference (slower on a GPU for many splits).
+_MERGE_BODY_START = "    m = tl.max(lse_s, axis=0)\n"
+_MERGE_REF = _MERGE_BODY_START + '''    m_use = tl.where(m == float("-inf"), 0.0, m)  # guard: every split empty
+    w = tl.exp(lse_s - m_use)                      # each split's share, up to the common factor e^m
+    l = tl.sum(w, axis=0)
+    o = tl.sum(w[:, None] * o_s, axis=0) / tl.where(l > 0.0, l, 1.0)
+    lse = tl.where(l > 0.0, m_use + tl.log(tl.where(l > 0.0, l, 1.0)), float("-inf"))
+'''
+_MERGE_LOOP = '''    m = float("-inf")
+    l = 0.0
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for s in range(0, num_splits):
+        lse_one = tl.load(LSE_PART + row * num_splits + s)
+        o_one = tl.load(O_PART + (row * num_splits + s) * HEAD_DIM + offs_d)
+        m_new = tl.maximum(m, lse_one)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        scale_old = tl.exp(m - m_safe)
+        w_one = tl.exp(lse_one - m_safe)
+        l = l * scale_old + w_one
+        acc = acc * scale_old + w_one * o_one
+        m = m_new
+    o = acc / tl.where(l > 0.0, l, 1.0)
+    lse = tl.where(l > 0.0, m + tl.log(tl.where(l > 0.0, l, 1.0)), float("-inf"))
+'''
+
+MISTAKES = [
+    Mistake(
+        id="08-merge-equal-weights", notebook=_NB, cell=_MERGE,
+        edits=(("w = tl.exp(lse_s - m_use)", "w = tl.where(lse_s == float(\"-inf\"), 0.0, 1.0)"),),
+        fails=(_MERGE_T, _GQA, _CHUNK),
+        why="merges partials without rescaling: a plain average of the non-empty splits' outputs",
+    ),
+    Mistake(
+        id="08-merge-no-max", notebook=_NB, cell=_MERGE,
+        edits=(("w = tl.exp(lse_s - m_use)", "w = tl.exp(lse_s)"),
+               ("m_use + tl.log(tl.where(l > 0.0, l, 1.0))", "tl.log(tl.where(l > 0.0, l, 1.0))")),
+        fails=(_MERGE_T,),
+        why="weights partials by exp(LSE_s) without subtracting the max: overflows once LSEs pass ~88",
+    ),
+    Mistake(
+        id="08-merge-all-empty-nan", notebook=_NB, cell=_MERGE,
+        edits=(('m_use = tl.where(m == float("-inf"), 0.0, m)', "m_use = m"),),
+        fails=(_MERGE_T, _GQA, _CHUNK),
+        why="no guard in the merge: a row whose splits are all empty computes exp(-inf - (-inf)) = NaN",
+    ),
+    Mistake(
+        id="08-ignores-seqlen", notebook=_NB, cell=_PARTIAL,
+        edits=(("end = tl.minimum(start + keys_per_split, seqlen)", "end = start + keys_per_split"),),
+        fails=_PARTIAL_ALL,
+        why="ignores the sequence's length: loads keys and values past cache_seqlens[b] (NaN there)",
+    ),
+    Mistake(
+        id="08-unmasked-v-load", notebook=_NB, cell=_PARTIAL,
+        edits=(("v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)", "v = tl.load(V + kv_offs)"),),
+        fails=_PARTIAL_ALL,
+        why="masks the scores past the length but loads V there anyway: 0 * NaN is NaN",
+    ),
+    Mistake(
+        id="08-wrong-kv-head", notebook=_NB, cell=_PARTIAL,
+        edits=(("head = kvh * group + offs_r // T_q", "head = kvh + (offs_r // T_q) * H_kv"),),
+        fails=(_CACHE, _GQA, _CHUNK),
+        why="maps query head h to KV head h % H_kv instead of h // group",
+    ),
+    Mistake(
+        id="08-top-left-causal", notebook=_NB, cell=_PARTIAL,
+        edits=(("last = seqlen - T_q + qi", "last = qi"),),
+        fails=_PARTIAL_ALL,
+        why="aligns the causal mask top-left (j <= i) as in notebook 02, not bottom-right",
+    ),
+    Mistake(
+        id="08-chunk-sees-whole-cache", notebook=_NB, cell=_PARTIAL,
+        edits=(("last = seqlen - T_q + qi", "last = seqlen - 1 + 0 * qi"),),
+        fails=(_CACHE, _CHUNK),
+        why="lets every new query of a chunk see the whole cache: right for T_q = 1 only",
+    ),
+    Mistake(
+        id="08-empty-split-nan", notebook=_NB, cell=_PARTIAL,
+        edits=((_EMPTY_O, "o = acc / l_i[:, None]"),
+               (_EMPTY_LSE, "lse = (m_i + tl.log2(l_i)) * 0.6931471805599453")),
+        fails=_PARTIAL_ALL,
+        why="divides by l = 0 for a split with no key: its partial O is 0/0 = NaN and poisons the merge",
+    ),
+    Mistake(
+        id="08-no-guard-masked-tile", notebook=_NB, cell=_PARTIAL,
+        edits=(('m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # guard: nothing visible to this row yet',
+                "m_use = m_new"),),
+        fails=(_CACHE, _CHUNK),
+        why="no m = -inf guard: a chunk row whose first tile is fully masked computes exp(-inf - (-inf))",
+    ),
+    Mistake(
+        id="08-lse-base-2", notebook=_NB, cell=_PARTIAL,
+        edits=(("* 0.6931471805599453,\n", ",\n"),),
+        fails=_PARTIAL_ALL,
+        why="stores the partial LSE in base 2 (forgets the factor ln 2 after working with exp2)",
+    ),
+    Mistake(
+        id="08-ok-exp", notebook=_NB, cell=_PARTIAL,
+        edits=(("qk_scale = scale * 1.4426950408889634", "qk_scale = scale"),
+               ("alpha = tl.exp2(m_i - m_use)", "alpha = tl.exp(m_i - m_use)"),
+               ("p = tl.exp2(s - m_use[:, None])", "p = tl.exp(s - m_use[:, None])"),
+               ("(m_i + tl.log2(tl.where(has_keys, l_i, 1.0))) * 0.6931471805599453",
+                "m_i + tl.log(tl.where(has_keys, l_i, 1.0))")),
+        fails=(),
+        why="not a mistake: tl.exp and natural-log statistics instead of exp2 are correct",
+    ),
+    Mistake(
+        id="08-ok-merge-loop", notebook=_NB, cell=_MERGE,
+        edits=((_MERGE_REF, _MERGE_LOOP),),
+        fails=(),
+        why="not a mistake: merging the splits one by one with the online update is correct",
+    ),
+]
+
+TYPICAL = "08-merge-equal-weights"

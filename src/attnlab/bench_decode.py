@@ -1,0 +1,220 @@
+"""Timing one decoding step on a GPU (notebook 08): split-K kernels, notebook 05's kernel at T_q = 1, SDPA.
+
+Decoding reads the whole KV cache for a handful of FLOPs per byte, so every implementation is scored
+by the same figure: bytes of K and V in the cache, 2 · B · H_kv · T_k · D · 2 (bf16), divided by its
+time. That is an effective bandwidth to hold against the device's copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from . import launch_decode
+from .bench import gb_per_s, median_ms
+from .reference_decode import kv_bytes
+
+__all__ = ["DecodePoint", "splitk_step", "fwd05_step", "sdpa_step", "time_point", "decode_sweep",
+           "write_csv", "read_csv", "plot_decode", "show_recorded", "IMPLS"]
+
+#: Implementations compared, in plotting order.
+IMPLS = ("split-K", "05 kernel, T_q=1", "SDPA, T_q=1")
+
+
+@dataclass
+class DecodePoint:
+    """One timed decoding step. ``status`` is ``ok``, ``oom`` or ``error: ...``."""
+
+    impl: str
+    B: int
+    H_q: int
+    H_kv: int
+    T_k: int
+    D: int
+    ms: float = float("nan")
+    gbs: float = float("nan")
+    status: str = "ok"
+    config: str = ""
+
+
+def splitk_step(partial_kernel, merge_kernel, q, k_cache, v_cache, cache_seqlens, *, causal=True,
+                num_splits=None, block_n=None, num_warps=4, num_stages=3):
+    """(step, config): a function running both kernels into buffers allocated once, as ``flash_decode``
+    launches them (the launcher's input checks and NaN fills are left out: they are test aids)."""
+    cfg = launch_decode.decode_config(q, k_cache, num_splits, block_n)
+    B, H_q, T_q, D = q.shape
+    o_part = torch.empty(B, H_q, T_q, cfg.num_splits, D, device=q.device, dtype=torch.float32)
+    lse_part = torch.empty(B, H_q, T_q, cfg.num_splits, device=q.device, dtype=torch.float32)
+    o, lse = torch.empty_like(q), torch.empty(B, H_q, T_q, device=q.device, dtype=torch.float32)
+
+    def step():
+        launch_decode.run_decode_partial(partial_kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part,
+                                         causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages)
+        return launch_decode.run_decode_merge(merge_kernel, o_part, lse_part, o, lse)
+
+    config = (f"splits={cfg.num_splits} block_m={cfg.block_m} block_n={cfg.block_n} warps={num_warps} "
+              f"stages={num_stages}")
+    return step, config
+
+
+def fwd05_step(kernel, q, k_cache, v_cache, *, block_m=16, block_n=64, num_warps=4, num_stages=2):
+    """(step, config): notebook 05's forward kernel as it would serve one query per head.
+
+    Its launcher knows neither a cache nor GQA, so K and V are expanded to H_q heads (what an
+    implementation without GQA stores) and the kernel runs one query tile per head: grid (1, B·H_q)
+    over all T_k keys, non-causal (at T_q = 1 the newest token sees the whole cache). Its Q and O
+    have T_k rows per head because the kernel shares one ``stride_bh`` among Q, K, V and O; only the
+    first tile of rows is read and written. Query 0 of each head holds ``q``.
+    """
+    B, H_q, _, D = q.shape
+    T_k = k_cache.shape[2]
+    group = H_q // k_cache.shape[1]
+    k, v = ((t if group == 1 else t.repeat_interleave(group, dim=1)).contiguous() for t in (k_cache, v_cache))
+    q_full = torch.zeros(B, H_q, T_k, D, device=q.device, dtype=q.dtype)
+    q_full[:, :, :1] = q[:, :, :1]
+    o_full = torch.empty_like(q_full)
+    lse = torch.empty(B, H_q, T_k, device=q.device, dtype=torch.float32)
+
+    def step():
+        kernel[(1, B * H_q)](q_full, k, v, o_full, lse, T_k * D, D, T_k, D ** -0.5, CAUSAL=False,
+                             BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D, num_warps=num_warps,
+                             num_stages=num_stages)
+        return o_full[:, :, :1], lse[:, :, :1]
+
+    return step, f"grid (1, {B * H_q}) block_m={block_m} block_n={block_n} warps={num_warps} stages={num_stages}"
+
+
+def sdpa_step(q, k_cache, v_cache):
+    """(step, config): PyTorch's ``scaled_dot_product_attention`` at T_q = 1 with ``enable_gqa=True``."""
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    gqa = q.shape[1] != k_cache.shape[1]
+    return (lambda: sdpa(q, k_cache, v_cache, enable_gqa=gqa)), "default backend"
+
+
+def time_point(impl: str, step, config: str, B, H_q, H_kv, T_k, D, element_size=2) -> DecodePoint:
+    """Time ``step`` (median of do_bench) and score it by the bytes of the KV cache it must read."""
+    point = DecodePoint(impl, B, H_q, H_kv, T_k, D, config=config)
+    try:
+        point.ms = median_ms(step)
+        point.gbs = gb_per_s(kv_bytes(B, H_kv, T_k, D, element_size), point.ms)
+    except torch.cuda.OutOfMemoryError:
+        point.status = "oom"
+    except Exception as exc:  # noqa: BLE001 (a failed point is a result, reported in the table)
+        point.status = f"error: {type(exc).__name__}: {exc}"[:200]
+    return point
+
+
+def decode_sweep(partial_kernel, merge_kernel, fwd_kernel=None, *, batches=(1, 8), kv_heads=(8, 32), H_q=32,
+                 D=128, lengths=(4096, 8192, 16384, 32768, 65536, 131072), dtype=torch.bfloat16,
+                 splitk_options=None, log=print) -> list[DecodePoint]:
+    """Time split-K, notebook 05's kernel (when ``fwd_kernel`` is given) and SDPA on full caches.
+
+    Every sequence of the batch holds T_k keys (``cache_seqlens`` = T_k), T_q = 1, random inputs.
+    Returns one :class:`DecodePoint` per implementation, batch, KV-head count and length.
+    """
+    splitk_options = splitk_options or {}
+    points = []
+    for B in batches:
+        for H_kv in kv_heads:
+            for T_k in lengths:
+                g = torch.Generator(device="cuda").manual_seed(T_k + B + H_kv)
+                try:
+                    q = torch.randn(B, H_q, 1, D, device="cuda", dtype=dtype, generator=g)
+                    k = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
+                    v = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
+                except torch.cuda.OutOfMemoryError:
+                    points += [DecodePoint(i, B, H_q, H_kv, T_k, D, status="oom") for i in IMPLS]
+                    continue
+                lens = torch.full((B,), T_k, device="cuda", dtype=torch.int32)
+                steps = [("split-K", lambda: splitk_step(partial_kernel, merge_kernel, q, k, v, lens,
+                                                         **splitk_options)),
+                         ("SDPA, T_q=1", lambda: sdpa_step(q, k, v))]
+                if fwd_kernel is not None:
+                    steps.insert(1, ("05 kernel, T_q=1", lambda: fwd05_step(fwd_kernel, q, k, v)))
+                for impl, make in steps:
+                    try:
+                        step, config = make()
+                        point = time_point(impl, step, config, B, H_q, H_kv, T_k, D, q.element_size())
+                        del step
+                    except torch.cuda.OutOfMemoryError:
+                        point = DecodePoint(impl, B, H_q, H_kv, T_k, D, status="oom")
+                    points.append(point)
+                    log(f"{impl:<18} B={B} H_kv={H_kv:<3} T_k={T_k:<7} {point.ms:9.4f} ms "
+                        f"{point.gbs:8.0f} GB/s  {point.status}  {point.config}")
+                    torch.cuda.empty_cache()
+                del q, k, v
+                torch.cuda.empty_cache()
+    return points
+
+
+def write_csv(points, path) -> None:
+    """One row per point, columns as :class:`DecodePoint`."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[x.name for x in fields(DecodePoint)])
+        w.writeheader()
+        for p in points:
+            w.writerow(asdict(p))
+
+
+def read_csv(path) -> list[DecodePoint]:
+    """The points written by :func:`write_csv`."""
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            out.append(DecodePoint(row["impl"], *(int(row[k]) for k in ("B", "H_q", "H_kv", "T_k", "D")),
+                                   ms=float(row["ms"]), gbs=float(row["gbs"]), status=row["status"],
+                                   config=row["config"]))
+    return out
+
+
+def plot_decode(points, copy_gbs: float | None = None, title: str = "", path: str | Path | None = None):
+    """GB/s of K and V read against T_k: one panel per batch size, a line per implementation and H_kv,
+    and the copy bandwidth (read + write) as the ceiling. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    batches = sorted({p.B for p in points})
+    fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.6), sharey=True, squeeze=False)
+    colors = dict(zip(IMPLS, ("tab:blue", "tab:orange", "tab:green")))
+    kv_heads = sorted({p.H_kv for p in points})
+    for ax, B in zip(axes[0], batches):
+        for impl in IMPLS:
+            for H_kv, style, marker in zip(kv_heads, ("-", "--", ":"), ("o", "s", "^")):
+                pts = sorted((p for p in points if p.B == B and p.impl == impl and p.H_kv == H_kv
+                              and p.status == "ok"), key=lambda p: p.T_k)
+                if pts:
+                    ax.plot([p.T_k for p in pts], [p.gbs for p in pts], style, marker=marker, color=colors[impl],
+                            label=f"{impl}, H_kv={H_kv}")
+        if copy_gbs:
+            ax.axhline(copy_gbs, color="black", lw=1, ls="-.", label=f"copy bandwidth (read + write), {copy_gbs:.0f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("keys in the cache, T_k")
+        ax.set_title(f"B = {B}, H_q = {points[0].H_q}, D = {points[0].D}, T_q = 1")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("GB/s of K and V read")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def show_recorded() -> None:
+    """Show the measurement recorded on an H200 (the package's ``data/decode_h200.png``), for CPU runs."""
+    from importlib.resources import files
+
+    png = files("attnlab").joinpath("data", "decode_h200.png")
+    if not png.is_file():
+        print("No GPU here, and no recorded measurement in this install of attnlab.")
+        return
+    from IPython.display import Image, display
+
+    print("No GPU here: this is the measurement recorded on an NVIDIA H200 with the course's reference "
+          "kernels (notes/gpu/2026-11-30/ in the course repository).")
+    display(Image(data=png.read_bytes()))

@@ -1,0 +1,198 @@
+"""The given launcher of notebook 08: split-K decoding (FlashDecoding) from two Triton kernels.
+
+The learner writes the kernels; these functions validate the inputs, pick the split count and tile
+sizes, allocate NaN-poisoned partials and outputs, and launch (contract in DESIGN.md and
+:mod:`attnlab.reference_decode`):
+
+- ``partial(Q, K, V, SEQLENS, O_PART, LSE_PART, stride_kb, stride_kh, stride_kt, H_kv, group, T_q,
+  keys_per_split, num_splits, scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM)`` on grid
+  (B·H_kv, num_splits, row_blocks): one program per (sequence, KV head), slice of keys and block of
+  query rows, the rows being all (query head of the group, new query) pairs of that KV head, so a
+  K/V tile is loaded once for the whole group; it writes float32 partials O_PART (B, H_q, T_q, S, D)
+  and LSE_PART (B, H_q, T_q, S);
+- ``merge(O_PART, LSE_PART, O, LSE, num_splits, BLOCK_S, HEAD_DIM)`` on grid (B·H_q·T_q,).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, _require_jit
+from .reference_decode import validate_decode_inputs
+
+__all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
+           "launch_flash_decode"]
+
+#: SMs assumed under the interpreter (no GPU to ask): small, so CPU runs stay quick.
+INTERPRETER_SMS = 4
+
+
+# ----------------------------------------------------------------------------------- split count
+def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_n: int = 64,
+                      waves: int = 4, min_keys_per_split: int = 256, max_splits: int = 128) -> int:
+    """How many slices to cut the keys into, so that enough programs run to keep every SM streaming.
+
+    Args:
+        programs_per_split: programs one slice launches, B · H_kv · (query-row blocks).
+        n_keys: keys in the cache (T_max).
+        n_sm: streaming multiprocessors of the device.
+        waves: programs wanted per SM (several per SM hide memory latency and even out the tail).
+        min_keys_per_split: below this a slice's fixed costs (loading q, writing a partial, merging)
+            outweigh its keys.
+
+    Returns:
+        The smallest split count reaching ``waves · n_sm`` programs, capped so that each slice keeps
+        ``min_keys_per_split`` keys (at least one ``block_n`` tile) and at ``max_splits``; at least 1.
+    """
+    wanted = math.ceil(waves * n_sm / max(1, programs_per_split))
+    cap = max(1, min(max_splits, n_keys // max(min_keys_per_split, block_n)))
+    return max(1, min(wanted, cap))
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How the launcher cuts the work: tiles, splits and the grids of the two kernels."""
+
+    block_m: int
+    block_n: int
+    num_splits: int
+    keys_per_split: int
+    row_blocks: int
+
+    def partial_grid(self, B: int, H_kv: int) -> tuple[int, int, int]:
+        """(B·H_kv, num_splits, row_blocks): one program per (sequence, KV head), slice and block of rows."""
+        return (B * H_kv, self.num_splits, self.row_blocks)
+
+
+def _sm_count(device) -> int:
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return INTERPRETER_SMS
+
+
+def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None = None) -> DecodeConfig:
+    """The launcher's choices for these shapes.
+
+    block_m: the rows one program handles, all (query head of the group, new query) pairs of one KV
+    head: ``max(16, next_pow2(group · T_q))``, at most 64 (more rows take more row blocks).
+    block_n: 64 on a GPU, 16 under the interpreter. keys_per_split: ``cdiv(T_max, num_splits)`` rounded
+    up to a multiple of block_n, so a slice is whole tiles (the last slices may be short or empty).
+
+    Raises:
+        ValueError: ``num_splits`` or ``block_n`` is not valid.
+    """
+    B, H_q, T_q, D = q.shape
+    H_kv, T_max = k_cache.shape[1], k_cache.shape[2]
+    rows = (H_q // H_kv) * T_q
+    block_m = min(64, max(16, 1 << (rows - 1).bit_length()))
+    if block_n is None:
+        block_n = 16 if q.device.type == "cpu" else 64
+    if not _is_pow2(block_n) or block_n < 16:
+        raise ValueError(f"flash_decode: block_n={block_n!r} must be a power of two >= 16")
+    row_blocks = -(-rows // block_m)
+    if num_splits is None:
+        num_splits = choose_num_splits(B * H_kv * row_blocks, T_max, _sm_count(q.device), block_n=block_n)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
+        raise ValueError(f"flash_decode: num_splits must be a positive int or None, got {num_splits!r}")
+    per = -(-T_max // num_splits)
+    keys_per_split = -(-per // block_n) * block_n
+    return DecodeConfig(block_m, block_n, num_splits, keys_per_split, row_blocks)
+
+
+# ---------------------------------------------------------------------------------------- launcher
+def _kv_strides(k_cache, v_cache):
+    """K and V as the kernel reads them: one set of (batch, head, position) strides, last dim contiguous."""
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+    return k_cache, v_cache
+
+
+def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, *, causal: bool,
+                       cfg: DecodeConfig, num_warps: int = 4, num_stages: int = 3):
+    """Launch the split kernel on grid ``cfg.partial_grid(B, H_kv)`` into o_part (B, H_q, T_q, S, D)
+    and lse_part (B, H_q, T_q, S), both float32 and contiguous; q contiguous; K and V share strides.
+
+    Kernel arguments, in order: ``Q, K, V, SEQLENS, O_PART, LSE_PART, stride_kb, stride_kh, stride_kt,
+    H_kv, group, T_q, keys_per_split, num_splits, scale`` and the constexprs ``CAUSAL, BLOCK_M, BLOCK_N,
+    HEAD_DIM``.
+
+    Raises:
+        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+    """
+    _require_jit(kernel, "_decode_partial_kernel")
+    B, H_q, T_q, D = q.shape
+    H_kv = k_cache.shape[1]
+    kernel[cfg.partial_grid(B, H_kv)](
+        q, k_cache, v_cache, cache_seqlens, o_part, lse_part,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        H_kv, H_q // H_kv, T_q, cfg.keys_per_split, cfg.num_splits, D ** -0.5,
+        CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=D,
+        num_warps=num_warps, num_stages=num_stages)
+    return o_part, lse_part
+
+
+def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
+    """Launch the merge kernel on grid (B·H_q·T_q,): one program per query row, all its splits at once.
+
+    Kernel arguments: ``O_PART, LSE_PART, O, LSE, num_splits`` and the constexprs ``BLOCK_S``
+    (next power of two >= num_splits) and ``HEAD_DIM``.
+
+    Raises:
+        TypeError: ``kernel`` is not a ``@triton.jit`` function.
+    """
+    import triton
+
+    _require_jit(kernel, "_decode_merge_kernel")
+    S, D = o_part.shape[-2], o_part.shape[-1]
+    n_rows = lse.numel()
+    kernel[(n_rows,)](o_part, lse_part, o, lse, S, BLOCK_S=max(2, triton.next_power_of_2(S)),
+                      HEAD_DIM=D, num_warps=num_warps)
+    return o, lse
+
+
+def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache_seqlens, causal: bool = True,
+                        num_splits: int | None = None, *, block_n: int | None = None, num_warps: int = 4,
+                        num_stages: int = 3):
+    """Split-K decoding by the two kernels: ``flash_decode(q, k_cache, v_cache, cache_seqlens, causal, num_splits)``.
+
+    Args:
+        partial_kernel, merge_kernel: ``@triton.jit`` functions with the signatures of
+            :func:`run_decode_partial` and :func:`run_decode_merge`.
+        q: (B, H_q, T_q, D); k_cache, v_cache: (B, H_kv, T_max, D); float16, bfloat16 or float32 on one
+            device; D a power of two >= 16; H_q a multiple of H_kv. q is made contiguous; the caches are
+            used in place when they share strides and their last dim is contiguous (no copy of the cache).
+        cache_seqlens: int32 (B,), values in [0, T_max].
+        causal: bottom-right aligned (query i sees keys j <= cache_seqlens[b] - T_q + i).
+        num_splits: slices of the keys; None picks :func:`choose_num_splits` from the SM count.
+        block_n, num_warps, num_stages: tile of keys and Triton launch options (see :func:`decode_config`).
+
+    Returns:
+        o: (B, H_q, T_q, D) in q's dtype (0 for rows with no visible key); lse: (B, H_q, T_q) float32,
+        natural log (-inf for those rows). Outputs and partials start as NaN, each followed by spare
+        memory, so an element never written fails a test and a stray store corrupts nothing.
+
+    Raises:
+        TypeError, ValueError: naming the argument that is wrong.
+    """
+    validate_decode_inputs(q, k_cache, v_cache, cache_seqlens)
+    if q.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"flash_decode: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
+    D = q.shape[-1]
+    if not _is_pow2(D) or D < 16:
+        raise ValueError(f"flash_decode: head dim D={D} must be a power of two >= 16 (tl.arange and tl.dot need it)")
+    cfg = decode_config(q, k_cache, num_splits, block_n)
+    q = q.contiguous()
+    k_cache, v_cache = _kv_strides(k_cache, v_cache)
+    B, H_q, T_q, _ = q.shape
+    dev = q.device
+    spare = cfg.block_m * cfg.num_splits  # partial rows of one padded block of rows
+    o_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits, D), spare * D, torch.float32, dev)
+    lse_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits), spare, torch.float32, dev)
+    o = _poisoned_with_tail(q.shape, D, q.dtype, dev)
+    lse = _poisoned_with_tail((B, H_q, T_q), 1, torch.float32, dev)
+    run_decode_partial(partial_kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, causal=causal,
+                       cfg=cfg, num_warps=num_warps, num_stages=num_stages)
+    return run_decode_merge(merge_kernel, o_part, lse_part, o, lse)

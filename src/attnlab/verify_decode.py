@@ -1,0 +1,218 @@
+"""Checkers of notebook 08 (split-K decoding): the split kernel, the merge kernel, and both together.
+
+Each draws seeded inputs, launches the learner's kernels the way the given ``flash_decode`` does
+(:mod:`attnlab.launch_decode`), and compares with the float64 references of :mod:`attnlab.reference_decode`:
+
+- the caches hold NaN past every sequence's length, so a kernel that reads V there (or uses a key
+  it must not see) gets NaN in its output;
+- outputs and partials start as NaN and are followed by guard values: an element never written
+  stays NaN, a store past the end changes a guard;
+- rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import launch_decode, reference_decode
+from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
+from .device import runtime
+from .verify import _GUARD, _call, _tail_room
+
+__all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode"]
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _guarded(shape, spare: int, dtype, device):
+    """(view, buffer): a NaN-filled contiguous ``shape`` followed by ``spare`` guard values."""
+    n = 1
+    for size in shape:
+        n *= size
+    buf = torch.full((n + spare,), _GUARD, dtype=dtype, device=device)
+    buf[:n] = float("nan")
+    return buf[:n].view(shape), buf
+
+
+def _check_guard(buf: torch.Tensor, n: int, what: str, case, hint: str) -> None:
+    if (buf[n:] != _GUARD).any():
+        raise AssertionError(f"{what} [{case}]: wrote past the end of its output: {hint}")
+
+
+def _check_inputs_kept(before, after, what: str, case, names) -> None:
+    for name, b, a in zip(names, before, after):
+        if not torch.equal(b.nan_to_num(), a.nan_to_num()):
+            raise AssertionError(f"{what} [{case}]: wrote into its input {name}: a kernel may only store "
+                                 f"to its outputs")
+
+
+def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, tol: float) -> None:
+    """Like :func:`attnlab.checks.assert_close`, where ``expected`` may hold -inf (a row or split with
+    no visible key): ``actual`` must be exactly -inf there and finite everywhere else."""
+    assert_shape(actual, expected.shape, name=name, case=case)
+    a = actual.detach().to(device="cpu", dtype=torch.float64)
+    empty = torch.isneginf(expected)
+    for bad, want in ((empty & ~torch.isneginf(a), "-inf: this row sees no key here"),
+                      (~empty & ~torch.isfinite(a), "a finite value")):
+        if bad.any():
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            raise AssertionError(
+                f"{name} [{case}]: {int(bad.sum())} of {a.numel()} elements are wrong; first at index {idx}: "
+                f"got {a[idx].item()}, expected {want}. NaN usually means an element was never written "
+                f"or exp(-inf - (-inf)) was computed for a row with no visible key.")
+    assert_close(a.masked_fill(empty, 0.0), expected.to(torch.float64).masked_fill(empty, 0.0),
+                 name=name, case=case, tol=tol)
+
+
+def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spare):
+    """q, k_cache, v_cache (NaN past each length, NaN-tailed) on ``device`` and their float64 CPU copies."""
+    B = len(seqlens)
+    lens = torch.tensor(list(seqlens), dtype=torch.int32)
+    q = randn(B, H_q, T_q, D, seed=seed)
+    k = randn(B, H_kv, T_max, D, seed=seed + 1)
+    v = randn(B, H_kv, T_max, D, seed=seed + 2)
+    past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
+    k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
+    dev = tuple(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v))
+    exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
+    return dev, exact, lens
+
+
+def _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits_given):
+    return Case(B=len(seqlens), H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, seqlens=list(seqlens),
+                causal=causal, num_splits=cfg.num_splits if num_splits_given else f"None->{cfg.num_splits}",
+                keys_per_split=cfg.keys_per_split, block_n=cfg.block_n, dtype=_dtype_name(dtype))
+
+
+def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device):
+    device = device or runtime().device
+    T_max = max(seqlens) + 3 if T_max is None else T_max
+    B = len(seqlens)
+    cfg = launch_decode.decode_config(torch.empty(B, H_q, T_q, D, device=device),
+                               torch.empty(B, H_kv, T_max, D, device="meta"), num_splits, block_n)
+    (q, k, v), exact, lens = _cache_inputs(seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, seed=seed,
+                                           dtype=dtype, device=device, spare=cfg.keys_per_split * D)
+    case = _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits is not None)
+    return device, T_max, cfg, (q, k, v), exact, lens, case
+
+
+def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1, D: int = 16,
+                                T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
+                                block_n: int | None = None, dtype=torch.float32, seed: int = 0,
+                                num_warps: int = 4, num_stages: int = 3, device: str | None = None):
+    """Check a ``_decode_partial_kernel`` alone: every (query row, split) partial O and LSE.
+
+    Args:
+        seqlens: valid keys per sequence (B = len(seqlens)); T_max defaults to max(seqlens) + 3, so
+            every sequence has NaN keys after its end.
+        H_q, H_kv: query and KV heads (H_q a multiple of H_kv); T_q: new queries per sequence.
+        num_splits, block_n: as the launcher takes them (None: its own choice).
+
+    Raises:
+        AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong index.
+    """
+    device, T_max, cfg, (q, k, v), exact, lens, case = _setup(
+        seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
+    o_ref, lse_ref = reference_decode.decode_partials_reference(*exact, lens, causal=causal, num_splits=cfg.num_splits,
+                                                      keys_per_split=cfg.keys_per_split)
+    before = tuple(t.clone() for t in (q, k, v))
+    B, S = len(seqlens), cfg.num_splits
+    spare = cfg.block_m * S
+    o_part, o_buf = _guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
+    lse_part, lse_buf = _guarded((B, H_q, T_q, S), spare, torch.float32, device)
+    _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens.to(device), o_part,
+          lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    hint = "rows past the group's g·T_q rows must be masked out of the stores"
+    _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)
+    _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
+    _check_inputs_kept(before, (q, k, v), "_decode_partial_kernel", case, ("Q", "K", "V"))
+    tol = tolerance(dtype, device)
+    assert_close_or_empty(lse_part, lse_ref, name="lse_part (natural-log LSE of each row over each split's keys)",
+                          case=case, tol=max(tol, 1e-5))
+    assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                          case=case, tol=tol)
+
+
+def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2, T_q: int = 1, D: int = 16,
+                              empty: float = 0.3, spread: float = 3.0, offset: float = 0.0,
+                              out_dtype=torch.float32, seed: int = 0, device: str | None = None):
+    """Check a ``_decode_merge_kernel`` alone on random partials (B, H, T_q, num_splits[, D]).
+
+    The partial LSEs are ``offset + spread · N(0, 1)``; a fraction ``empty`` of the splits is empty
+    (LSE = -inf, O = 0), and the last query row has only empty splits (its O must be 0, its LSE -inf).
+    A large ``offset`` (e.g. 100) overflows ``exp(LSE_s)`` in float32 unless the max is subtracted.
+
+    Raises:
+        AssertionError: naming the case, ``o`` or ``lse``, and the first wrong index.
+    """
+    device = device or runtime().device
+    case = Case(B=B, H=H, T_q=T_q, num_splits=num_splits, D=D, empty_fraction=empty, spread=spread,
+                offset=offset, o_dtype=_dtype_name(out_dtype))
+    lse_part = randn(B, H, T_q, num_splits, seed=seed) * spread + offset
+    o_part = randn(B, H, T_q, num_splits, D, seed=seed + 1)
+    drop = torch.rand(B, H, T_q, num_splits, generator=generator(seed + 2), dtype=torch.float64) < empty
+    drop.view(-1, num_splits)[-1] = True
+    lse_part = lse_part.masked_fill(drop, float("-inf"))
+    o_part = o_part.masked_fill(drop[..., None], 0.0)
+    o_part32, lse_part32 = (t.to(torch.float32) for t in (o_part, lse_part))  # what the kernel sees
+    o_ref, lse_ref = reference_decode.merge_partials_reference(o_part32.double(), lse_part32.double())
+    o_in = _tail_room(o_part32.to(device), num_splits * D)
+    lse_in = _tail_room(lse_part32.to(device), num_splits)
+    before = (o_in.clone(), lse_in.clone())
+    o, o_buf = _guarded((B, H, T_q, D), D, out_dtype, device)
+    lse, lse_buf = _guarded((B, H, T_q), 1, torch.float32, device)
+    _call(launch_decode.run_decode_merge, "_decode_merge_kernel", kernel, o_in, lse_in, o, lse, _key=kernel)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    _check_guard(o_buf, o.numel(), "_decode_merge_kernel", case, "store one row of D values per program")
+    _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
+    _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
+    tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
+    assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol)
+    assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
+                          tol=1e-5)
+
+
+def _run_both(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, lse, *, causal, cfg,
+              num_warps, num_stages):
+    launch_decode.run_decode_partial(partial_kernel, q, k, v, lens, o_part, lse_part, causal=causal, cfg=cfg,
+                              num_warps=num_warps, num_stages=num_stages)
+    return launch_decode.run_decode_merge(merge_kernel, o_part, lse_part, o, lse)
+
+
+def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1,
+                       D: int = 16, T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
+                       block_n: int | None = None, dtype=torch.float32, seed: int = 0, num_warps: int = 4,
+                       num_stages: int = 3, device: str | None = None):
+    """Check both kernels together, launched as ``flash_decode`` launches them, against
+    :func:`attnlab.reference_decode.decode_attention_reference` in float64.
+
+    Arguments as :func:`check_decode_partial_kernel`. Rows with no visible key (a length-0 sequence,
+    or more new queries than keys with ``causal``) must give O = 0 and LSE = -inf.
+    """
+    device, T_max, cfg, (q, k, v), exact, lens, case = _setup(
+        seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
+    o_ref, lse_ref = reference_decode.decode_attention_reference(*exact, lens, causal=causal)
+    before = tuple(t.clone() for t in (q, k, v))
+    B, S = len(seqlens), cfg.num_splits
+    spare = cfg.block_m * S
+    o_part, _ = _guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
+    lse_part, _ = _guarded((B, H_q, T_q, S), spare, torch.float32, device)
+    o, o_buf = _guarded((B, H_q, T_q, D), D, dtype, device)
+    lse, lse_buf = _guarded((B, H_q, T_q), 1, torch.float32, device)
+    _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens.to(device),
+          o_part, lse_part, o, lse, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages,
+          _key=partial_kernel)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    _check_guard(o_buf, o.numel(), "_decode_merge_kernel", case, "store one row of D values per program")
+    _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
+    _check_inputs_kept(before, (q, k, v), "flash_decode", case, ("Q", "K_CACHE", "V_CACHE"))
+    tol = tolerance(dtype, device)
+    assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol)
+    assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
+                          case=case, tol=max(tol, 1e-5))

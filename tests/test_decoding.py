@@ -1,0 +1,224 @@
+"""Notebook 08 (split-K decoding): the references, the launcher, the checkers, and the notebook's test
+cells run in-process against the model solution and the sample mistakes (nbgrader grades them too,
+in test_grading.py; this runs in seconds and without a gradebook)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import init, launch_decode
+from attnlab.reference import naive_attention
+from attnlab.reference_decode import (decode_attention_reference, decode_partials_reference,
+                                      merge_partials_reference, validate_decode_inputs)
+
+# Interpreter mode must be chosen before anything imports triton (the notebook's set-up cell does
+# it too, but another test may import triton first).
+init(verbose=False)
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "08_flash_decoding.py"
+
+
+def _inputs(B=2, H_q=4, H_kv=2, T_q=1, T_max=20, D=8, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H_q, T_q, D, generator=g, dtype=dtype)
+    k = torch.randn(B, H_kv, T_max, D, generator=g, dtype=dtype)
+    v = torch.randn(B, H_kv, T_max, D, generator=g, dtype=dtype)
+    return q, k, v
+
+
+# ------------------------------------------------------------------------------------- references
+@pytest.mark.parametrize("causal", [False, True])
+def test_full_caches_without_gqa_equal_naive_attention(causal):
+    # with T_q = T_k bottom-right and top-left alignment coincide
+    q, k, v = _inputs(H_q=3, H_kv=3, T_q=12, T_max=12)
+    lens = torch.tensor([12, 12], dtype=torch.int32)
+    o, lse = decode_attention_reference(q, k, v, lens, causal=causal)
+    o_ref, lse_ref = naive_attention(q, k, v, causal=causal)
+    torch.testing.assert_close(o, o_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, lse_ref, rtol=1e-12, atol=1e-12)
+
+
+def test_bottom_right_lengths_and_gqa_match_sdpa_with_an_explicit_mask():
+    q, k, v = _inputs(B=3, H_q=8, H_kv=2, T_q=4, T_max=15)
+    lens = torch.tensor([15, 9, 6], dtype=torch.int32)
+    o, lse = decode_attention_reference(q, k, v, lens, causal=True)
+    for b, L in enumerate(lens.tolist()):
+        mask = torch.ones(4, L, dtype=torch.bool).tril(diagonal=L - 4)  # query i sees j <= L - 4 + i
+        kb, vb = (t[b:b + 1, :, :L].repeat_interleave(4, dim=1) for t in (k, v))  # head h reads KV head h // 4
+        expected = torch.nn.functional.scaled_dot_product_attention(q[b:b + 1], kb, vb, attn_mask=mask)
+        torch.testing.assert_close(o[b:b + 1], expected, rtol=1e-10, atol=1e-10)
+
+
+def test_keys_past_the_lengths_are_never_used_and_empty_rows_are_zero():
+    q, k, v = _inputs(B=3, T_q=3, T_max=10)
+    lens = torch.tensor([10, 4, 1], dtype=torch.int32)
+    for t in (k, v):
+        t[1, :, 4:] = float("nan")
+        t[2, :, 1:] = float("nan")
+    o, lse = decode_attention_reference(q, k, v, lens, causal=True)
+    assert torch.isfinite(o).all()
+    # sequence 2 holds one key, so with T_q = 3 its first two rows see nothing
+    assert torch.isneginf(lse[2, :, :2]).all() and (o[2, :, :2] == 0).all()
+    assert torch.isfinite(lse[2, :, 2]).all() and torch.isfinite(lse[:2]).all()
+
+
+@pytest.mark.parametrize("num_splits, keys_per_split", [(1, 20), (3, 7), (4, 8), (6, 8)])
+def test_partials_merge_back_to_the_full_result(num_splits, keys_per_split):
+    q, k, v = _inputs(B=3, H_q=4, H_kv=2, T_q=3, T_max=20)
+    lens = torch.tensor([20, 5, 0], dtype=torch.int32)
+    o_part, lse_part = decode_partials_reference(q, k, v, lens, causal=True, num_splits=num_splits,
+                                                 keys_per_split=keys_per_split)
+    o, lse = merge_partials_reference(o_part, lse_part)
+    o_ref, lse_ref = decode_attention_reference(q, k, v, lens, causal=True)
+    torch.testing.assert_close(o, o_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, lse_ref, rtol=1e-12, atol=1e-12)  # -inf rows compare equal
+    if (num_splits - 1) * keys_per_split >= 20:
+        assert torch.isneginf(lse_part[..., -1]).all()  # a split past every sequence is empty
+
+
+def test_merge_survives_large_partial_lses():
+    lse_part = torch.tensor([[1000.0, 999.0, float("-inf")]], dtype=torch.float64)
+    o_part = torch.tensor([[[1.0], [3.0], [0.0]]], dtype=torch.float64)
+    o, lse = merge_partials_reference(o_part, lse_part)
+    w1 = math.exp(-1) / (1 + math.exp(-1))  # the second split's share
+    assert abs(o.item() - (1 - w1 + 3 * w1)) < 1e-12
+    assert abs(lse.item() - (1000 + math.log1p(math.exp(-1)))) < 1e-12
+
+
+@pytest.mark.parametrize("change, exc, match", [
+    (dict(lens=torch.tensor([3, 4])), TypeError, "int32"),
+    (dict(lens=torch.tensor([3, 21], dtype=torch.int32)), ValueError, r"\[0, T_max=20\]"),
+    (dict(lens=torch.tensor([3], dtype=torch.int32)), TypeError, r"shape \(B,\)"),
+    (dict(H_kv=3), ValueError, "multiple of H_kv=3"),
+    (dict(k_dtype=torch.float32), TypeError, "one dtype"),
+])
+def test_bad_decoding_input_gets_a_clear_error(change, exc, match):
+    q, k, v = _inputs(H_kv=change.get("H_kv", 2))
+    if "k_dtype" in change:
+        k = k.to(change["k_dtype"])
+    lens = change.get("lens", torch.tensor([3, 4], dtype=torch.int32))
+    with pytest.raises(exc, match=match):
+        validate_decode_inputs(q, k, v, lens)
+
+
+# ----------------------------------------------------------------------------------------- launcher
+def test_split_count_fills_the_gpu_and_keeps_slices_long():
+    assert launch_decode.choose_num_splits(32, 32768, 132) == 17       # 4 waves of 132 SMs
+    assert launch_decode.choose_num_splits(256, 32768, 132) == 3
+    assert launch_decode.choose_num_splits(8, 4096, 132) == 16          # capped: 256 keys per slice
+    assert launch_decode.choose_num_splits(8, 100, 132) == 1
+    assert launch_decode.choose_num_splits(1, 10**7, 132) == 128        # capped at 128
+    assert launch_decode.choose_num_splits(4096, 10**6, 132) == 1
+
+
+@pytest.mark.parametrize("T_max, num_splits, block_n", [(40, 3, 16), (40, 4, 16), (1, 1, 16), (1000, 7, 64)])
+def test_slices_are_whole_tiles_and_cover_the_cache(T_max, num_splits, block_n):
+    q, k = torch.empty(1, 8, 1, 16), torch.empty(1, 2, T_max, 16)
+    cfg = launch_decode.decode_config(q, k, num_splits, block_n)
+    assert cfg.keys_per_split % block_n == 0
+    assert cfg.num_splits * cfg.keys_per_split >= T_max                    # every key has a slice
+    assert cfg.keys_per_split - block_n < -(-T_max // num_splits)          # the smallest such whole tiles
+    assert (cfg.block_m, cfg.row_blocks) == (16, 1)
+
+
+@pytest.mark.parametrize("T_q, group, block_m, row_blocks", [(1, 1, 16, 1), (1, 8, 16, 1), (5, 4, 32, 1),
+                                                             (16, 8, 64, 2)])
+def test_row_blocks_hold_a_group_of_query_heads(T_q, group, block_m, row_blocks):
+    cfg = launch_decode.decode_config(torch.empty(1, 2 * group, T_q, 16), torch.empty(1, 2, 64, 16), 2, 16)
+    assert (cfg.block_m, cfg.row_blocks) == (block_m, row_blocks)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(num_splits=0), ValueError, "num_splits"),
+    (dict(num_splits=2.0), ValueError, "num_splits"),
+    (dict(D=24), ValueError, "power of two"),
+    (dict(dtype=torch.float64), TypeError, "float64 not supported"),
+])
+def test_flash_decode_launcher_validates(kwargs, exc, match):
+    q, k, v = _inputs(D=kwargs.get("D", 16), dtype=kwargs.get("dtype", torch.float32))
+    lens = torch.tensor([3, 4], dtype=torch.int32)
+    with pytest.raises(exc, match=match):
+        launch_decode.launch_flash_decode(None, None, q, k, v, lens, num_splits=kwargs.get("num_splits"))
+
+
+def test_flash_decode_launcher_rejects_a_non_triton_kernel():
+    q, k, v = _inputs(D=16, dtype=torch.float32)
+    with pytest.raises(TypeError, match="@triton.jit"):
+        launch_decode.launch_flash_decode(lambda *a, **kw: None, None, q, k, v, torch.tensor([3, 4], dtype=torch.int32))
+
+
+# ------------------------------------------------------------------------------------ measurement
+def test_recorded_h200_measurement_reads_back_plots_and_ships(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from importlib.resources import files
+
+    from attnlab import bench_decode
+
+    points = bench_decode.read_csv(ROOT / "notes" / "gpu" / "2026-11-30" / "decode_results.csv")
+    assert len(points) == 72 and all(p.status == "ok" for p in points)
+    bench_decode.write_csv(points, tmp_path / "again.csv")
+    assert bench_decode.read_csv(tmp_path / "again.csv") == points
+    bench_decode.plot_decode(points, 4265.0, path=tmp_path / "decode.png")
+    assert (tmp_path / "decode.png").stat().st_size > 10_000
+    assert files("attnlab").joinpath("data", "decode_h200.png").is_file()  # what CPU runs of 08 show
+
+
+# ------------------------------------------------- the notebook's test cells, model solution and mistakes
+def _cells():
+    import jupytext
+
+    return [c for c in jupytext.read(NOTEBOOK).cells if c.cell_type == "code"]
+
+
+def _run_cells(cells, edits_cell=None, edits=(), only=None) -> dict[str, str]:
+    """Run the notebook's code cells in order in one namespace (solutions edited as a sample mistake
+    would); returns {grade_id: error} of the test cells that raised. ``only``: the test cells to run,
+    and then of the other cells only the set-up, the solutions and the launcher."""
+    ns: dict = {"__name__": "__main__"}
+    failed = {}
+    for cell in cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid, src = meta.get("grade_id"), cell.source
+        if only is not None and gid not in only and not (gid in ("setup", "flash_decode")
+                                                         or (meta.get("solution") and not meta.get("grade"))):
+            continue
+        if gid == edits_cell:
+            for old, new in edits:
+                assert src.count(old) == 1, f"edit anchor not unique in {gid}: {old!r}"
+                src = src.replace(old, new)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                # a "<name>" file name lets Triton find the kernel's source through linecache
+                exec(compile(src, f"<{gid}>", "exec"), ns)
+        except Exception as exc:  # noqa: BLE001
+            if not meta.get("grade"):
+                raise
+            failed[gid] = f"{type(exc).__name__}: {exc}"
+    return failed
+
+
+def _mistakes():
+    spec = importlib.util.spec_from_file_location("mistakes_08", ROOT / "samples" / "mistakes" / "08_flash_decoding.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MISTAKES
+
+
+def test_model_solution_passes_every_test_cell_hidden_included():
+    assert _run_cells(_cells()) == {}
+
+
+@pytest.mark.parametrize("mistake", [m for m in _mistakes() if m.fails], ids=lambda m: m.id)
+def test_each_mistake_fails_every_test_aimed_at_it(mistake):
+    failed = _run_cells(_cells(), mistake.cell, mistake.edits, only=set(mistake.fails))
+    assert set(failed) == set(mistake.fails), f"{mistake.why}: failed only {sorted(failed)}"
