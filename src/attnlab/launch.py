@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from . import gpu_compile
+
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -57,6 +59,7 @@ def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     import triton
 
     _require_jit(kernel, "_softmax_kernel")
+    kernel = gpu_compile.gated(kernel, "_softmax_kernel")  # compiles for GPU targets first, even on a CPU
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
     kernel[(n_rows,)](y, x, x.stride(0), y.stride(0), n_cols, BLOCK_SIZE=block,
@@ -124,6 +127,7 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
     import triton
 
     _require_jit(kernel, "_flash_fwd_kernel")
+    kernel = gpu_compile.gated(kernel, "_flash_fwd_kernel")  # compiles for GPU targets first, even on a CPU
     B, H, T, D = q.shape
     grid = (triton.cdiv(T, block_m), B * H)
     kernel[grid](q, k, v, o, lse, q.stride(1), q.stride(2), T, D ** -0.5,
