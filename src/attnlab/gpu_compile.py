@@ -264,15 +264,16 @@ class _Twins:
         return copy
 
 
-_LANG_PATCHES: list[tuple[object, str, object, object]] | None = None
+#: Built on first use and kept: "snapshot" (triton.language's originals), "patches" (its @jit
+#: functions and their twins). A dict, not rebound globals: the grader's guard restores rebound ones.
+_LAZY: dict[str, object] = {}
 
 
 def _language_patches(twins: _Twins) -> list[tuple[object, str, object, object]]:
     """(owner, name, interpreted value, twin) for every interpreted function triton.language exposes:
     module attributes (``tl.max``, ``tl.sum``...) and the tensor methods that forward to them."""
-    global _LANG_PATCHES
-    if _LANG_PATCHES is not None:
-        return _LANG_PATCHES
+    if "patches" in _LAZY:
+        return _LAZY["patches"]
     import triton.language as tl
 
     interp = _interpreted_type()
@@ -288,7 +289,7 @@ def _language_patches(twins: _Twins) -> list[tuple[object, str, object, object]]
         inner = [c.cell_contents for c in cells if isinstance(getattr(c, "cell_contents", None), interp)]
         if inner:
             patches.append((tl.core.tensor, k, v, twins.twin(inner[0])))
-    _LANG_PATCHES = patches
+    _LAZY["patches"] = patches
     return patches
 
 
@@ -334,19 +335,28 @@ def _lang_snapshot() -> dict:
             for i, owner in enumerate(owners) for name, value in list(vars(owner).items())}
 
 
-#: triton.language as Triton made it, taken at the first compile: the interpreter leaves some of its
-#: patches in place after a run (those made while running a standard-library @jit function such as
-#: tl.max), and the compiler needs the originals (recovered from the patches where it ran before).
-_LANG_SNAPSHOT: dict | None = None
+def _take_snapshot() -> dict:
+    """triton.language as Triton made it, taken at the first compile: the interpreter leaves some of
+    its patches in place after a run (those made while running a standard-library @jit function such
+    as tl.max), and the compiler needs the originals (recovered from the patches where it ran before)."""
+    if "snapshot" not in _LAZY:
+        _LAZY["snapshot"] = _lang_snapshot()
+    return _LAZY["snapshot"]
 
 
-def _take_snapshot() -> None:
-    global _LANG_SNAPSHOT
-    if _LANG_SNAPSHOT is None:
-        try:
-            _LANG_SNAPSHOT = _lang_snapshot()
-        except Exception:  # noqa: BLE001  (no triton: the gate has nothing to do)
-            _LANG_SNAPSHOT = {}
+def _quick_triton_key() -> str:
+    """Stands in for ``triton.runtime.cache.triton_key`` while the gate compiles on a CPU: Triton's
+    hashes every file of its package and its 200 MB library once per process (seconds on a busy
+    grader), only to tell builds of one version apart; the version and the library's size and
+    time stamp do that too. Triton swaps it the same way in its own compile worker pools."""
+    import sysconfig
+
+    import triton
+
+    lib = os.path.join(os.path.dirname(triton.__file__), "_C",
+                       f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}")
+    st = os.stat(lib)
+    return f"{triton.__version__}-attnlab-gate-{st.st_size}-{st.st_mtime_ns}"
 
 
 @contextlib.contextmanager
@@ -363,9 +373,10 @@ def _compiler_view(twins: _Twins | None):
         yield
         return
     import triton.compiler.code_generator  # noqa: F401  (imports cleanly only while the switch is on)
+    import triton.runtime.cache
     from triton import knobs
 
-    _take_snapshot()
+    snapshot = _take_snapshot()
     with _COMPILING:
         owners = _lang_owners()
         changes = []
@@ -381,7 +392,7 @@ def _compiler_view(twins: _Twins | None):
         try:
             for i, owner in enumerate(owners):
                 for name, value in list(vars(owner).items()):
-                    orig = _LANG_SNAPSHOT.get((i, name), _MISSING)
+                    orig = snapshot.get((i, name), _MISSING)
                     if orig is _UNKNOWN or (orig is _MISSING and _interpreter_made(value)
                                             and name not in ("__index__", "__bool__", "__repr__", "__str__")):
                         raise _EnvironmentProblem(f"triton.language.{name} is still patched by the interpreter")
@@ -391,6 +402,7 @@ def _compiler_view(twins: _Twins | None):
                         put(owner, name, _MISSING)
             for owner, name, _, twin in _language_patches(twins):
                 put(owner, name, twin)
+            put(triton.runtime.cache, "triton_key", _quick_triton_key)
             knobs.runtime.interpret = False
             yield
         finally:
@@ -462,6 +474,60 @@ _FULL: dict[tuple, tuple] = {}
 _COMPILED: dict[tuple, object] = {}
 #: kernel keys whose advice line was printed
 _ADVISED: set[str] = set()
+
+
+#: (kernel key, signature) pairs already checked on every target
+_SIGNATURES: set[tuple] = set()
+
+
+def _plan(kkey, spec: Spec, targets, num_warps: int, num_stages: int) -> list[tuple[Target, tuple]]:
+    """(target, cache key) of each compile one launch needs.
+
+    The first configuration of a kernel is compiled to a cubin for every target; every new
+    signature (pointer dtypes, which ints are specialised) goes through the front end of every
+    target (where target limits such as minimum dot sizes and FP8 support are checked); a new set
+    of constexprs or warps of a known signature through the front end of the first target, where
+    the Python constructs the interpreter accepts and compilers do not are rejected whatever the
+    target."""
+    every = (kkey, tuple(spec.signature.items())) not in _SIGNATURES
+    _SIGNATURES.add((kkey, tuple(spec.signature.items())))
+    first = (spec.key(), num_warps, num_stages)
+    jobs = []
+    for i, t in enumerate(targets):
+        full = _FULL.setdefault((kkey, t.arch), first) == first
+        if full or every or i == 0:
+            jobs.append((t, (kkey, spec.key(), t.arch, num_warps, num_stages, full)))
+    return jobs
+
+
+def _run(jit, spec: Spec, options: dict, jobs) -> list[BaseException | None]:
+    """Compile the jobs not cached yet (full compiles side by side: ptxas and LLVM release the
+    GIL); the outcome of each job, cached ones included: None (compiled) or the exception."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(job):
+        t, key = job
+        try:
+            compiled = _compile(jit, spec, t, options, key[-1])
+        except Exception as exc:  # noqa: BLE001  (classified by the caller)
+            return exc
+        if compiled is not None:
+            _COMPILED[key[:5]] = compiled
+        return None
+
+    todo = [j for j in jobs if j[1] not in _CACHE]
+    full = [j for j in todo if j[1][-1]]
+    outcomes = {}
+    if len(full) > 1:
+        pool = ThreadPoolExecutor(len(full))
+        try:
+            outcomes.update(zip((j[1] for j in full), pool.map(one, full)))
+        finally:  # a timeout must not wait for the compiles it abandons
+            pool.shutdown(wait=False, cancel_futures=True)
+    for j in todo:
+        if j[1] not in outcomes:
+            outcomes[j[1]] = one(j)
+    return [outcomes[key] if key in outcomes else _CACHE[key] for _, key in jobs]
 
 
 def _kernel_key(jit) -> str:
@@ -562,29 +628,30 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
                 if not _is_learner_error(exc):
                     raise
                 failed = {t: exc for t in targets}
-                kkey = None
-            for t in targets if kkey is not None else ():
-                first = (spec.key(), num_warps, num_stages)
-                full = _FULL.setdefault((kkey, t.arch), first) == first
-                key = (kkey, spec.key(), t.arch, num_warps, num_stages, full)
-                if key not in _CACHE:
-                    try:
-                        compiled = _compile(jit, spec, t, options, full)
-                        _CACHE[key] = None
-                        if compiled is not None:
-                            _COMPILED[key[:5]] = compiled
-                    except Exception as exc:
-                        if not _is_learner_error(exc):
-                            _CACHE[key] = None  # not the learner's doing: reported once, never graded
-                            _flag(what, t, exc)
-                            continue
-                        _CACHE[key] = exc
+                kkey, checked = None, list(targets)
+            jobs = _plan(kkey, spec, targets, num_warps, num_stages) if kkey is not None else []
+            for (t, key), outcome in zip(jobs, _run(jit, spec, options, jobs)):
+                if outcome is not None and not _is_learner_error(outcome):
+                    _CACHE[key] = None  # not the learner's doing: reported once, never graded
+                    _flag(what, t, outcome)
+                    continue
+                _CACHE[key] = outcome
+            for t, key in jobs:
                 if _CACHE[key] is not None:
                     failed[t] = _CACHE[key]
+            checked = [t for t, _ in jobs]
+            if failed and len(checked) < len(targets):  # say exactly which targets reject it
+                rest = [(t, (kkey, spec.key(), t.arch, num_warps, num_stages, False))
+                        for t in targets if t not in checked]
+                for (t, key), outcome in zip(rest, _run(jit, spec, options, rest)):
+                    _CACHE[key] = outcome if outcome is None or _is_learner_error(outcome) else None
+                    if _CACHE[key] is not None:
+                        failed[t] = _CACHE[key]
+                checked = list(targets)
         finally:
             view.__exit__(None, None, None)
         if failed:
-            raise _failure(what, spec, options, failed, [t for t in targets if t not in failed], by_src)
+            raise _failure(what, spec, options, failed, [t for t in checked if t not in failed], by_src)
         if kkey is not None and kkey not in _ADVISED:
             _ADVISED.add(kkey)
             _advise(what, kkey, spec, options, targets, native)
@@ -677,8 +744,10 @@ _MESSAGE_HINTS = (
      "kernel: use `tl.device_print(\"x\", x)` to print from the GPU."),
     ("return` statements inside", "`return` inside a loop: let the loop run to its bound (mask the rest) "
      "and return after it."),
-    ("global variable", "a kernel can only read globals declared `tl.constexpr` (`SCALE: tl.constexpr = 0.5`); "
+    ("global variable", "a kernel can only read globals that are constexprs (`LOG2E = tl.constexpr(1.4427)`); "
      "pass other values as arguments."),
+    ("int() argument", "`int()` (or `float()`) of a run-time value needs it on the host: keep it a tensor "
+     "(`range()` takes run-time bounds, `x.to(tl.int32)` converts)."),
     ("unsupported tensor index", "indexing a block with a Python integer or a run-time value: select with "
      "masks and reductions (`tl.sum(tl.where(offs == i, x, 0))`)."),
 )
@@ -760,8 +829,6 @@ def _failure(what, spec, options, failed: dict, compiled: list, by_src: dict) ->
     for needle, text in _MESSAGE_HINTS:
         if not hint and needle.lower() in says.lower():
             hint = text
-    if not hint and construct == "Call":
-        hint = dict(_MESSAGE_HINTS)["Unsupported function referenced"]
     names = ", ".join(t.describe() for t in failed)
     if compiled:
         head = (f"{what} compiles for {', '.join(t.describe() for t in compiled)} but NOT for {names}: "
