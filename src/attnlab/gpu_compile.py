@@ -58,9 +58,11 @@ import sys
 import tempfile
 import threading
 import types
+import warnings
 from dataclasses import dataclass, field
 
-__all__ = ["Target", "TARGETS", "GpuCompileError", "Spec", "signature_of", "ensure_compiles", "gated", "resources",
+__all__ = ["Target", "TARGETS", "GpuCompileError", "Spec", "signature_of", "ensure_compiles", "gated", "captured",
+           "Launch", "resources",
            "Resources", "describe_resources", "compile_limit_s", "ADVICE_PREFIX"]
 
 
@@ -433,10 +435,16 @@ def _gpu_target(t: Target):
 
 def _compile(jit, spec: Spec, target: Target, options: dict, full: bool):
     """Compile ``jit`` for ``target``: to a cubin (``full``), else Triton's front end only."""
-    import triton
     from triton.compiler import ASTSource
 
-    src = ASTSource(jit, spec.signature, spec.constexprs, spec.attrs)
+    if "quiet" not in _LAZY:  # Triton 3.9's notice about a future FP-fusion default: not the learner's
+        _LAZY["quiet"] = warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
+    return _compile_source(ASTSource(jit, spec.signature, spec.constexprs, spec.attrs), target, options, full)
+
+
+def _compile_source(src, target: Target, options: dict, full: bool):
+    import triton
+
     if full or not _frontend_supported():
         return triton.compile(src, target=_gpu_target(target), options=options)
     from triton._C.libtriton import ir
@@ -661,6 +669,37 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
     _PASSED.setdefault(id(kernel), []).append(passed)
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One launch a launcher made (see :func:`captured`): what :func:`resources` takes."""
+
+    kernel: object
+    args: tuple
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+
+
+_CAPTURING: list[list[Launch]] = []
+
+
+@contextlib.contextmanager
+def captured():
+    """Inside this block, gated launches are recorded (as :class:`Launch`) instead of run, so the
+    exact arguments a course launcher passes can be compiled for :func:`resources`::
+
+        with gpu_compile.captured() as launches:
+            launch.run_flash_kernel(kernel, q, k, v, o, lse, causal=True, block_m=128, block_n=64)
+        res = gpu_compile.resources(launches[0].kernel, launches[0].args, launches[0].constexprs, ...)
+    """
+    launches: list[Launch] = []
+    _CAPTURING.append(launches)
+    try:
+        yield launches
+    finally:
+        _CAPTURING.remove(launches)
+
+
 #: id(kernel) -> the launches that passed (each tuple holds the kernel, so ids stay unique)
 _PASSED: dict[int, list] = {}
 
@@ -698,6 +737,10 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
         def launch(*args, **kwargs):
             options = {k: kwargs[k] for k in _LAUNCH_OPTIONS if k in kwargs}
             constexprs = {k: v for k, v in kwargs.items() if k not in options}
+            if _CAPTURING:  # inside captured(): record the launch, run nothing
+                _CAPTURING[-1].append(Launch(self.kernel, args, constexprs, options.get("num_warps", 4),
+                                             options.get("num_stages", 3)))
+                return None
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
                             num_stages=options.get("num_stages", 3))
             return self.kernel[grid](*args, **kwargs)
@@ -828,7 +871,8 @@ def _triton_says(exc: BaseException) -> str:
     errs = _compilation_errors(exc)
     text = (getattr(errs[-1], "error_message", None) or "") if errs else str(exc)
     text = (text or type(exc).__name__).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
+    text = text[-1] if text else type(exc).__name__
+    return text if len(text) < 200 else text[:text.find(". ", 0, 200) + 1 or 200] + " [...]"
 
 
 def _failure(what, spec, options, failed: dict, compiled: list, by_src: dict) -> BaseException:
@@ -839,6 +883,9 @@ def _failure(what, spec, options, failed: dict, compiled: list, by_src: dict) ->
     where, code, construct = _locate(first, by_src)
     says = _triton_says(first)
     hint = _HINTS.get(construct, "")
+    named = re.search(r"global variable (\w+)", says)
+    if named and any(callable(getattr(fn, "__globals__", {}).get(named.group(1))) for fn in by_src.values()):
+        hint = dict(_MESSAGE_HINTS)["Unsupported function referenced"]  # a plain Python function
     for needle, text in _MESSAGE_HINTS:
         if not hint and needle.lower() in says.lower():
             hint = text
