@@ -61,6 +61,7 @@ class NotebookReport:
     reason: str = ""
     seconds: float = 0.0
     tests: list[TestReport] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)  # "[gpu] ..." lines: resources, targets; not graded
 
     @property
     def points(self) -> float:
@@ -148,6 +149,23 @@ def _tests_of(source_nb, autograded: Path | None, grades: dict[str, float | None
     return reports
 
 
+def _advice_of(autograded: Path | None) -> list[str]:
+    """The GPU compile gate's advice lines (:data:`attnlab.gpu_compile.ADVICE_PREFIX`) in the outputs."""
+    import nbformat
+
+    from .gpu_compile import ADVICE_PREFIX
+
+    if autograded is None or not autograded.exists():
+        return []
+    lines = []
+    for cell in nbformat.read(autograded, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            for line in str(out.get("text", "")).splitlines():
+                if line.startswith(ADVICE_PREFIX) and line[len(ADVICE_PREFIX):] not in lines:
+                    lines.append(line[len(ADVICE_PREFIX):])
+    return lines
+
+
 def _check_nbgrader() -> None:
     if importlib.util.find_spec("nbgrader") is None:
         raise SelfcheckError("self-check runs nbgrader, which is not installed here. Install it with\n"
@@ -223,7 +241,8 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
                 grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
             src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
             reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
-                                          _tests_of(src, out if r.status == "graded" else None, grades)))
+                                          _tests_of(src, out if r.status == "graded" else None, grades),
+                                          _advice_of(out if r.status == "graded" else None)))
             if keep is not None and out.exists():
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
@@ -263,6 +282,10 @@ def format_report(reports: list[NotebookReport]) -> str:
             else:
                 state = "answered" if t.answered else "NOT ANSWERED YET"
                 out.append(f"  ----  {t.grade_id:<48} {t.max_points:g} pt, graded by hand: {state}")
+        if rep.advice:
+            out.append("  GPU advice (compiled for real GPUs; not graded):")
+            for line in rep.advice:
+                out += _wrap(line, "        ")
     total = sum(r.points for r in reports)
     max_total = sum(r.max_points for r in reports)
     out.append("")
