@@ -227,4 +227,5 @@ def test_selfcheck_lists_the_gates_advice(tmp_path):
     rep = NotebookReport(Path("mine.ipynb"), "04_triton_softmax", "graded", tests=[
         TestReport("test_a", 3.0, 3.0, "test")], advice=[line])
     text = format_report([rep])
-    assert "GPU advice (compiled for real GPUs; not graded):" in text and "15 registers/thread" in text
+    assert "GPU advice (compiled for real GPUs; not graded):" in text
+    assert line in " ".join(ln.strip() for ln in text.splitlines())
