@@ -1009,7 +1009,7 @@ def describe_resources(res: Resources) -> str:
         notes.append("registers spill to local memory: try smaller tiles or more warps")
     if res.registers is not None and res.registers >= 255:
         notes.append("at the 255-register limit")
-    if res.shared_bytes > 100 * 1024 and res.target == "sm_75":
+    if res.shared_bytes > 64 * 1024 and res.target == "sm_75":
         notes.append("above the T4's 64 KiB of shared memory per block")
     return res.describe() + (f": {'; '.join(notes)}" if notes else "")
 
