@@ -619,7 +619,7 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
         return  # this kernel, with the same helpers, passed this launch before
     with _own_clock(what):
         if native is not None:
-            _check_native(kernel, args, constexprs, options, what, spec)
+            native_compiled = _check_native(kernel, args, constexprs, options, what, spec)
             targets = tuple(t for t in targets if t.arch != native.arch)
         interp = _interpreted_type()
         twins = _Twins() if interp and isinstance(kernel, interp) else None
@@ -665,7 +665,7 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
             raise _failure(what, spec, options, failed, [t for t in checked if t not in failed], by_src)
         if kkey is not None and kkey not in _ADVISED:
             _ADVISED.add(kkey)
-            _advise(what, kkey, spec, options, targets, native)
+            _advise(what, kkey, spec, options, targets, native, native_compiled if native else None)
     _PASSED.setdefault(id(kernel), []).append(passed)
 
 
@@ -753,10 +753,11 @@ def _sources_of(kernel) -> dict:
     return {getattr(kernel, "src", ""): fn}
 
 
-def _check_native(kernel, args, constexprs, options, what, spec) -> None:
-    """On a GPU: compile through the kernel's own launch path (cached by Triton for the launch)."""
+def _check_native(kernel, args, constexprs, options, what, spec):
+    """On a GPU: compile through the kernel's own launch path (cached by Triton for the launch);
+    the compiled kernel."""
     try:
-        kernel.warmup(*args, grid=(1,), **constexprs, **options)
+        return kernel.warmup(*args, grid=(1,), **constexprs, **options)
     except Exception as exc:
         if not _is_learner_error(exc):
             raise
@@ -1014,13 +1015,13 @@ def describe_resources(res: Resources) -> str:
     return res.describe() + (f": {'; '.join(notes)}" if notes else "")
 
 
-def _advise(what, kkey, spec, options, targets, native) -> None:
+def _advise(what, kkey, spec, options, targets, native, native_compiled=None) -> None:
     """Print one line per kernel: the targets it compiles for, and its resources (advice only)."""
     done = ([native] if native is not None else []) + list(targets)
     line = f"{ADVICE_PREFIX}{what} compiles for {', '.join(t.describe() for t in done)}."
-    pick = TARGETS[-1] if native is None else None
-    compiled = _COMPILED.get((kkey, spec.key(), pick.arch, options["num_warps"], options["num_stages"])) \
-        if pick is not None else None
+    pick = TARGETS[-1] if native is None else native
+    compiled = native_compiled if native is not None else \
+        _COMPILED.get((kkey, spec.key(), pick.arch, options["num_warps"], options["num_stages"]))
     if compiled is not None:
         with contextlib.suppress(Exception):
             line += (f" With {spec.describe()}, num_warps={options['num_warps']}: "
