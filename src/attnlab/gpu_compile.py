@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import os
 import re
@@ -617,6 +618,9 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
     passed = (kernel, _helpers_of(kernel), spec.key(), num_warps, num_stages, tuple(targets))
     if passed in _PASSED.get(id(kernel), ()):
         return  # this kernel, with the same helpers, passed this launch before
+    for seen, make in _FAILED.get(id(kernel), ()):
+        if seen == passed:
+            raise make()  # failed before: the same message, without building the twins again
     with _own_clock(what):
         if native is not None:
             native_compiled = _check_native(kernel, args, constexprs, options, what, spec)
@@ -662,7 +666,10 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
         finally:
             view.__exit__(None, None, None)
         if failed:
-            raise _failure(what, spec, options, failed, [t for t in checked if t not in failed], by_src)
+            make = functools.partial(_failure, what, spec, options, failed, [t for t in checked if t not in failed],
+                                     by_src)
+            _FAILED.setdefault(id(kernel), []).append((passed, make))
+            raise make()
         if kkey is not None and kkey not in _ADVISED:
             _ADVISED.add(kkey)
             _advise(what, kkey, spec, options, targets, native, native_compiled if native else None)
@@ -702,6 +709,8 @@ def captured():
 
 #: id(kernel) -> the launches that passed (each tuple holds the kernel, so ids stay unique)
 _PASSED: dict[int, list] = {}
+#: id(kernel) -> (launch, function making its error) of the launches that failed
+_FAILED: dict[int, list] = {}
 
 
 def _helpers_of(kernel) -> tuple:
