@@ -2,7 +2,8 @@
 
 Without a GPU the course runs kernels through Triton's interpreter, which executes the kernel as
 plain Python and so accepts code no GPU compiler does (``break``, calls of ordinary Python
-functions, lists and dicts, ``if`` on a whole block of values, ``print`` of run-time values...).
+functions, dicts, ``if`` on a whole block of values, f-string ``print`` of run-time values,
+``int()`` of a run-time value, plain Python globals...).
 Triton can compile for a GPU it does not have, so every launch the course makes first compiles the
 kernel, with the exact signature, dtypes and constexprs of that launch, for the course's targets:
 
@@ -29,7 +30,15 @@ for (so a Colab user knows before opening a GPU runtime). A kernel whose body st
 implemented yet, on a CPU and on a GPU alike. Failures of the machinery itself (no ptxas, an
 unwritable cache) are reported with :func:`attnlab.review.flag` and never cost the learner.
 
-Using it from a launcher (notebooks 04, 05, and the second assignment's kernels)::
+Using it from a launcher (notebooks 04, 05, and the second assignment's kernels). Simplest: wrap
+the kernel once, launch as before (:class:`gated`; ``num_warps``/``num_stages`` are read from the
+launch)::
+
+    kernel = gpu_compile.gated(kernel, "_attn_bwd_dq")
+    kernel[grid](dq, q, k, v, do, lse, delta, q.stride(1), q.stride(2), T, scale,
+                 CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D, num_warps=4, num_stages=2)
+
+or call the gate yourself with the launch's arguments::
 
     from attnlab import gpu_compile
 
@@ -41,7 +50,8 @@ Using it from a launcher (notebooks 04, 05, and the second assignment's kernels)
 
 Resources (registers per thread, spilled bytes per thread, shared memory per program) of a launch
 configuration, as advice for tuning (never a grade): :func:`resources` and
-:func:`describe_resources`; on a CPU they come from the cross-compiled cubin (``sm_90`` unless
+:func:`describe_resources` (:func:`captured` records the launches a launcher makes, so
+``attnlab.bench.kernel_resources`` reports them for any course launcher); on a CPU they come from the cross-compiled cubin (``sm_90`` unless
 told otherwise) read with the ``cuobjdump`` that ships inside Triton's package.
 """
 
