@@ -145,7 +145,8 @@ MISTAKES += [
     ),
     Mistake(
         id="05-gate-plain-global", notebook=_NB, cell=_CELL,
-        edits=(("@triton.jit\ndef _flash_fwd_kernel(", "LOG2E = 1.4426950408889634\n\n\n@triton.jit\ndef _flash_fwd_kernel("),
+        edits=(("@triton.jit\ndef _flash_fwd_kernel(",
+                "LOG2E = 1.4426950408889634\n\n\n@triton.jit\ndef _flash_fwd_kernel("),
                ("qk_scale = scale * 1.4426950408889634", "qk_scale = scale * LOG2E")),
         fails=_ALL,
         why=f"reads a plain Python global (not a tl.constexpr) inside the kernel: {_GATE}",

@@ -51,8 +51,9 @@ or call the gate yourself with the launch's arguments::
 Resources (registers per thread, spilled bytes per thread, shared memory per program) of a launch
 configuration, as advice for tuning (never a grade): :func:`resources` and
 :func:`describe_resources` (:func:`captured` records the launches a launcher makes, so
-``attnlab.bench.kernel_resources`` reports them for any course launcher); on a CPU they come from the cross-compiled cubin (``sm_90`` unless
-told otherwise) read with the ``cuobjdump`` that ships inside Triton's package.
+``attnlab.bench.kernel_resources`` reports them for any course launcher); on a CPU they come
+from the cross-compiled cubin (``sm_90`` unless told otherwise), read with the ``cuobjdump``
+that ships inside Triton's package.
 """
 
 from __future__ import annotations
