@@ -246,6 +246,7 @@ class _Twins:
         self.shadows: dict[int, dict] = {}
         self.keep: list[object] = []
         self.by_src: dict[str, object] = {}  # twin source -> the Python function (to locate errors)
+        self.incomplete = False  # some function in reach had no source to compile
 
     def twin(self, f):
         from triton.runtime.jit import JITFunction
@@ -276,7 +277,10 @@ class _Twins:
         self.shadows[id(globals_)] = copy
         for k, v in globals_.items():
             if interp and isinstance(v, interp):
-                copy[k] = self.twin(v)
+                try:
+                    copy[k] = self.twin(v)
+                except (OSError, ValueError):  # no source file (made by exec): left as it is
+                    self.incomplete = True
         return copy
 
 
@@ -638,7 +642,11 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
             targets = tuple(t for t in targets if t.arch != native.arch)
         interp = _interpreted_type()
         twins = _Twins() if interp and isinstance(kernel, interp) else None
-        jit = twins.twin(kernel) if twins is not None else kernel
+        try:
+            jit = twins.twin(kernel) if twins is not None else kernel
+        except (OSError, ValueError) as exc:  # no source to compile (a kernel made by exec): cannot check it
+            _flag(what, None, exc)
+            return
         by_src = twins.by_src if twins is not None else _sources_of(kernel)
         failed: dict[Target, BaseException] = {}
         try:
@@ -676,6 +684,9 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
                 checked = list(targets)
         finally:
             view.__exit__(None, None, None)
+        if failed and twins is not None and twins.incomplete:
+            _flag(what, None, next(iter(failed.values())))  # maybe a helper we could not compile
+            return
         if failed:
             make = functools.partial(_failure, what, spec, options, failed, [t for t in checked if t not in failed],
                                      by_src)
