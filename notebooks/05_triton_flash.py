@@ -458,11 +458,25 @@ assert_number(ideal_us, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12 * 1e6, name="idea
 # loaded K/V tile for more queries but need more registers; `num_stages` sets how many K/V tiles
 # are prefetched while the current one is being used. Your kernel is timed alone, into outputs
 # allocated once: the launcher's NaN fill of fresh outputs is a testing aid that SDPA does not pay.
-# On a CPU this cell only prints a note.
+#
+# Each configuration also shows what the compiled kernel uses per thread and per program:
+# registers (a streaming multiprocessor has 65,536 to share among the threads it keeps resident),
+# bytes **spilled** to local memory when registers run out (slow; you want none), and shared
+# memory (where the pipelined K/V tiles wait; more stages, more of it). On a CPU the cell compiles
+# your kernel for an H100/H200 (sm_90) without running it and prints only these figures.
 
 # %% nbgrader={"grade_id": "bench-flash", "locked": true}
+CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3))  # block_m, block_n, warps, stages
 if RUNTIME.interpret:
-    print("Skipped: no GPU. Run this cell on a GPU (for example Colab) to time your kernel against SDPA.")
+    print("No GPU, so no timings: run this cell on a GPU (for example Colab) to time your kernel against SDPA.")
+    print("What your kernel would use on an H100/H200 (compiled here for sm_90), bf16, causal, D=64:")
+    q_b = torch.randn(1, 1, 128, 64, dtype=torch.bfloat16)  # dtypes and strides matter here, not sizes
+    o_b, lse_b = torch.empty_like(q_b), torch.empty(1, 1, 128)
+    for bm, bn, warps, stages in CONFIGS:
+        print(f"  block_m={bm:<4} block_n={bn:<4} warps={warps} stages={stages}: "
+              + bench.kernel_resources(launch.run_flash_kernel, _flash_fwd_kernel, q_b, q_b, q_b, o_b, lse_b,
+                                       causal=True, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages))
+    del q_b, o_b, lse_b
 else:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -476,13 +490,15 @@ else:
     print("max |yours - SDPA| in bf16:", (o_b - sdpa(q_b, k_b, v_b, is_causal=True)).abs().max().item())
     print(f"\nB={B_} H={H_} T={T_} D={D_} causal bf16, {flops / 1e9:.1f} GFLOP")
     o_b, lse_b = torch.empty_like(q_b), torch.empty(B_, H_, T_, device="cuda", dtype=torch.float32)
-    for bm, bn, warps, stages in ((64, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3)):
+    for bm, bn, warps, stages in CONFIGS:
         # the kernel alone, launched as triton_flash_attention launches it, into outputs allocated once
         ms = bench.median_ms(lambda: launch.run_flash_kernel(_flash_fwd_kernel, q_b, k_b, v_b, o_b, lse_b,
                                                              causal=True, block_m=bm, block_n=bn,
                                                              num_warps=warps, num_stages=stages))
+        res = bench.kernel_resources(launch.run_flash_kernel, _flash_fwd_kernel, q_b, k_b, v_b, o_b, lse_b,
+                                     causal=True, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
         print(f"yours  block_m={bm:<4} block_n={bn:<4} warps={warps} stages={stages}: "
-              f"{ms:.3f} ms  {bench.tflops(flops, ms):6.1f} TFLOP/s")
+              f"{ms:.3f} ms  {bench.tflops(flops, ms):6.1f} TFLOP/s  [{res}]")
     ms = bench.median_ms(lambda: sdpa(q_b, k_b, v_b, is_causal=True))
     print(f"SDPA default ({bench.sdpa_backend(q_b, k_b, v_b, True)}): {ms:.3f} ms  "
           f"{bench.tflops(flops, ms):6.1f} TFLOP/s")

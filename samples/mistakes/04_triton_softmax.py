@@ -125,3 +125,50 @@ MISTAKES = [
 ]
 
 TYPICAL = "04-pad-zero"
+
+
+# ------------------------------------------------------------------------------------------------
+# Interpreter-only constructs (issue 16): each runs, and passes, under Triton's CPU interpreter but
+# does not compile for a GPU, so the compile gate (attnlab.gpu_compile) costs it every kernel test.
+_GATE = "does not compile for a GPU: the interpreter runs it, no GPU compiler does"
+
+MISTAKES += [
+    Mistake(
+        id="04-gate-python-helper", notebook=_NB, cell=_CELL,
+        edits=(("@triton.jit\ndef _softmax_kernel(",
+                "def _subtract_max(x):\n    return x - tl.max(x, axis=0)\n\n\n@triton.jit\ndef _softmax_kernel("),
+               ("z = x - tl.max(x, axis=0)", "z = _subtract_max(x)")),
+        fails=_ALL,
+        why=f"calls an ordinary Python function (no @triton.jit) from the kernel: {_GATE}",
+    ),
+    Mistake(
+        id="04-gate-fstring-print", notebook=_NB, cell=_CELL,
+        edits=(("    num = tl.exp(z)\n", '    num = tl.exp(z)\n    print(f"row {row}: max {tl.max(x, axis=0)}")\n'),),
+        fails=_ALL,
+        why=f"prints run-time values with a host-side f-string instead of tl.device_print: {_GATE}",
+    ),
+    Mistake(
+        id="04-gate-if-on-block", notebook=_NB, cell=_CELL,
+        edits=(("    z = x - tl.max(x, axis=0)  # every exponent <= 0: no overflow\n",
+                "    if x > 80.0:  # only large values can overflow exp\n        z = x - tl.max(x, axis=0)\n"
+                "    else:\n        z = x\n"),),
+        fails=_ALL,
+        why=f"a Python `if` on a whole block (the interpreter takes any block as True): {_GATE}",
+    ),
+    Mistake(
+        id="04-gate-dict", notebook=_NB, cell=_CELL,
+        edits=(("    y = num / tl.sum(num, axis=0)\n",
+                '    stats = {"sum": tl.sum(num, axis=0)}\n    y = num / stats["sum"]\n'),),
+        fails=_ALL,
+        why=f"keeps values in a Python dict inside the kernel: {_GATE}",
+    ),
+    Mistake(
+        id="04-ok-jit-helper", notebook=_NB, cell=_CELL,
+        edits=(("@triton.jit\ndef _softmax_kernel(",
+                "@triton.jit\ndef _subtract_max(x):\n    return x - tl.max(x, axis=0)\n\n\n"
+                "@triton.jit\ndef _softmax_kernel("),
+               ("z = x - tl.max(x, axis=0)", "z = _subtract_max(x)")),
+        fails=(),
+        why="not a mistake: a @triton.jit helper is inlined, and compiles for every GPU target",
+    ),
+]

@@ -239,3 +239,35 @@ MISTAKES = [
 ]
 
 TYPICAL = "05-no-rescale"
+
+
+# ------------------------------------------------------------------------------------------------
+# Interpreter-only constructs (issue 16): each runs, and passes, under Triton's CPU interpreter but
+# does not compile for a GPU, so the compile gate (attnlab.gpu_compile) costs it every kernel test.
+_GATE = "does not compile for a GPU: the interpreter runs it, no GPU compiler does"
+
+MISTAKES += [
+    Mistake(
+        id="05-gate-break", notebook=_NB, cell=_CELL,
+        edits=(("    for start_n in range(lo, hi, BLOCK_N):\n",
+                "    for start_n in range(lo, T, BLOCK_N):\n        if start_n >= hi:\n"
+                "            break  # past the last key any row of this tile may see\n"),),
+        fails=_ALL,
+        why=f"leaves the masked loop with `break` instead of giving it the right bound: {_GATE}",
+    ),
+    Mistake(
+        id="05-gate-int-of-tensor", notebook=_NB, cell=_CELL,
+        edits=(("    for start_n in range(lo, hi, BLOCK_N):\n",
+                "    for start_n in range(int(lo), int(hi), BLOCK_N):\n"),),
+        fails=_ALL,
+        why=f"turns run-time loop bounds into Python ints (data-dependent Python control flow): {_GATE}",
+    ),
+    Mistake(
+        id="05-gate-plain-global", notebook=_NB, cell=_CELL,
+        edits=(("@triton.jit\ndef _flash_fwd_kernel(",
+                "LOG2E = 1.4426950408889634\n\n\n@triton.jit\ndef _flash_fwd_kernel("),
+               ("qk_scale = scale * 1.4426950408889634", "qk_scale = scale * LOG2E")),
+        fails=_ALL,
+        why=f"reads a plain Python global (not a tl.constexpr) inside the kernel: {_GATE}",
+    ),
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["median_ms", "attention_flops", "tflops", "gb_per_s", "copy_bandwidth_gbs", "matmul_tflops",
-           "sdpa_backend"]
+           "sdpa_backend", "kernel_resources"]
 
 
 def median_ms(fn, warmup_ms: float = 25, rep_ms: float = 100) -> float:
@@ -140,3 +140,38 @@ def sdpa_backend(q, k, v, causal: bool) -> str:
             return label
     return "math (unfused)"
 
+
+def kernel_resources(launcher, *args, **kwargs) -> str:
+    """Registers, spills and shared memory of the kernel ``launcher(*args, **kwargs)`` launches.
+
+    ``launcher`` is a course launcher (``launch.run_flash_kernel``, ``launch.run_softmax_kernel``):
+    its launch is recorded, not run, and compiled as it would run: for this GPU, or without one
+    for the H100/H200 (sm_90, cross-compiled: see :mod:`attnlab.gpu_compile`). Advice for tuning
+    (tile sizes, warps, stages), never a grade.
+
+    Returns:
+        one line such as ``"168 registers/thread, no spills, 48 KiB shared memory (sm_90)"``, or
+        why there is none (the kernel does not compile, or the figures are skipped while grading).
+    """
+    from . import gpu_compile
+    from .grading import guard
+
+    if guard.active() and _on_cpu():
+        return "(not compiled while autograding on a CPU: run the notebook to see it)"
+    with gpu_compile.captured() as launches:
+        launcher(*args, **kwargs)
+    if not launches:
+        return "(no launch recorded)"
+    rec = launches[-1]
+    try:
+        res = gpu_compile.resources(rec.kernel, rec.args, rec.constexprs, num_warps=rec.num_warps,
+                                    num_stages=rec.num_stages)
+    except (AssertionError, NotImplementedError) as exc:
+        return f"(does not compile: {str(exc).splitlines()[0]})"
+    return gpu_compile.describe_resources(res)
+
+
+def _on_cpu() -> bool:
+    from .device import runtime
+
+    return runtime().interpret

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from . import gpu_compile
 from .device import is_interpreted, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
@@ -98,6 +99,7 @@ def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 
     kernel = runnable_kernel(kernel)
     _check_kernel_inputs(kernel, {"x": x, "y": y}, "run_softmax_kernel")
+    kernel = gpu_compile.gated(kernel, "_softmax_kernel")  # compiles for GPU targets first, even on a CPU
     if x.dim() != 2 or y.shape != x.shape or y.dtype != x.dtype:
         raise ValueError(f"run_softmax_kernel: x and y must be 2-D of one shape and dtype, got x "
                          f"{tuple(x.shape)} {x.dtype} and y {tuple(y.shape)} {y.dtype}")
@@ -201,6 +203,7 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
 
     kernel = runnable_kernel(kernel)
     _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v, "o": o}, "run_flash_kernel")
+    kernel = gpu_compile.gated(kernel, "_flash_fwd_kernel")  # compiles for GPU targets first, even on a CPU
     _validate_flash(q, k, v, block_m, block_n)
     B, H, T, D = q.shape
     if o.shape != q.shape or o.dtype != q.dtype:

@@ -64,6 +64,7 @@ class NotebookReport:
     seconds: float = 0.0
     tests: list[TestReport] = field(default_factory=list)
     hidden_tests: bool = True  # False: this attnlab was built without hidden tests; visible tests only
+    advice: list[str] = field(default_factory=list)  # "[gpu] ..." lines: resources, targets; not graded
 
     @property
     def points(self) -> float:
@@ -172,6 +173,23 @@ def _tests_of(source_nb, autograded: Path | None, grades: dict[str, float | None
     return reports
 
 
+def _advice_of(autograded: Path | None) -> list[str]:
+    """The GPU compile gate's advice lines (:data:`attnlab.gpu_compile.ADVICE_PREFIX`) in the outputs."""
+    import nbformat
+
+    from .gpu_compile import ADVICE_PREFIX
+
+    if autograded is None or not autograded.exists():
+        return []
+    lines = []
+    for cell in nbformat.read(autograded, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            for line in str(out.get("text", "")).splitlines():
+                if line.startswith(ADVICE_PREFIX) and line[len(ADVICE_PREFIX):] not in lines:
+                    lines.append(line[len(ADVICE_PREFIX):])
+    return lines
+
+
 def _check_nbgrader() -> None:
     if importlib.util.find_spec("nbgrader") is None:
         raise SelfcheckError("self-check runs nbgrader, which is not installed here. Install it with\n"
@@ -272,7 +290,8 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
                 if t.kind == "test" and t.error and t.hidden is None:
                     t.hidden = False
         reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
-                                      tests, hidden_tests=hidden))
+                                      tests, hidden_tests=hidden,
+                                      advice=_advice_of(out if r.status == "graded" else None)))
         if keep is not None and out.exists():
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")
@@ -316,6 +335,10 @@ def format_report(reports: list[NotebookReport]) -> str:
             else:
                 state = "answered" if t.answered else "NOT ANSWERED YET"
                 out.append(f"  ----  {t.grade_id:<48} {t.max_points:g} pt, graded by hand: {state}")
+        if rep.advice:
+            out.append("  GPU advice (compiled for real GPUs; not graded):")
+            for line in rep.advice:
+                out += _wrap(line, "        ")
     total = sum(r.points for r in reports)
     max_total = sum(r.max_points for r in reports)
     out.append("")

@@ -38,7 +38,7 @@ _MODULES = (
     "builtins", "math", "numbers", "os", "signal", "threading", "time", "contextlib", "copy",
     "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
     "attnlab", "attnlab.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
-    "attnlab.launch", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
+    "attnlab.launch", "attnlab.gpu_compile", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode",
 )
 #: Names of builtins that IPython itself swaps per request (not ours to restore).
