@@ -11,18 +11,24 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   an error in a kernel that ran the notebook's cells in order; a test cell that did not run gets
   an error output, so it scores 0 (nbgrader gives full points to a test cell without an error);
 - bounds the whole notebook by ``notebook_budget`` seconds: cells past it are marked not run;
-- runs the kernel in a scratch copy of the submission folder, so files a learner's code writes
-  (or a ``chdir``) cannot touch the autograded folder;
+- runs the kernel in a bubblewrap sandbox (:mod:`attnlab.grading.sandbox`, ``sandbox``): its only
+  writable place is a scratch copy of the submission folder; the course folder, the gradebook,
+  other students and the grader's processes are out of its sight, and every process it starts
+  dies with it. Without the sandbox (``sandbox = False``, the instructor's explicit choice) it
+  still runs in a scratch copy, so files a learner's code writes (or a ``chdir``) cannot touch the
+  autograded folder;
 - caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
   ``MemoryError`` in its cell instead of starving the machine;
 - truncates output past ``max_output_chars`` per cell;
-- keeps one spare kernel warm (started, with torch and the course's package imported) while a
-  notebook runs, so the next notebook graded by the same process starts at once (``prewarm``);
+- keeps one spare kernel warm (started, with torch and the course's package imported, in a
+  sandbox and scratch folder of its own that no learner code has seen) while a notebook runs, so
+  the next notebook graded by the same process starts at once (``prewarm``);
 - installs the integrity guard (:mod:`attnlab.grading.guard`) in the kernel and runs it around
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
 
-Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
+Notes from the checks that start with "needs review: " (:func:`attnlab.review.flag`) are kept as
+they are, so the report can list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
 "Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
 """
 
@@ -43,6 +49,9 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer
+
+from ..review import PREFIX as REVIEW
+from . import sandbox as _sandbox
 
 #: When set, the pid of every kernel started is appended to this file (the grading parent kills
 #: them if it has to kill the worker).
@@ -85,6 +94,8 @@ def _kill(km) -> None:
         km.cleanup_connection_file()
     except Exception:  # noqa: BLE001
         pass
+    if isinstance(km, _sandbox.SandboxedKernelManager):
+        km.remove_folders()
 
 
 @atexit.register
@@ -112,6 +123,8 @@ class GradingExecute(Execute):
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
+    sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
+                              "False only on the instructor's explicit choice").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -127,7 +140,12 @@ class GradingExecute(Execute):
         }
         start = monotonic()
         skipped: dict[int, object] = {}
-        run_dir = self._run_dir(resources or {})
+        if self.sandbox:
+            ok, detail = _sandbox.check()
+            if not ok:
+                raise _sandbox.SandboxUnavailable(f"the notebook was not run: {detail}. {_sandbox.INSTALL_HINT}")
+            self.kernel_manager_class = _sandbox.SandboxedKernelManager
+        run_dir = None
         try:
             for attempt in range(self.max_restarts + 1):
                 for cell in nb.cells:
@@ -137,6 +155,9 @@ class GradingExecute(Execute):
                 self.reset_execution_trackers()
                 self._check_assign_resources(resources)
                 self._current = None
+                if run_dir and not self.sandbox:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                run_dir = tempfile.mkdtemp(prefix="attnlab-run-") if self.isolate_cwd and not self.sandbox else None
                 try:
                     self._run_all(nb, resources, skipped, start, run_dir)
                     break
@@ -178,10 +199,23 @@ class GradingExecute(Execute):
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
-        kwargs = {"cwd": run_dir} if run_dir else {}
         spare = self._take_spare(nb)
         if spare is not None:
             self.km = spare
+        elif self.sandbox:
+            self.km = self.create_kernel_manager()
+        if self.sandbox:
+            run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
+        if run_dir:
+            self._fill_run_dir(run_dir, resources or {})
+        kwargs = {"cwd": run_dir} if run_dir else {}
+        try:
+            self._run_in_kernel(nb, resources, skipped, start, run_dir, spare, kwargs)
+        finally:
+            if isinstance(self.km, _sandbox.SandboxedKernelManager):
+                self.km.remove_folders()
+
+    def _run_in_kernel(self, nb, resources, skipped, start, run_dir, spare, kwargs) -> None:
         with self.setup_kernel(**kwargs):
             if spare is None:
                 _record_pid(self.km)
@@ -338,13 +372,10 @@ class GradingExecute(Execute):
         _record_pid(km)
         _SPARE = km
 
-    def _run_dir(self, resources: dict) -> str | None:
-        """A scratch folder for the kernel: the submission's notebooks, and the instructor's other
-        files that nbgrader copied into the autograded folder."""
-        if not self.isolate_cwd:
-            return None
+    def _fill_run_dir(self, run: str, resources: dict) -> None:
+        """Copy into the kernel's scratch folder the submission's notebooks, and the instructor's
+        other files that nbgrader copied into the autograded folder."""
         here = resources.get("metadata", {}).get("path") or "."
-        run = tempfile.mkdtemp(prefix="attnlab-run-")
         try:
             for name in os.listdir(here):
                 src = os.path.join(here, name)
@@ -365,4 +396,3 @@ class GradingExecute(Execute):
                     shutil.copy(src, os.path.join(run, name))
         except OSError:
             pass
-        return run
