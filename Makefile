@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install browser build check grade test clean
+.PHONY: install browser sandbox build check grade test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ $(VENV)/.installed: pyproject.toml
 browser:
 	@bash .ci/install-browser
 
-install: $(VENV)/.installed browser
+# Debian's bubblewrap, the sandbox every graded notebook runs in, when missing (needs root and
+# apt-get; otherwise grading refuses to start and says how to install it).
+sandbox:
+	@bash .ci/install-sandbox
+
+install: $(VENV)/.installed browser sandbox
 
 # notebooks/ -> source/ -> release/
 build: install

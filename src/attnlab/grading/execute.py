@@ -193,9 +193,14 @@ class GradingExecute(Execute):
         add_notes(nb, self._notes)
         notes = nb.metadata.get("attnlab", {}).get("notes", [])
         if notes:
-            nb.cells.insert(0, new_markdown_cell(
-                "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
-                + "\n".join(f"- {n}" for n in notes)))
+            reviews = [n for n in notes if n.startswith(REVIEW)]
+            others = [n for n in notes if not n.startswith(REVIEW)]
+            text = "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
+            if reviews:
+                text += ("**Needs review** (what the checks could not rule out; a person will look at it):\n\n"
+                         + "\n".join(f"- {n}" for n in reviews) + "\n\n")
+            text += "\n".join(f"- {n}" for n in others)
+            nb.cells.insert(0, new_markdown_cell(text.rstrip() + "\n"))
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
@@ -261,6 +266,12 @@ class GradingExecute(Execute):
         if guarded and locked:
             after = self._kernel_eval(f"{_GUARD}.after_locked(globals())") or []
         label = _label(cell, index)
+        # a check's "needs review: ..." (attnlab.review.flag) is no repair: it goes to the notes as is
+        # (the cell's output already shows it), and the report lists it apart
+        for note in [n for n in [*before, *after] if isinstance(n, str) and n.startswith(REVIEW)]:
+            self._notes.append(f"{note} ({label})")
+        before = [n for n in before if not (isinstance(n, str) and n.startswith(REVIEW))]
+        after = [n for n in after if not (isinstance(n, str) and n.startswith(REVIEW))]
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
             # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers
