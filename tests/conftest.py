@@ -22,7 +22,8 @@ from attnlab.grading.abuse import Abuse, build_submission, canvas_zip, load_case
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
-from attnlab.grading.samples import Mistake, reference_notebook, write_main_samples, write_mistake_samples
+from attnlab.grading.samples import (Mistake, reference_notebook, release_notebook, write_main_samples,
+                                     write_mistake_samples)
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
@@ -108,8 +109,9 @@ class AbusedCourse:
 
 @pytest.fixture(scope="session")
 def abused(tmp_path_factory) -> AbusedCourse:
-    """Every abusive submission of samples/abuse/ plus the reference, exported as a Canvas zip,
-    collected, autograded in one batch, exported and given feedback, all through ``attnlab``."""
+    """Every abusive submission of samples/abuse/ plus two honest students (the reference and the
+    blank release, graded after the attackers), exported as a Canvas zip, collected, autograded in
+    one batch, exported and given feedback, all through ``attnlab``."""
     tmp = tmp_path_factory.mktemp("abuse")
     c = copy_course(tmp)
     shutil.copy(ROOT / "samples" / "abuse" / "99_triton_probe.py", c.notebooks)
@@ -117,7 +119,8 @@ def abused(tmp_path_factory) -> AbusedCourse:
     generate_assignment(c)
     cases = load_cases(c)
     folders = {"reference": {f"{n}.ipynb": nbformat.writes(reference_notebook(c, n)).encode()
-                             for n in ABUSE_NOTEBOOKS}}
+                             for n in ABUSE_NOTEBOOKS},
+               "blank": {f"{n}.ipynb": nbformat.writes(release_notebook(c, n)).encode() for n in ABUSE_NOTEBOOKS}}
     folders.update({case.student: build_submission(c, case) for case in cases})
     archive = canvas_zip(tmp / "canvas-export.zip", folders)
     done = AbusedCourse(c, cases, {})

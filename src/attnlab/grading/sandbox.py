@@ -9,8 +9,8 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   interpreter's prefix, each ``sys.path`` entry, the support package and the kernel's connection
   file;
 - the only writable places are the notebook's scratch folder (bound read-write; HOME, TMPDIR and
-  every cache or config folder point into it) and the sandbox's own small, empty ``/tmp`` and
-  ``/dev/shm``, which vanish with it;
+  every cache or config folder point into it) and the sandbox's own small, empty ``/dev/shm``,
+  which vanishes with it (the tmpfs that hide folders are read-only);
 - ``PYTHONSAFEPATH=1`` and ``PYTHONNOUSERSITE=1``: neither the working folder nor a user
   site-packages is ever on ``sys.path``;
 - a PID namespace with bwrap's reaper as PID 1 and ``--die-with-parent``: killing the kernel's
@@ -168,6 +168,8 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     args += ["--bind", scratch, scratch]
     if ipc_dir:
         args += ["--bind", ipc_dir, ipc_dir]
+    for h in reversed(hide):  # the hiding tmpfs read-only too, once the mount points in it exist
+        args += ["--remount-ro", h]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
              "--unshare-net",
              "--die-with-parent", "--new-session", "--chdir", scratch]
