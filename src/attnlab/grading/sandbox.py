@@ -199,6 +199,20 @@ def scratch_env(scratch: str) -> dict[str, str]:
     }
 
 
+def _seed_caches(scratch: str) -> None:
+    """Copy the grader's matplotlib font list into a new scratch folder: without it every notebook
+    that draws a figure would scan the system's fonts again."""
+    mpl = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+    target = scratch_env(scratch)["MPLCONFIGDIR"]
+    for font_list in Path(mpl).glob("fontlist-*.json"):
+        try:
+            os.makedirs(target, exist_ok=True)
+            shutil.copy(font_list, target)
+        except OSError:
+            pass
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel manager whose kernels run in a bubblewrap sandbox with a fresh scratch folder each.
 
@@ -209,6 +223,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
+        _seed_caches(self.scratch)
         self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
         self.transport = "ipc"
         self.ip = os.path.join(self._ipc_dir, "kernel")
