@@ -504,6 +504,7 @@ def test_a_dying_worker_never_loses_a_job_silently(monkeypatch, tmp_path):
                                                       "s/die-before": "failed", "s/ok3": "failed"}
     assert sorted(done) == sorted(jobs)
     assert "exited" in outcomes["s/die-before"][1] and "died" in outcomes["s/die-during"][1]
+    assert autograde._failure_reason(outcomes["s/die-during"][1]).startswith("the grading worker process died")
 
 
 def test_report_lists_needs_review_apart(tmp_path):

@@ -112,6 +112,8 @@ def cell_errors(nb_path: Path) -> dict[str, str]:
 
 def _failure_reason(log: str) -> str:
     for pattern, reason in (
+        (r"^the grading (process died|worker exited)", "the grading worker process died while grading this notebook "
+                                                      "(killed or crashed; a new worker graded the rest)"),
         (r"DeadKernelError|Kernel died|kernel.*(died|restarting)", "the kernel died (crash, os._exit or out of memory)"),
         (r"UnresponsiveKernelError", "the kernel stopped responding (endless loop that ignores interrupts?)"),
         (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
