@@ -144,7 +144,6 @@ class GradingExecute(Execute):
             ok, detail = _sandbox.check()
             if not ok:
                 raise _sandbox.SandboxUnavailable(f"the notebook was not run: {detail}. {_sandbox.INSTALL_HINT}")
-            self.kernel_manager_class = _sandbox.SandboxedKernelManager
         run_dir = None
         try:
             for attempt in range(self.max_restarts + 1):
@@ -208,7 +207,7 @@ class GradingExecute(Execute):
         if spare is not None:
             self.km = spare
         elif self.sandbox:
-            self.km = self.create_kernel_manager()
+            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
         if self.sandbox:
             run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
         if run_dir:
@@ -352,6 +351,9 @@ class GradingExecute(Execute):
     def _kernel_name(self, nb) -> str:
         return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
 
+    def _manager_class(self):
+        return _sandbox.SandboxedKernelManager if self.sandbox else self.kernel_manager_class
+
     def _take_spare(self, nb):
         """The spare kernel, if one is waiting for this kind of kernel and still alive."""
         global _SPARE
@@ -359,7 +361,8 @@ class GradingExecute(Execute):
         if km is None:
             return None
         try:
-            if km.kernel_name == self._kernel_name(nb) and run_sync(km.is_alive)():
+            sandboxed = isinstance(km, _sandbox.SandboxedKernelManager)
+            if km.kernel_name == self._kernel_name(nb) and sandboxed == self.sandbox and run_sync(km.is_alive)():
                 return km
         except Exception:  # noqa: BLE001
             pass
@@ -372,7 +375,7 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            km = self.kernel_manager_class(kernel_name=self._kernel_name(nb), config=self.config)
+            km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
             if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
                 extra.append("--HistoryManager.hist_file=:memory:")
