@@ -583,3 +583,22 @@ def test_doctor_reports_the_sandbox(monkeypatch):
     check = doctor._check_sandbox()
     assert check.status == doctor.WARN and "apt-get install bubblewrap" in check.advice
     assert "--unsafe-no-sandbox" in check.advice
+
+
+def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path):
+    import tempfile
+
+    from attnlab.grading.autograde import _kill_kernels
+
+    scratch = tempfile.mkdtemp(prefix="attnlab-run-")
+    keep = tmp_path / "not-a-scratch-folder"
+    keep.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
+                               start_new_session=True)
+    while b"ipykernel" not in open(f"/proc/{sleeper.pid}/cmdline", "rb").read():  # until exec'd
+        time.sleep(0.05)
+    pidfile = tmp_path / "pids"
+    pidfile.write_text(f"{sleeper.pid} {scratch}\n4194999 {keep}\n")
+    _kill_kernels(pidfile)
+    assert sleeper.wait(timeout=10) == -9
+    assert not os.path.exists(scratch) and keep.exists()

@@ -182,21 +182,25 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
 
 def _kill_kernels(pidfile: Path) -> None:
     """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
-    runs in a session of its own, out of reach of the worker's process group)."""
+    runs in a session of its own, out of reach of the worker's process group), and remove their
+    sandboxes' scratch folders."""
+    import shutil
+
     try:
-        pids = {int(x) for x in pidfile.read_text().split()}
-    except (OSError, ValueError):
+        lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
+    except OSError:
         return
-    for pid in pids:
+    scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
+    for pid, *folders in lines:
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+            if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
+                os.killpg(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        for folder in folders:
+            if folder.startswith(scratch):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Path) -> None:
@@ -243,7 +247,8 @@ def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Pa
                         on_done(current, outcomes[current])
                     current = None
             proc.wait()
-            _kill_kernels(pidfile)  # a kernel (or spare) of a worker that died must not outlive it
+            if proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
+                _kill_kernels(pidfile)
             progressed = any(n in outcomes for n in remaining)
             idle_deaths = 0 if progressed else idle_deaths + 1
             if idle_deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)

@@ -53,8 +53,8 @@ from traitlets import Bool, Enum, Float, Integer
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
 
-#: When set, the pid of every kernel started is appended to this file (the grading parent kills
-#: them if it has to kill the worker).
+#: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
+#: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
 PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
@@ -79,8 +79,9 @@ def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
+        folders = [km.scratch, km._ipc_dir] if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
-            f.write(f"{pid}\n")
+            f.write(" ".join([str(pid), *folders]) + "\n")
 
 
 def _kill(km) -> None:
