@@ -105,6 +105,7 @@ class AbusedCourse:
     results: dict[tuple[str, str], NotebookResult]
     output: dict[str, str] = field(default_factory=dict)   # command -> what it printed
     seconds: dict[str, float] = field(default_factory=dict)  # command -> wall-clock seconds
+    codes: dict[str, int] = field(default_factory=dict)  # command -> exit status
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +139,7 @@ def abused(tmp_path_factory) -> AbusedCourse:
             code, out = run_cli(c, command, *args)
             done.seconds[command] = time.perf_counter() - start
             done.output[command] = out
+            done.codes[command] = code
             print(f"attnlab {command}: exit {code}, {done.seconds[command]:.0f} s")
             if command == "autograde":
                 print(out)

@@ -229,3 +229,10 @@ def test_killing_the_kernels_parent_costs_nothing(abused):
     r = abused.results[("abuse-kill-parent", "01_online_softmax")]
     assert r.status == "graded" and r.points == r.max_points, (r.status, r.reason, r.losses())
     assert "grading process died" not in abused.output["autograde"]
+
+
+def test_autograde_exits_non_zero_and_says_so_when_a_notebook_could_not_be_graded(abused):
+    failed = sorted(f"{s}/{n}" for (s, n), r in abused.results.items() if r.status in ("failed", "timeout"))
+    assert failed == ["abuse-corrupt-file/01_online_softmax"]
+    assert abused.codes["autograde"] == 1
+    assert "NOT GRADED: 1 notebook(s) could not be graded" in abused.output["autograde"]

@@ -39,11 +39,13 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
-#: Set to "1" (by ``--unsafe-no-sandbox``) to grade without the sandbox; read by nbgrader_config.py.
+#: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
+#: the sandbox; read by nbgrader_config.py.
 UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
-#: Size of the sandbox's private /tmp and /dev/shm (the scratch folder is on disk and is not capped).
+#: Size of each tmpfs the sandbox mounts: its private /dev/shm and the (read-only) hiding ones; the
+#: scratch folder is on disk and is not capped.
 TMPFS_BYTES = 512 * 2**20
-#: Folders hidden behind an empty tmpfs (besides the course folder and $HOME).
+#: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
 HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
 
 RISK = ("Without the sandbox, learner code runs with your account's rights: it can read and rewrite "
@@ -59,11 +61,6 @@ class SandboxUnavailable(RuntimeError):
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
-
-
-def unsafe() -> bool:
-    """Whether the instructor chose to grade without the sandbox (``ATTNLAB_UNSAFE_NO_SANDBOX=1``)."""
-    return os.environ.get(UNSAFE_ENV) == "1"
 
 
 @functools.lru_cache(maxsize=1)
