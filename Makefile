@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install browser build check grade test clean
+.PHONY: install browser sandbox build check grade test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ $(VENV)/.installed: pyproject.toml
 browser:
 	@bash .ci/install-browser
 
-# The student's and the instructor's install: the virtual environment only.
-install: $(VENV)/.installed
+# Debian's bubblewrap, the sandbox every graded notebook runs in (autograde and selfcheck), when
+# missing (needs root and apt-get; otherwise grading refuses to start and says how to install it).
+sandbox:
+	@bash .ci/install-sandbox
+
+# The student's and the instructor's install: the virtual environment and the sandbox.
+install: $(VENV)/.installed sandbox
 
 # notebooks/ -> source/ -> release/
 build: install

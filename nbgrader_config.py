@@ -48,6 +48,10 @@ c.GradingExecute.max_restarts = 3
 c.GradingExecute.notebook_budget = float(os.environ.get("ATTNLAB_NOTEBOOK_BUDGET_S", 420))
 c.GradingExecute.memory_limit_gb = float(os.environ.get("ATTNLAB_KERNEL_MEMORY_GB", 8))
 c.GradingExecute.max_output_chars = 100_000
+# Every kernel runs in a bubblewrap sandbox (attnlab.grading.sandbox): its only writable place is a
+# scratch copy of the submission, and it cannot see the course folder, the gradebook or other
+# students. Off only when the instructor passes --unsafe-no-sandbox (which sets this variable).
+c.GradingExecute.sandbox = os.environ.get("ATTNLAB_UNSAFE_NO_SANDBOX") != "1"
 
 # Restore test cells a learner deleted, from the gradebook's copy of the source.
 c.OverwriteCells.add_missing_cells = True

@@ -25,7 +25,8 @@ from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
-from attnlab.grading.samples import Mistake, reference_notebook, write_main_samples, write_mistake_samples
+from attnlab.grading.samples import (Mistake, reference_notebook, release_notebook, write_main_samples,
+                                     write_mistake_samples)
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
@@ -121,13 +122,15 @@ class AbusedCourse:
     results: dict[tuple[str, str], NotebookResult]
     output: dict[str, str] = field(default_factory=dict)   # command -> what it printed
     seconds: dict[str, float] = field(default_factory=dict)  # command -> wall-clock seconds
+    codes: dict[str, int] = field(default_factory=dict)  # command -> exit status
 
 
 @pytest.fixture(scope="session")
 def abused(tmp_path_factory) -> AbusedCourse:
-    """Every abusive submission of samples/abuse/ plus the reference, exported as a zip with a folder per
-    student, collected, autograded in one batch, exported and given feedback, all through ``attnlab``.
-    (An LMS export would add the LMS's ids to the student ids: tests/test_package.py collects those.)"""
+    """Every abusive submission of samples/abuse/ plus two honest students (the reference and the
+    blank release, graded after the attackers), exported as a zip with a folder per student,
+    collected, autograded in one batch, exported and given feedback, all through ``attnlab``.
+    (An LMS export would add the LMS's ids to the student ids: tests/test_collect.py collects those.)"""
     tmp = tmp_path_factory.mktemp("abuse")
     c = copy_course(tmp)
     shutil.copy(ROOT / "samples" / "abuse" / "99_triton_probe.py", c.notebooks)
@@ -135,7 +138,8 @@ def abused(tmp_path_factory) -> AbusedCourse:
     generate_assignment(c)
     cases = load_cases(c)
     folders = {"reference": {f"{n}.ipynb": nbformat.writes(reference_notebook(c, n)).encode()
-                             for n in ABUSE_NOTEBOOKS}}
+                             for n in ABUSE_NOTEBOOKS},
+               "blank": {f"{n}.ipynb": nbformat.writes(release_notebook(c, n)).encode() for n in ABUSE_NOTEBOOKS}}
     folders.update({case.student: build_submission(c, case) for case in cases})
     archive = folders_zip(tmp / "export.zip", folders)
     done = AbusedCourse(c, cases, {})
@@ -153,6 +157,7 @@ def abused(tmp_path_factory) -> AbusedCourse:
             code, out = run_cli(c, command, *args)
             done.seconds[command] = time.perf_counter() - start
             done.output[command] = out
+            done.codes[command] = code
             print(f"attnlab {command}: exit {code}, {done.seconds[command]:.0f} s")
             if command == "autograde":
                 print(out)

@@ -1,6 +1,7 @@
 """Grading survives every way a submission can be broken (samples/abuse/): the batch finishes, the
-reference keeps full marks beside the abusers, each notebook gets the points its tests earned, and
-the report, the notes and the feedback say what happened.
+reference keeps full marks and the blank release scores 0 beside the abusers, each notebook gets the
+points its tests earned, the report, the notes and the feedback say what happened, and the attacks
+on the grader (section 10 of cases.py) leave nothing behind on the machine.
 
 One session fixture (``abused`` in conftest.py) runs the instructor's whole path once: a Canvas zip
 export -> ``attnlab collect`` -> ``attnlab autograde`` -> ``attnlab export`` -> ``attnlab feedback``.
@@ -9,8 +10,14 @@ export -> ``attnlab collect`` -> ``attnlab autograde`` -> ``attnlab export`` -> 
 from __future__ import annotations
 
 import csv
+import glob
 import html
+import importlib.util
+import os
 import re
+import shutil
+import sqlite3
+import tempfile
 
 import nbformat
 import pytest
@@ -20,6 +27,31 @@ from attnlab.grading.abuse import load_cases
 from .conftest import ABUSE_NOTEBOOKS, ROOT, Course
 
 CASES = load_cases(Course(ROOT))
+_spec = importlib.util.spec_from_file_location("abuse_cases", ROOT / "samples" / "abuse" / "cases.py")
+ABUSE = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ABUSE)
+
+
+def _planted_now() -> list[str]:
+    """Files of the planting and daemon cases found outside any sandbox: in the shared folders, in
+    site-packages, and in kernel scratch folders left behind."""
+    found = [p for p in ABUSE.planted_paths() if os.path.exists(p)]
+    found += glob.glob(os.path.join(tempfile.gettempdir(), "attnlab-run-*", "attnlab"))
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_what_attacks_planted():
+    """Whatever an attack managed to write (only where grading is not isolated) is removed after
+    this module, so a failing run cannot break the machine's later Python processes."""
+    yield
+    for path in ABUSE.planted_paths():
+        marked = os.path.join(path, "__init__.py") if os.path.isdir(path) else path
+        try:
+            if ABUSE.MARK in open(marked).read():
+                (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
+        except OSError:
+            pass
 
 
 def _tests(course, notebook) -> dict[str, float]:
@@ -33,7 +65,7 @@ def _tests(course, notebook) -> dict[str, float]:
 
 
 def test_batch_finishes_and_every_notebook_is_accounted_for(abused):
-    expected = {("reference", n): "graded" for n in ABUSE_NOTEBOOKS}
+    expected = {(s, n): "graded" for s in ("reference", "blank") for n in ABUSE_NOTEBOOKS}
     expected.update({(c.student, n): c.expect[n].status if n in c.expect else "missing"
                      for c in abused.cases for n in ABUSE_NOTEBOOKS})
     assert {k: r.status for k, r in abused.results.items()} == expected
@@ -104,7 +136,7 @@ def test_collect_reads_the_canvas_export_and_renames_copies(abused):
 def test_export_writes_one_row_per_student(abused):
     rows = list(csv.DictReader(open(abused.course.root / "grades.csv")))
     by = {r["student_id"]: r for r in rows}
-    assert set(by) == {"reference"} | {c.student for c in abused.cases}
+    assert set(by) == {"reference", "blank"} | {c.student for c in abused.cases}
     assert float(by["reference"]["raw_score"]) == 19  # autograded points; written answers are graded later
     assert float(by["abuse-missing"]["raw_score"]) == 6
     report = list(csv.DictReader(open(abused.course.root / "report.csv")))
@@ -146,3 +178,61 @@ def test_dead_kernel_keeps_the_points_earned_around_it(abused):
     assert enames["test_flash_forward_cross_attention_lengths"] == ["KernelDied"]
     assert enames["test_flash_forward_lse_dtype"] == []  # ran after the restart
     assert nb.cells[0].cell_type == "markdown" and "Grader's notes" in nb.cells[0].source
+
+
+# ------------------------------------------------------------------------------------ isolation
+@pytest.mark.parametrize("notebook", ABUSE_NOTEBOOKS)
+def test_blank_release_scores_zero_beside_the_abusers(abused, notebook):
+    """Graded after every attacker (students go in name order): nothing they planted earns it a point."""
+    r = abused.results[("blank", notebook)]
+    assert r.status == "graded", r.reason
+    assert r.points == 0 < r.max_points, r.cells
+
+
+def _outputs(course, student, notebook="01_online_softmax") -> str:
+    nb = nbformat.read(course.autograded / student / "attention_kernels" / f"{notebook}.ipynb", as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_planted_modules_and_pth_files_stay_in_the_sandbox(abused):
+    out = _outputs(abused.course, "abuse-plant-support-package")
+    assert "REFUSED" in out or "PLANTED" in out, out[:2000]  # the attack ran
+    assert _planted_now() == []
+    assert "ATTNLAB_ABUSE_PTH" not in os.environ  # no .pth ran in this (later) process either
+
+
+def test_no_process_outlives_its_notebook(abused):
+    daemons = []
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if ABUSE.MARK.encode() in open(cmdline, "rb").read():
+                daemons.append(cmdline)
+        except OSError:
+            pass
+    assert daemons == []
+    assert not (abused.course.root / "daemon-was-here").exists()
+
+
+def test_learner_code_cannot_reach_the_gradebook_the_course_or_other_students(abused):
+    out = _outputs(abused.course, "abuse-snoop")
+    assert "LEAKED" not in out, out[:3000]
+    assert out.count("DENIED") == 5, out[:3000]
+    with sqlite3.connect(abused.course.root / "gradebook.db") as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "pwned" not in tables
+    assert (abused.course.root / "nbgrader_config.py").read_text() == (ROOT / "nbgrader_config.py").read_text()
+
+
+def test_killing_the_kernels_parent_costs_nothing(abused):
+    """The kill reaches nothing outside the sandbox: the worker lives on, the notebook is graded in
+    full, and the students after it too (test_batch_finishes_and_every_notebook_is_accounted_for)."""
+    r = abused.results[("abuse-kill-parent", "01_online_softmax")]
+    assert r.status == "graded" and r.points == r.max_points, (r.status, r.reason, r.losses())
+    assert "grading process died" not in abused.output["autograde"]
+
+
+def test_autograde_exits_non_zero_and_says_so_when_a_notebook_could_not_be_graded(abused):
+    failed = sorted(f"{s}/{n}" for (s, n), r in abused.results.items() if r.status in ("failed", "timeout"))
+    assert failed == ["abuse-corrupt-file/01_online_softmax"]
+    assert abused.codes["autograde"] == 1
+    assert "NOT GRADED: 1 notebook(s) could not be graded" in abused.output["autograde"]

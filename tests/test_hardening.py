@@ -414,3 +414,193 @@ def test_out_of_restarts_or_time_the_remaining_cells_are_marked_not_run(tmp_path
     nb = _execute([("x = 1", True), ("x = 2", True)], tmp_path, notebook_budget=0)
     assert _enames(nb) == [["NotRun"], ["NotRun"]]
     assert any("budget" in n for n in nb.metadata["attnlab"]["notes"])
+
+
+# ------------------------------------------------------------------------------------ sandbox
+needs_bwrap = pytest.mark.skipif(not __import__("attnlab.grading.sandbox", fromlist=["_"]).check()[0] and
+                                 os.environ.get("CI") != "true",
+                                 reason="bubblewrap is not installed or cannot start here (make install installs it)")
+
+_PROBE = r"""
+import json, os, socket, sys
+out = {"pid": os.getpid(), "cwd": os.getcwd(), "path": sys.path, "home": os.environ["HOME"], "wrote": []}
+for p in [os.path.join(os.getcwd(), "ok"), os.path.join(sys.argv[1], "x"), "/tmp/x", sys.prefix + "/x",
+          os.path.join(os.path.dirname(os.path.dirname(sys.argv[2])), "x")]:
+    try:
+        open(p, "w").write("1")
+        out["wrote"].append(p)
+    except OSError:
+        pass
+out["course"] = os.path.exists(os.path.join(sys.argv[1], "gradebook.db"))
+out["procs"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=1)
+    out["net"] = True
+except OSError as exc:
+    out["net"] = str(exc)
+import attnlab
+out["attnlab"] = attnlab.__file__
+print(json.dumps(out))
+"""
+
+
+@needs_bwrap
+def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, monkeypatch):
+    """What the kernel's command runs in: the course folder (the working folder of the grader) is
+    hidden, only the scratch folder is writable, its own PID namespace, no network, cwd not on sys.path."""
+    import attnlab
+    from attnlab.grading import sandbox
+
+    course, scratch = tmp_path / "course", tmp_path / "scratch"
+    course.mkdir()
+    scratch.mkdir()
+    (course / "gradebook.db").write_text("secret")
+    monkeypatch.chdir(course)
+    cmd = sandbox.wrap([sys.executable, "-c", _PROBE, str(course), attnlab.__file__], str(scratch), ipc_dir=None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["wrote"] == [str(scratch / "ok")]
+    assert not out["course"] and out["procs"] == [1, 2] and out["pid"] == 2
+    assert out["net"] is not True
+    assert str(scratch) not in out["path"] and "" not in out["path"]
+    assert out["home"] == str(scratch) and out["attnlab"] == attnlab.__file__
+    assert not (tmp_path / "x").exists() and (course / "gradebook.db").read_text() == "secret"
+
+
+def test_autograde_refuses_without_the_sandbox_unless_told(monkeypatch):
+    from attnlab.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "check", lambda: (False, "bwrap (bubblewrap) is not installed"))
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    with pytest.raises(sandbox.SandboxUnavailable, match="--unsafe-no-sandbox.*gradebook.db"):
+        sandbox.require(False)
+    assert "WITHOUT the sandbox" in sandbox.require(True)
+    assert os.environ[sandbox.UNSAFE_ENV] == "1"  # read by nbgrader_config.py in the worker
+
+
+_FAKE_WORKER = r"""
+import json, os, sys
+out = os.fdopen(os.dup(1), "w")
+for job in sys.argv[4:]:
+    if job.endswith("die-before"):
+        os._exit(9)
+    out.write(json.dumps({"start": job}) + "\n"); out.flush()
+    if job.endswith("die-during"):
+        os._exit(9)
+    out.write(json.dumps({"done": job, "success": True, "log": ""}) + "\n"); out.flush()
+"""
+
+
+def test_a_dying_worker_never_loses_a_job_silently(monkeypatch, tmp_path):
+    """Workers that die while grading or between notebooks: every job still gets an outcome."""
+    from attnlab.grading import autograde
+
+    real = subprocess.Popen
+    monkeypatch.setattr(autograde.subprocess, "Popen",
+                        lambda cmd, **kw: real([sys.executable, "-c", _FAKE_WORKER, *cmd[1:]], **kw))
+    jobs = ["s/ok1", "s/die-during", "s/ok2", "s/die-before", "s/ok3"]
+    done = []
+    outcomes = autograde._run_worker(Course(tmp_path), jobs, 30, on_done=lambda j, o: done.append(j))
+    assert {j: o[0] for j, o in outcomes.items()} == {"s/ok1": "ok", "s/die-during": "failed", "s/ok2": "ok",
+                                                      "s/die-before": "failed", "s/ok3": "failed"}
+    assert sorted(done) == sorted(jobs)
+    assert "exited" in outcomes["s/die-before"][1] and "died" in outcomes["s/die-during"][1]
+    assert autograde._failure_reason(outcomes["s/die-during"][1]).startswith("the grading worker process died")
+
+
+def test_report_lists_needs_review_apart(tmp_path):
+    from attnlab.grading.autograde import not_graded, write_report_csv
+
+    flagged = NotebookResult("s", "02_flash_forward", "graded", 10, 10, notes=["restored x"],
+                             needs_review=["needs review: a dispatcher override could not be undone"])
+    failed = NotebookResult("t", "02_flash_forward", "failed", 0, 10, reason="the grading process died")
+    text = format_report([flagged, failed])
+    section = text[text.index("Needs review"):text.index("Grader's notes")]
+    assert "  s / 02_flash_forward: needs review: a dispatcher override" in section
+    assert "restored x" not in section and "NOT GRADED: 1 notebook(s)" in text and "t/02_flash_forward" in text
+    assert not_graded([flagged, failed]) == [failed]
+    write_report_csv([flagged], tmp_path / "r.csv")
+    row = list(__import__("csv").DictReader(open(tmp_path / "r.csv")))[0]
+    assert row["needs_review"].startswith("needs review: ") and row["notes"] == "restored x"
+
+
+@needs_bwrap
+def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
+    """A notebook that leaves files, module state and a daemon behind; the next notebook runs in the
+    spare kernel, which saw none of it; a check's needs-review note is listed apart."""
+    from attnlab.grading import execute
+
+    def notebook(cells):
+        nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                               "language": "python"}})
+        for i, (source, test) in enumerate(cells):
+            meta = {"nbgrader": {"grade_id": f"t{i}", "grade": True, "locked": True, "solution": False,
+                                 "points": 1, "schema_version": 3}} if test else {}
+            nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+        return nb
+
+    first = notebook([("import attnlab, os, subprocess, sys\nattnlab.LEAK = 1\nopen('left.txt', 'w').write('x')\n"
+                       "open(os.path.expanduser('~/home.txt'), 'w').write('x')\n"
+                       "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # spare-test-daemon'],"
+                       " start_new_session=True)", False),
+                      ("import attnlab.review\nattnlab.review.flag('an override could not be undone')", True)])
+    second = notebook([("import attnlab, os, sys\nassert not hasattr(attnlab, 'LEAK')\n"
+                        "assert not os.path.exists('left.txt') and not os.path.exists(os.path.expanduser('~/home.txt'))\n"
+                        "assert os.getpid() == 2, os.getpid()\nassert os.getcwd() not in sys.path", True)])
+    ep = execute.GradingExecute(timeout=60, prewarm=True, guard=True)
+    try:
+        nb1, _ = ep.preprocess(first, {"metadata": {"path": str(tmp_path)}})
+        assert execute._SPARE is not None and isinstance(execute._SPARE, execute._sandbox.SandboxedKernelManager)
+        spare_scratch = execute._SPARE.scratch
+        nb2, _ = execute.GradingExecute(timeout=60, prewarm=False, guard=True).preprocess(
+            second, {"metadata": {"path": str(tmp_path)}})
+    finally:
+        execute._drop_spare()
+    assert _enames(nb1) == [[], []] and _enames(nb2) == [[]], (_enames(nb1), nb2.cells[-1].outputs)
+    assert nb1.metadata["attnlab"]["notes"] == ["needs review: an override could not be undone (cell 't1')"]
+    assert "**Needs review**" in nb1.cells[0].source
+    assert not os.path.exists(spare_scratch) and os.listdir(tmp_path) == []
+    assert _processes_with(b"spare-test-daemon") == []
+
+
+def _processes_with(text: bytes) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and text in open(f"/proc/{p}/cmdline", "rb").read():
+                found.append(int(p))
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+def test_doctor_reports_the_sandbox(monkeypatch):
+    from attnlab import doctor
+    from attnlab.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "check", lambda: (True, "bubblewrap 0.8.0 at /usr/bin/bwrap"))
+    assert doctor._check_sandbox().status == doctor.OK
+    monkeypatch.setattr(sandbox, "check", lambda: (False, "bwrap (bubblewrap) is not installed"))
+    check = doctor._check_sandbox()
+    assert check.status == doctor.WARN and "apt-get install bubblewrap" in check.advice
+    assert "--unsafe-no-sandbox" in check.advice
+
+
+def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path):
+    import tempfile
+
+    from attnlab.grading.autograde import _kill_kernels
+
+    scratch = tempfile.mkdtemp(prefix="attnlab-run-")
+    keep = tmp_path / "not-a-scratch-folder"
+    keep.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
+                               start_new_session=True)
+    while b"ipykernel" not in open(f"/proc/{sleeper.pid}/cmdline", "rb").read():  # until exec'd
+        time.sleep(0.05)
+    pidfile = tmp_path / "pids"
+    pidfile.write_text(f"{sleeper.pid} {scratch}\n4194999 {keep}\n")
+    _kill_kernels(pidfile)
+    assert sleeper.wait(timeout=10) == -9
+    assert not os.path.exists(scratch) and keep.exists()

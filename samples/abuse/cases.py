@@ -7,6 +7,8 @@ case in one batch beside the reference, with short time limits (2 s per call of 
 6 s per cell).
 """
 
+import os
+
 import nbformat
 
 from attnlab.grading.abuse import Abuse, Expect
@@ -217,6 +219,89 @@ def defined_twice(s):
         "    raise NotImplementedError('draft')\n"))
 
 
+# ------------------------------------------------------------------------------- 10. escaping the notebook
+# Attacks on the grader and on other students, each tried where the sandbox (attnlab.grading.sandbox)
+# must stop it. They target the real places (found the way an attacker would: the account's home
+# folder from pwd, the course folder's absolute path), print what got through, and never fail
+# their own tests, so only isolation can tell them apart from an honest submission.
+#: Marks every planted file (and the daemon's command line): tests look for it after the batch.
+MARK = "attnlab-abuse-planted"
+#: Where the planting case puts a module named like the support package, and a .pth file.
+PLANT_PREAMBLE = (
+    "import os, pwd, site, sys, sysconfig, tempfile\n"
+    "_home = pwd.getpwuid(os.getuid()).pw_dir\n"
+    "_user_site = os.path.join(_home, '.local', 'lib', f'python{sys.version_info[0]}.{sys.version_info[1]}', "
+    "'site-packages')\n"
+    "_shared_dirs = sorted({tempfile.gettempdir(), '/tmp', os.path.expanduser('~'), _home, _user_site})\n"
+    "_site_dirs = sorted({*site.getsitepackages(), sysconfig.get_paths()['purelib']})\n"
+)
+
+
+def planted_paths() -> list[str]:
+    """Every path outside its kernel's working folder that the planting case writes."""
+    scope: dict = {}
+    exec(PLANT_PREAMBLE, scope)
+    return ([os.path.join(d, "attnlab") for d in scope["_shared_dirs"]]
+            + [os.path.join(d, "zz_attnlab_abuse.pth") for d in scope["_site_dirs"]])
+
+
+def plant_support_package(s):
+    # a module named like the support package first on later kernels' sys.path, and a .pth file
+    # that every later Python process of this interpreter runs
+    s.append(NB1, "online_softmax_stats", PLANT_PREAMBLE + (
+        "for _d in [os.getcwd(), *_shared_dirs]:\n"
+        "    try:\n"
+        "        os.makedirs(os.path.join(_d, 'attnlab'), exist_ok=True)\n"
+        "        with open(os.path.join(_d, 'attnlab', '__init__.py'), 'w') as _f:\n"
+        f"            _f.write('# {MARK}\\nraise ImportError(\"shadowed by another submission\")\\n')\n"
+        "        print('PLANTED', _d)\n"
+        "    except OSError as _e:\n"
+        "        print('REFUSED', _d, type(_e).__name__)\n"
+        "for _d in _site_dirs:\n"
+        "    try:\n"
+        "        with open(os.path.join(_d, 'zz_attnlab_abuse.pth'), 'w') as _f:\n"
+        f"            _f.write('# {MARK}\\nimport os; os.environ.setdefault(\"ATTNLAB_ABUSE_PTH\", \"1\")\\n')\n"
+        "        print('PLANTED', _d)\n"
+        "    except OSError as _e:\n"
+        "        print('REFUSED', _d, type(_e).__name__)\n"))
+
+
+def kill_parent(s):
+    s.append(NB1, "online_softmax_stats", "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+                                          "except OSError as _e:\n    print('REFUSED', type(_e).__name__)\n")
+
+
+def daemon(s):
+    # outlives its kernel, then writes into the course folder
+    target = os.path.join(str(s.course.root), "daemon-was-here")
+    code = (f"import os, time  # {MARK}\nkernel = os.getppid()\n"
+            f"while os.getppid() == kernel:\n    time.sleep(0.2)\n"
+            f"time.sleep(1)\nopen({target!r}, 'w').write('written after the notebook ended')\n")
+    s.append(NB1, "online_softmax_stats", (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', {code!r}], start_new_session=True,\n"
+        "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"))
+
+
+def snoop(s):
+    root = str(s.course.root)
+    s.append(NB1, "online_softmax_stats", (
+        "import os, sqlite3\n"
+        f"_root = {root!r}\n"
+        "def _try(what, action):\n"
+        "    try:\n"
+        "        print('LEAKED', what, action())\n"
+        "    except Exception as _e:\n"
+        "        print('DENIED', what, type(_e).__name__)\n"
+        "_try('read gradebook', lambda: len(open(os.path.join(_root, 'gradebook.db'), 'rb').read()))\n"
+        "_try('write gradebook', lambda: sqlite3.connect(os.path.join(_root, 'gradebook.db'))"
+        ".execute('CREATE TABLE pwned (x)'))\n"
+        "_try('read another student', lambda: len(open(os.path.join(_root, 'submitted', 'reference', "
+        "'attention_kernels', '01_online_softmax.ipynb')).read()))\n"
+        "_try('list submissions', lambda: os.listdir(os.path.join(_root, 'submitted')))\n"
+        "_try('write the course', lambda: open(os.path.join(_root, 'nbgrader_config.py'), 'a').write('#'))\n"))
+
+
 CASES = [
     Abuse("loop-in-function", "an endless loop inside the graded function", (NB1,), loop_in_function,
           {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("did not finish within",))}),
@@ -289,4 +374,13 @@ CASES = [
           {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("NameError",), notes=("no cell defines",))}),
     Abuse("defined-twice", "the graded function defined again (a draft) after the solution", (NB2,),
           defined_twice, {NB2: Expect(lost=F_ALL, reasons=("NotImplementedError",), notes=("defined in 2 cells",))}),
+    Abuse("plant-support-package", "writes a package named attnlab into the temp, working, home and user "
+          "site-packages folders and a .pth file into site-packages", (NB1,), plant_support_package,
+          {NB1: Expect()}),
+    Abuse("kill-parent", "kills its kernel's parent process (the grader's worker)", (NB1,), kill_parent,
+          {NB1: Expect()}),
+    Abuse("daemon", "starts a process that outlives the notebook, then writes into the course folder", (NB1,),
+          daemon, {NB1: Expect()}),
+    Abuse("snoop", "reads and writes gradebook.db, reads another student's submission, edits the course",
+          (NB1,), snoop, {NB1: Expect()}),
 ]

@@ -4,7 +4,8 @@ and what to do about anything that is not OK.
 Checks: Python; the support package and where its hidden tests come from; PyTorch and whether a
 GPU is used or Triton runs through its CPU interpreter (with a tiny kernel run through it); Triton;
 nbgrader, JupyterLab and nbgrader's lab and server extensions (for the Validate button);
-ipywidgets and its lab extension (for the interactive figures); Google Colab.
+ipywidgets and its lab extension (for the interactive figures); Google Colab; bubblewrap (the
+sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in).
 The exit status is 1 when any check FAILs (the course cannot run), else 0.
 """
 
@@ -246,12 +247,27 @@ def _check_widgets() -> list[Check]:
     return checks
 
 
+def _check_sandbox() -> Check:
+    """bubblewrap, which grading needs for its sandbox (attnlab.grading.sandbox)."""
+    try:
+        from .grading.sandbox import INSTALL_HINT, check
+    except ImportError as exc:  # jupyter_client missing: grading cannot run here anyway
+        return Check("grading sandbox", NOTE, f"not checked ({exc})")
+    ok, detail = check()
+    if ok:
+        return Check("grading sandbox", OK, detail)
+    return Check("grading sandbox", WARN, detail,
+                 f"`attnlab autograde` and `attnlab selfcheck` run every notebook in a bubblewrap sandbox and "
+                 f"refuse to start without it: {INSTALL_HINT}. (--unsafe-no-sandbox grades without it, at a risk.)")
+
+
 def run_checks(smoke: bool = True, jupyter: bool = True) -> list[Check]:
     """Every check, in report order. ``smoke`` runs a tiny Triton kernel; ``jupyter`` lists extensions."""
     checks = [_check_python(), *_check_package(), *_check_torch(), *_check_triton(smoke)]
     if jupyter:
         checks += _check_jupyter()
     checks += _check_widgets()
+    checks.append(_check_sandbox())
     return checks
 
 

@@ -198,7 +198,7 @@ def _check_nbgrader() -> None:
 
 
 def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | None = None,
-              keep: Path | None = None, progress=print) -> list[NotebookReport]:
+              keep: Path | None = None, progress=print, allow_unsafe: bool = False) -> list[NotebookReport]:
     """Autograde the learner notebooks ``paths`` with the hidden tests; one report per notebook.
 
     Args:
@@ -206,8 +206,10 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         as_name: the course notebook to grade them as (default: recognised from name or cells).
         limit_s: wall-clock limit per notebook (default: the grading pipeline's).
         keep: copy the autograded notebooks (hidden tests and their outputs included) here.
+        allow_unsafe: run without the bubblewrap sandbox where it is missing (``--unsafe-no-sandbox``).
 
     Raises:
+        SandboxUnavailable: bubblewrap is missing or fails, and ``allow_unsafe`` is False.
         SelfcheckError: nbgrader is missing, the course notebooks are not found, or a path is not
         one of the course's notebooks.
     """
@@ -239,12 +241,13 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             mine = {n: p for n, p in jobs.items() if assignment_of(n) == assignment}
             course = Course(Path(tmp) / assignment, assignment)
             course.root.mkdir()
-            reports += _selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress)
+            reports += _selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress,
+                                             allow_unsafe)
     return reports
 
 
 def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
-                          progress) -> list[NotebookReport]:
+                          progress, allow_unsafe: bool = False) -> list[NotebookReport]:
     """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
     import nbformat
 
@@ -276,7 +279,8 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
     if progress:
         progress(f"Running your notebooks with the {kind} tests, one at a time (set up in "
                  f"{time.perf_counter() - start:.0f} s) ...")
-    results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S)
+    results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S,
+                                   allow_unsafe=allow_unsafe)
     reports = []
     for r in results:
         out = course.autograded / STUDENT / course.assignment / f"{r.notebook}.ipynb"
@@ -354,10 +358,12 @@ def format_report(reports: list[NotebookReport]) -> str:
 
 
 def _cmd(args) -> int:
+    from .grading.sandbox import SandboxUnavailable
+
     try:
         reports = selfcheck([Path(p) for p in args.notebooks], as_name=args.as_name, limit_s=args.limit,
-                            keep=args.keep)
-    except SelfcheckError as exc:
+                            keep=args.keep, allow_unsafe=args.unsafe_no_sandbox)
+    except (SelfcheckError, SandboxUnavailable) as exc:
         print(f"attnlab selfcheck: {exc}", file=sys.stderr)
         return 2
     print(format_report(reports))
@@ -375,6 +381,9 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=float, default=None, help="seconds allowed per notebook (default 600)")
     p.add_argument("--keep", type=Path, default=None,
                    help="copy the autograded notebooks (with the hidden tests' output) into this folder")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run without the bubblewrap sandbox where it is missing: your notebook's code then "
+                        "runs with your rights, outside any isolation")
     p.set_defaults(func=_cmd)
 
 

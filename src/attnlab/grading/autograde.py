@@ -7,7 +7,9 @@ wall-clock limit, confines any failure to the notebook that caused it. Inside a 
 course's Execute step (:mod:`.execute`) keeps the points earned before a crash, and its
 sanitising step (:mod:`.repair`) fixes damaged cells; before grading, misnamed notebooks are
 matched back to the assignment's names (:mod:`.submissions`). Everything noticed on the way is a
-note in the report, beside the points and the reason for every loss.
+note in the report, beside the points and the reason for every loss; what a check could not rule
+out ("needs review: ...", :func:`attnlab.review.flag`) is listed apart. Every job comes back graded
+or with the reason it was not, even when a worker or a kernel is killed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..review import PREFIX as REVIEW
 from .course import COURSE_ID, Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
@@ -45,7 +48,7 @@ class CellResult:
 class NotebookResult:
     student: str
     notebook: str
-    status: str            # graded | missing | failed | timeout
+    status: str            # graded | missing | failed | timeout (failed, timeout: not graded)
     points: float = 0.0    # autograded points earned
     max_points: float = 0.0
     manual_max: float = 0.0  # points waiting for manual grading
@@ -53,6 +56,7 @@ class NotebookResult:
     seconds: float = 0.0
     cells: list[CellResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the grader noticed or repaired
+    needs_review: list[str] = field(default_factory=list)  # "needs review: ..." notes from the checks
 
     def losses(self) -> list[str]:
         if self.status != "graded":
@@ -108,6 +112,8 @@ def cell_errors(nb_path: Path) -> dict[str, str]:
 
 def _failure_reason(log: str) -> str:
     for pattern, reason in (
+        (r"^the grading (process died|worker exited)", "the grading worker process died while grading this notebook "
+                                                      "(killed or crashed; a new worker graded the rest)"),
         (r"DeadKernelError|Kernel died|kernel.*(died|restarting)", "the kernel died (crash, os._exit or out of memory)"),
         (r"UnresponsiveKernelError", "the kernel stopped responding (endless loop that ignores interrupts?)"),
         (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
@@ -151,11 +157,13 @@ def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple
 
 
 def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -> dict[str, tuple[str, str, float]]:
-    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds).
+    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds), one
+    entry for every job.
 
     status is ``ok`` (nbgrader finished), ``failed`` (nbgrader reported an error, or the worker
     died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
-    and a new worker carries on with the notebooks left).
+    and a new worker carries on with the notebooks left). A worker that dies between notebooks is
+    replaced; one that dies twice in a row before starting a notebook fails the notebooks left.
     """
     from .execute import PIDFILE_ENV
 
@@ -174,24 +182,29 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -
 
 def _kill_kernels(pidfile: Path) -> None:
     """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
-    runs in a session of its own, out of reach of the worker's process group)."""
+    runs in a session of its own, out of reach of the worker's process group), and remove their
+    sandboxes' scratch folders."""
+    import shutil
+
     try:
-        pids = {int(x) for x in pidfile.read_text().split()}
-    except (OSError, ValueError):
+        lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
+    except OSError:
         return
-    for pid in pids:
+    scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
+    for pid, *folders in lines:
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+            if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
+                os.killpg(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        for folder in folders:
+            if folder.startswith(scratch):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Path) -> None:
+    idle_deaths = 0  # workers in a row that died without starting a notebook
     while remaining:
         with tempfile.TemporaryFile("w+") as errfile:
             proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root),
@@ -234,11 +247,19 @@ def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Pa
                         on_done(current, outcomes[current])
                     current = None
             proc.wait()
-            if not any(n in outcomes for n in remaining):  # the worker could not start at all
+            if proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
+                _kill_kernels(pidfile)
+            progressed = any(n in outcomes for n in remaining)
+            idle_deaths = 0 if progressed else idle_deaths + 1
+            if idle_deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)
                 errfile.seek(0)
                 tail = errfile.read()[-2000:]
                 for n in remaining:
-                    outcomes[n] = ("failed", "the grading worker did not start\n" + tail, 0.0)
+                    if n not in outcomes:
+                        outcomes[n] = ("failed", f"the grading worker exited (status {proc.returncode}) "
+                                                 f"before grading this notebook\n" + tail, 0.0)
+                        if on_done:
+                            on_done(n, outcomes[n])
         remaining = [n for n in remaining if n not in outcomes]
 
 
@@ -258,7 +279,9 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
         _zero_notebook(course, student, notebook)
         return res
     errors = cell_errors(out)
-    res.notes = grader_notes(out)
+    notes = grader_notes(out)
+    res.notes = [n for n in notes if not n.startswith(REVIEW)]
+    res.needs_review = [n for n in notes if n.startswith(REVIEW)]
     grades = _read_grades(course, student, notebook)
     for gid, max_points in auto.items():
         score = grades.get(gid, (0.0, max_points))[0] or 0.0
@@ -269,16 +292,27 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
 
 
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
-                   progress=None) -> list[NotebookResult]:
+                   progress=None, allow_unsafe: bool = False) -> list[NotebookResult]:
     """Autograde (student, notebook) pairs, each on its own; never raises for a bad submission.
+
+    Every kernel runs in the sandbox (:mod:`.sandbox`); ``allow_unsafe`` (the instructor's
+    ``--unsafe-no-sandbox``) grades without it where bubblewrap is missing.
+
+    Raises:
+        SandboxUnavailable: bubblewrap is missing or fails here and ``allow_unsafe`` is False
+            (checked before anything is graded).
 
     Each submission folder is normalised first (:func:`.submissions.normalize_submission`:
     "Copy of X.ipynb" becomes X.ipynb when X is missing). A notebook that was not submitted scores
     0 with the reason "not submitted". Notes on the submission as a whole (ignored extra files)
     go with the student's first notebook.
     """
+    from .sandbox import require
     from .submissions import WHOLE, normalize_submission
 
+    warning = require(allow_unsafe)
+    if allow_unsafe and progress:
+        progress(warning)
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     for s in dict.fromkeys(s for s, _ in jobs):
@@ -318,16 +352,24 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             finish(f"{s}/{n}", None)
     if present:
         outcomes = _run_worker(course, present, limit_s, on_done=finish)
-        for job in present:  # a worker that never started reports nothing through on_done
+        for job in present:  # nothing goes unreported, whatever happened to the workers
             if job not in results:
-                finish(job, outcomes[job])
+                finish(job, outcomes.get(job, ("failed", "never graded: the grading process stopped "
+                                                         "before reaching this notebook", 0.0)))
     return [results[f"{s}/{n}"] for s, n in jobs]
 
 
+def not_graded(results: list[NotebookResult]) -> list[NotebookResult]:
+    """The notebooks that could not be graded (failed or timed out); missing ones count as graded 0."""
+    return [r for r in results if r.status in ("failed", "timeout")]
+
+
 def autograde_submission(course: Course, student: str, notebooks: list[str] | None = None,
-                         limit_s: float = NOTEBOOK_LIMIT_S, progress=None) -> list[NotebookResult]:
+                         limit_s: float = NOTEBOOK_LIMIT_S, progress=None,
+                         allow_unsafe: bool = False) -> list[NotebookResult]:
     """Autograde ``notebooks`` (default: all) of one submission."""
-    return autograde_jobs(course, [(student, n) for n in notebooks or course.notebook_names()], limit_s, progress)
+    return autograde_jobs(course, [(student, n) for n in notebooks or course.notebook_names()], limit_s, progress,
+                          allow_unsafe)
 
 
 def submitted_students(course: Course) -> list[str]:
@@ -337,11 +379,11 @@ def submitted_students(course: Course) -> list[str]:
 
 
 def autograde(course: Course, students: list[str] | None = None, notebooks: list[str] | None = None,
-              progress=print) -> list[NotebookResult]:
+              progress=print, allow_unsafe: bool = False) -> list[NotebookResult]:
     """Autograde every submission in submitted/ (or ``students``), one notebook at a time."""
     notebooks = notebooks or course.notebook_names()
     jobs = [(s, n) for s in students or submitted_students(course) for n in notebooks]
-    return autograde_jobs(course, jobs, progress=progress)
+    return autograde_jobs(course, jobs, progress=progress, allow_unsafe=allow_unsafe)
 
 
 def format_report(results: list[NotebookResult]) -> str:
@@ -369,6 +411,17 @@ def format_report(results: list[NotebookResult]) -> str:
         lines.append("Points lost:")
         for r, loss in losses:
             lines.append(f"  {r.student} / {r.notebook}: {loss}")
+    reviews = [(r, note) for r in results for note in r.needs_review]
+    if reviews:
+        lines.append("")
+        lines.append("Needs review (what the checks could not rule out: look at these notebooks yourself):")
+        for r, note in reviews:
+            lines.append(f"  {r.student} / {r.notebook}: {note}")
+    failed = not_graded(results)
+    if failed:
+        lines.append("")
+        lines.append(f"NOT GRADED: {len(failed)} notebook(s) could not be graded (see Points lost for why): "
+                     + ", ".join(f"{r.student}/{r.notebook}" for r in failed))
     notes = [(r, note) for r in results for note in r.notes]
     if notes:
         lines.append("")
@@ -385,10 +438,11 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
-                    "seconds", "losses", "notes"])
+                    "seconds", "losses", "needs_review", "notes"])
         for r in results:
             w.writerow([r.student, r.notebook, r.status, f"{r.points:g}", f"{r.max_points:g}",
-                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses()), " | ".join(r.notes)])
+                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses()), " | ".join(r.needs_review),
+                        " | ".join(r.notes)])
 
 
 def write_report_json(results: list[NotebookResult], path: Path) -> None:

@@ -72,12 +72,12 @@ def _cmd_samples(args) -> int:
 
 
 def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None,
-                      report_json: Path | None = None):
+                      report_json: Path | None = None, allow_unsafe: bool = False):
     from .autograde import autograde, export_grades, format_report, write_report_csv, write_report_json
 
     start = time.perf_counter()
     print("Autograding, one notebook at a time:")
-    results = autograde(course, students, notebooks)
+    results = autograde(course, students, notebooks, allow_unsafe=allow_unsafe)
     elapsed = time.perf_counter() - start
     print()
     print(format_report(results))
@@ -119,11 +119,18 @@ def _cmd_autograde(args) -> int:
         print(f"attnlab autograde: gradebook.db does not know the assignment yet; run once:\n"
               f"  nbgrader generate_assignment {course.assignment} --force")
         return 1
-    _grade_and_report(course, args.student or None, args.notebook or None, args.export, args.report_csv,
-                      args.report_json)
+    from .autograde import not_graded
+    from .sandbox import SandboxUnavailable
+
+    try:
+        results = _grade_and_report(course, args.student or None, args.notebook or None, args.export,
+                                    args.report_csv, args.report_json, args.unsafe_no_sandbox)
+    except SandboxUnavailable as exc:
+        print(f"attnlab autograde: {exc}")
+        return 2
     if args.feedback:
         _feedback(course, args.student or None)
-    return 0
+    return 1 if not_graded(results) else 0  # a notebook that could not be graded is never silent
 
 
 def _cmd_collect(args) -> int:
@@ -193,13 +200,20 @@ def _cmd_grade_samples(args) -> int:
         generate_assignment(each)
     print(f"built release/ from notebooks/ and registered {', '.join(a.assignment for a in assignments)} "
           f"in the gradebook in {time.perf_counter() - start:.1f} s")
+    from .sandbox import SandboxUnavailable
+
     results = []
     for i, each in enumerate(assignments):
         students = write_main_samples(each)
         print(f"\n== {each.assignment} ==\nsample submissions: {', '.join(students)}\n")
         last = i == len(assignments) - 1  # nbgrader export writes every assignment: once, at the end
         report = course.root / ("grading_report.csv" if i == 0 else f"grading_report_{each.assignment}.csv")
-        results += _grade_and_report(each, students, None, course.root / "grades.csv" if last else None, report)
+        try:
+            results += _grade_and_report(each, students, None, course.root / "grades.csv" if last else None,
+                                         report, allow_unsafe=args.unsafe_no_sandbox)
+        except SandboxUnavailable as exc:
+            print(f"attnlab grade-samples: {exc}")
+            return 2
     ref = [r for r in results if r.student == "reference"]
     blank = [r for r in results if r.student == "blank"]
     problems = [f"reference lost points in {r.notebook}" for r in ref if r.points < r.max_points]
@@ -235,6 +249,11 @@ _DESCRIPTIONS = {
 }
 
 
+UNSAFE_HELP = ("grade even where bubblewrap is missing, WITHOUT the sandbox: learner code then runs with your "
+               "rights and can read or rewrite gradebook.db and other submissions, change later grades, "
+               "leave processes behind and kill the grader")
+
+
 def _assignment_option(p) -> None:
     p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
                    help=f"the assignment to work on (default {ASSIGNMENT}; notebooks 07 on: {ASSIGNMENTS[1]})")
@@ -268,6 +287,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report-json", type=Path, default=None, help="write every result, cell and note here")
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
     _assignment_option(p)
+    p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
 
     p = command("collect", "collect an LMS zip export into submitted/ (nbgrader zip_collect)", _cmd_collect)
     p.add_argument("archive", type=Path, help="the zip file downloaded from the LMS")
@@ -284,7 +304,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     _assignment_option(p)
 
-    command("grade-samples", "the main job: build, write samples, autograde, export grades.csv", _cmd_grade_samples)
+    p = command("grade-samples", "the main job: build, write samples, autograde, export grades.csv",
+                _cmd_grade_samples)
+    p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
 
     from .. import doctor, lab, selfcheck  # the learner's commands live in their own modules
 

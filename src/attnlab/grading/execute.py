@@ -11,18 +11,24 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   an error in a kernel that ran the notebook's cells in order; a test cell that did not run gets
   an error output, so it scores 0 (nbgrader gives full points to a test cell without an error);
 - bounds the whole notebook by ``notebook_budget`` seconds: cells past it are marked not run;
-- runs the kernel in a scratch copy of the submission folder, so files a learner's code writes
-  (or a ``chdir``) cannot touch the autograded folder;
+- runs the kernel in a bubblewrap sandbox (:mod:`attnlab.grading.sandbox`, ``sandbox``): its only
+  writable place is a scratch copy of the submission folder; the course folder, the gradebook,
+  other students and the grader's processes are out of its sight, and every process it starts
+  dies with it. Without the sandbox (``sandbox = False``, the instructor's explicit choice) it
+  still runs in a scratch copy, so files a learner's code writes (or a ``chdir``) cannot touch the
+  autograded folder;
 - caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
   ``MemoryError`` in its cell instead of starving the machine;
 - truncates output past ``max_output_chars`` per cell;
-- keeps one spare kernel warm (started, with torch and the course's package imported) while a
-  notebook runs, so the next notebook graded by the same process starts at once (``prewarm``);
+- keeps one spare kernel warm (started, with torch and the course's package imported, in a
+  sandbox and scratch folder of its own that no learner code has seen) while a notebook runs, so
+  the next notebook graded by the same process starts at once (``prewarm``);
 - installs the integrity guard (:mod:`attnlab.grading.guard`) in the kernel and runs it around
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
 
-Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
+Notes from the checks that start with "needs review: " (:func:`attnlab.review.flag`) are kept as
+they are, so the report can list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
 "Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
 """
 
@@ -44,8 +50,11 @@ from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer
 
-#: When set, the pid of every kernel started is appended to this file (the grading parent kills
-#: them if it has to kill the worker).
+from ..review import PREFIX as REVIEW
+from . import sandbox as _sandbox
+
+#: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
+#: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
 PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
@@ -70,8 +79,9 @@ def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
+        folders = [km.scratch, km._ipc_dir] if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
-            f.write(f"{pid}\n")
+            f.write(" ".join([str(pid), *folders]) + "\n")
 
 
 def _kill(km) -> None:
@@ -85,6 +95,8 @@ def _kill(km) -> None:
         km.cleanup_connection_file()
     except Exception:  # noqa: BLE001
         pass
+    if isinstance(km, _sandbox.SandboxedKernelManager):
+        km.remove_folders()
 
 
 @atexit.register
@@ -112,6 +124,8 @@ class GradingExecute(Execute):
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
+    sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
+                              "False only on the instructor's explicit choice").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -127,7 +141,11 @@ class GradingExecute(Execute):
         }
         start = monotonic()
         skipped: dict[int, object] = {}
-        run_dir = self._run_dir(resources or {})
+        if self.sandbox:
+            ok, detail = _sandbox.check()
+            if not ok:
+                raise _sandbox.SandboxUnavailable(f"the notebook was not run: {detail}. {_sandbox.INSTALL_HINT}")
+        run_dir = None
         try:
             for attempt in range(self.max_restarts + 1):
                 for cell in nb.cells:
@@ -137,6 +155,9 @@ class GradingExecute(Execute):
                 self.reset_execution_trackers()
                 self._check_assign_resources(resources)
                 self._current = None
+                if run_dir and not self.sandbox:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                run_dir = tempfile.mkdtemp(prefix="attnlab-run-") if self.isolate_cwd and not self.sandbox else None
                 try:
                     self._run_all(nb, resources, skipped, start, run_dir)
                     break
@@ -172,16 +193,34 @@ class GradingExecute(Execute):
         add_notes(nb, self._notes)
         notes = nb.metadata.get("attnlab", {}).get("notes", [])
         if notes:
-            nb.cells.insert(0, new_markdown_cell(
-                "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
-                + "\n".join(f"- {n}" for n in notes)))
+            reviews = [n for n in notes if n.startswith(REVIEW)]
+            others = [n for n in notes if not n.startswith(REVIEW)]
+            text = "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
+            if reviews:
+                text += ("**Needs review** (what the checks could not rule out; a person will look at it):\n\n"
+                         + "\n".join(f"- {n}" for n in reviews) + "\n\n")
+            text += "\n".join(f"- {n}" for n in others)
+            nb.cells.insert(0, new_markdown_cell(text.rstrip() + "\n"))
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
-        kwargs = {"cwd": run_dir} if run_dir else {}
         spare = self._take_spare(nb)
         if spare is not None:
             self.km = spare
+        elif self.sandbox:
+            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
+        if self.sandbox:
+            run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
+        if run_dir:
+            self._fill_run_dir(run_dir, resources or {})
+        kwargs = {"cwd": run_dir} if run_dir else {}
+        try:
+            self._run_in_kernel(nb, resources, skipped, start, run_dir, spare, kwargs)
+        finally:
+            if isinstance(self.km, _sandbox.SandboxedKernelManager):
+                self.km.remove_folders()
+
+    def _run_in_kernel(self, nb, resources, skipped, start, run_dir, spare, kwargs) -> None:
         with self.setup_kernel(**kwargs):
             if spare is None:
                 _record_pid(self.km)
@@ -227,6 +266,12 @@ class GradingExecute(Execute):
         if guarded and locked:
             after = self._kernel_eval(f"{_GUARD}.after_locked(globals())") or []
         label = _label(cell, index)
+        # a check's "needs review: ..." (attnlab.review.flag) is no repair: it goes to the notes as is
+        # (the cell's output already shows it), and the report lists it apart
+        for note in [n for n in [*before, *after] if isinstance(n, str) and n.startswith(REVIEW)]:
+            self._notes.append(f"{note} ({label})")
+        before = [n for n in before if not (isinstance(n, str) and n.startswith(REVIEW))]
+        after = [n for n in after if not (isinstance(n, str) and n.startswith(REVIEW))]
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
             # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers
@@ -307,6 +352,9 @@ class GradingExecute(Execute):
     def _kernel_name(self, nb) -> str:
         return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
 
+    def _manager_class(self):
+        return _sandbox.SandboxedKernelManager if self.sandbox else self.kernel_manager_class
+
     def _take_spare(self, nb):
         """The spare kernel, if one is waiting for this kind of kernel and still alive."""
         global _SPARE
@@ -314,7 +362,8 @@ class GradingExecute(Execute):
         if km is None:
             return None
         try:
-            if km.kernel_name == self._kernel_name(nb) and run_sync(km.is_alive)():
+            sandboxed = isinstance(km, _sandbox.SandboxedKernelManager)
+            if km.kernel_name == self._kernel_name(nb) and sandboxed == self.sandbox and run_sync(km.is_alive)():
                 return km
         except Exception:  # noqa: BLE001
             pass
@@ -327,7 +376,7 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            km = self.kernel_manager_class(kernel_name=self._kernel_name(nb), config=self.config)
+            km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
             if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
                 extra.append("--HistoryManager.hist_file=:memory:")
@@ -338,13 +387,10 @@ class GradingExecute(Execute):
         _record_pid(km)
         _SPARE = km
 
-    def _run_dir(self, resources: dict) -> str | None:
-        """A scratch folder for the kernel: the submission's notebooks, and the instructor's other
-        files that nbgrader copied into the autograded folder."""
-        if not self.isolate_cwd:
-            return None
+    def _fill_run_dir(self, run: str, resources: dict) -> None:
+        """Copy into the kernel's scratch folder the submission's notebooks, and the instructor's
+        other files that nbgrader copied into the autograded folder."""
         here = resources.get("metadata", {}).get("path") or "."
-        run = tempfile.mkdtemp(prefix="attnlab-run-")
         try:
             for name in os.listdir(here):
                 src = os.path.join(here, name)
@@ -365,4 +411,3 @@ class GradingExecute(Execute):
                     shutil.copy(src, os.path.join(run, name))
         except OSError:
             pass
-        return run

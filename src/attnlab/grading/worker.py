@@ -6,7 +6,9 @@ notebooks instead of once per notebook saves ~3 s each; running each notebook se
 (``CourseDirectory.notebook_id``) keeps a dead kernel from costing the other notebooks. Protocol
 on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
 ``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
-this process group if a notebook overruns.
+this process group if a notebook overruns. The protocol goes through a private, non-inheritable
+copy of stdout (fd 1 itself is pointed at stderr): kernels never hold it, so they cannot write
+fake results into it, and the parent sees the pipe close the moment this process dies.
 
 ``python -m attnlab.grading.worker --feedback ROOT ASSIGNMENT STUDENT ...`` generates feedback for several
 students in one process instead.
@@ -21,9 +23,21 @@ import sys
 from .course import tool_env
 
 
+_PROTOCOL = None  # the private copy of stdout that carries the protocol
+
+
+def _private_stdout() -> None:
+    global _PROTOCOL
+    if _PROTOCOL is None:
+        _PROTOCOL = os.fdopen(os.dup(1), "w")  # os.dup's copy is not inherited by child processes
+        sys.stdout.flush()
+        os.dup2(2, 1)
+
+
 def _emit(obj) -> None:
-    sys.__stdout__.write(json.dumps(obj) + "\n")
-    sys.__stdout__.flush()
+    out = _PROTOCOL or sys.__stdout__
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
 
 
 def feedback(root: str, assignment: str, students: list[str]) -> int:
@@ -44,6 +58,7 @@ def feedback(root: str, assignment: str, students: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    _private_stdout()
     if argv and argv[0] == "--feedback":
         return feedback(argv[1], argv[2], argv[3:])
     root, *jobs = argv

@@ -1,0 +1,253 @@
+"""Run a notebook's kernel in a bubblewrap sandbox: learner code sees one private scratch folder.
+
+`bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``, Debian's ``bubblewrap``)
+builds a throwaway mount, PID, IPC and network namespace around the kernel process. Inside:
+
+- the whole file system is read-only (``--ro-bind / /``); the course folder (gradebook.db,
+  submitted/, autograded/), every home folder, ``/tmp``, ``/var/tmp`` and ``/run`` are hidden
+  behind empty tmpfs mounts, and only what the kernel needs is bound back read-only: the
+  interpreter's prefix, each ``sys.path`` entry, the support package and the kernel's connection
+  file;
+- the only writable places are the notebook's scratch folder (bound read-write; HOME, TMPDIR and
+  every cache or config folder point into it) and the sandbox's own small, empty ``/dev/shm``,
+  which vanishes with it (the tmpfs that hide folders are read-only);
+- ``PYTHONSAFEPATH=1`` and ``PYTHONNOUSERSITE=1``: neither the working folder nor a user
+  site-packages is ever on ``sys.path``;
+- a PID namespace with bwrap's reaper as PID 1 and ``--die-with-parent``: killing the kernel's
+  bwrap process (what jupyter_client does on shutdown) kills every process learner code started,
+  and no process outside the sandbox can be seen or signalled (``--new-session`` also keeps
+  ``kill(0, ...)`` inside);
+- no network but loopback of its own (``--unshare-net``): the kernel talks to the grader over
+  Unix sockets (jupyter's ``ipc`` transport) in a folder bound into the sandbox;
+- the GPU's device nodes (``/dev/nvidia*``, ``/dev/dri``) are bound in when the host has them.
+
+:class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
+way, each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
+kernel is cleaned up. :func:`check` says whether bwrap works here; :func:`require` refuses to go
+on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+#: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
+#: the sandbox; read by nbgrader_config.py.
+UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
+#: Size of each tmpfs the sandbox mounts: its private /dev/shm and the (read-only) hiding ones; the
+#: scratch folder is on disk and is not capped.
+TMPFS_BYTES = 512 * 2**20
+#: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
+HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
+
+RISK = ("Without the sandbox, learner code runs with your account's rights: it can read and rewrite "
+        "gradebook.db and other students' submissions, plant a module named `attnlab` or a .pth file "
+        "that changes the grades of every notebook graded after it, leave processes running after "
+        "grading, and kill the grader.")
+INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot start a sandbox here, and the unsafe flag was not given."""
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def check() -> tuple[bool, str]:
+    """(works, detail): whether bwrap starts this interpreter in the sandbox used for kernels."""
+    exe = bwrap_path()
+    if exe is None:
+        return False, "bwrap (bubblewrap) is not installed"
+    scratch = tempfile.mkdtemp(prefix="attnlab-sandbox-check-")
+    try:
+        cmd = wrap([sys.executable, "-c", "import attnlab, os; open('ok', 'w').write(str(os.getpid()))"],
+                   scratch, ipc_dir=None)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        ok = proc.returncode == 0 and Path(scratch, "ok").read_text().strip() == "2"
+        if not ok:
+            return False, f"bwrap could not start a sandbox: {(proc.stderr or proc.stdout).strip()[-300:]}"
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+        return True, f"{version} at {exe}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"bwrap could not start a sandbox: {exc}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def require(allow_unsafe: bool = False) -> str:
+    """Check the sandbox before grading; the line to print about it.
+
+    Args:
+        allow_unsafe: the instructor passed ``--unsafe-no-sandbox``: grade without the sandbox
+            (also sets :data:`UNSAFE_ENV` for the grading processes) and warn.
+
+    Raises:
+        SandboxUnavailable: bwrap is missing or fails and ``allow_unsafe`` is False; the message
+            says why, what to install, and what is at risk with the unsafe flag.
+    """
+    if allow_unsafe:
+        os.environ[UNSAFE_ENV] = "1"
+        return "WARNING: grading WITHOUT the sandbox (--unsafe-no-sandbox). " + RISK
+    os.environ.pop(UNSAFE_ENV, None)
+    ok, detail = check()
+    if not ok:
+        raise SandboxUnavailable(
+            f"grading refuses to start: each notebook's kernel runs in a bubblewrap sandbox, and {detail}.\n"
+            f"Fix: {INSTALL_HINT}; `attnlab doctor` checks it.\n"
+            f"Or pass --unsafe-no-sandbox to grade anyway. {RISK}")
+    return f"sandbox: {detail}"
+
+
+def _course_roots() -> list[str]:
+    """Folders that hold a gradebook: the working folder (nbgrader runs in the course folder)."""
+    return [os.getcwd()]
+
+
+def _under(path: str, folders) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def _needed_read_only() -> list[str]:
+    """What the kernel must read from hidden folders: the interpreter, sys.path, the package."""
+    import attnlab
+
+    paths = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(os.path.abspath(attnlab.__file__)))]
+    paths += [p for p in sys.path if p and os.path.isabs(p)]
+    out = []
+    for p in paths:
+        real = os.path.realpath(p)
+        for q in dict.fromkeys((p, real)):
+            if os.path.exists(q) and q not in out:
+                out.append(q)
+    return out
+
+
+def _rebind(path: str, hide: list[str]) -> bool:
+    """Whether ``path`` must be bound back: it lies inside a hidden folder, and binding it does not
+    undo the hiding (it is no hidden folder, nor one of their parents, e.g. the course folder that
+    ``python -m`` puts first on the grader's own sys.path)."""
+    real = os.path.realpath(path)
+    inside = _under(real, hide) or _under(path, hide)
+    uncovers = any(_under(h, [real]) or _under(h, [path]) for h in hide)
+    return inside and not uncovers
+
+
+def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
+         hidden: list[str] | None = None) -> list[str]:
+    """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
+    sockets), ``read_only`` files bound back; see the module docstring for the rest."""
+    home = os.path.expanduser("~")
+    hide = [h for h in dict.fromkeys([*HIDDEN, home, *(hidden if hidden is not None else _course_roots())])
+            if h and h != "/" and os.path.isdir(h)]
+    hide = [os.path.realpath(h) for h in hide]
+    hide.sort(key=len)  # parents first: a tmpfs over a folder hides the mounts made before it under it
+    args = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for dev in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/dri")]:
+        if dev.exists():
+            args += ["--dev-bind", str(dev), str(dev)]
+    args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
+    for h in hide:
+        args += ["--size", str(TMPFS_BYTES), "--tmpfs", h]
+    for p in [*_needed_read_only(), *read_only]:
+        if _rebind(p, hide):
+            args += ["--ro-bind", p, p]
+    args += ["--bind", scratch, scratch]
+    if ipc_dir:
+        args += ["--bind", ipc_dir, ipc_dir]
+    for h in reversed(hide):  # the hiding tmpfs read-only too, once the mount points in it exist
+        args += ["--remount-ro", h]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--unshare-net",
+             "--die-with-parent", "--new-session", "--chdir", scratch]
+    for key, value in scratch_env(scratch).items():
+        args += ["--setenv", key, value]
+    # ipykernel would take PID 1 (bwrap's reaper) for a dead parent and quit; --die-with-parent
+    # already ties the kernel's life to the grader's
+    args += ["--unsetenv", "JPY_PARENT_PID"]
+    return [*args, "--", *cmd]
+
+
+def scratch_env(scratch: str) -> dict[str, str]:
+    """Environment of sandboxed code: every home, cache and config folder inside the scratch folder."""
+    tmp = os.path.join(scratch, ".tmp")
+    os.makedirs(tmp, exist_ok=True)
+    return {
+        "HOME": scratch, "TMPDIR": tmp, "PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUSERBASE": os.path.join(scratch, ".local"),
+        "XDG_CACHE_HOME": os.path.join(scratch, ".cache"), "XDG_CONFIG_HOME": os.path.join(scratch, ".config"),
+        "XDG_DATA_HOME": os.path.join(scratch, ".local", "share"),
+        "TRITON_CACHE_DIR": os.path.join(scratch, ".triton"), "MPLCONFIGDIR": os.path.join(scratch, ".matplotlib"),
+        "IPYTHONDIR": os.path.join(scratch, ".ipython"), "JUPYTER_CONFIG_DIR": os.path.join(scratch, ".jupyter"),
+        "JUPYTER_DATA_DIR": os.path.join(scratch, ".local", "share", "jupyter"),
+        "JUPYTER_RUNTIME_DIR": os.path.join(scratch, ".local", "share", "jupyter", "runtime"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, ".cache", "torchinductor"),
+        "CUDA_CACHE_PATH": os.path.join(scratch, ".cache", "nv"),
+    }
+
+
+def _seed_caches(scratch: str) -> None:
+    """Copy the grader's matplotlib font list into a new scratch folder: without it every notebook
+    that draws a figure would scan the system's fonts again."""
+    mpl = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+    target = scratch_env(scratch)["MPLCONFIGDIR"]
+    for font_list in Path(mpl).glob("fontlist-*.json"):
+        try:
+            os.makedirs(target, exist_ok=True)
+            shutil.copy(font_list, target)
+        except OSError:
+            pass
+
+
+class SandboxedKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels run in a bubblewrap sandbox with a fresh scratch folder each.
+
+    The kernel talks over Unix sockets (``transport = "ipc"``) in a folder of its own, so the
+    sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
+        _seed_caches(self.scratch)
+        self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
+        self.transport = "ipc"
+        self.ip = os.path.join(self._ipc_dir, "kernel")
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        cmd = super().format_kernel_cmd(extra_arguments)
+        return wrap(cmd, self.scratch, self._ipc_dir, read_only=[os.path.realpath(self.connection_file)])
+
+    async def _async_pre_start_kernel(self, **kw):
+        kw["cwd"] = self.scratch
+        cmd, kw = await super()._async_pre_start_kernel(**kw)
+        return cmd, kw
+
+    async def _async_interrupt_kernel(self) -> None:
+        if self.kernel_spec is not None:
+            self.kernel_spec.interrupt_mode = "message"
+        await super()._async_interrupt_kernel()
+
+    interrupt_kernel = _async_interrupt_kernel
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart)
+        if not restart:
+            self.remove_folders()
+
+    cleanup_resources = _async_cleanup_resources
+
+    def remove_folders(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self._ipc_dir, ignore_errors=True)
