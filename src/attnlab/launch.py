@@ -76,6 +76,32 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- softmax
+def require_kernel(kernel, what: str) -> None:
+    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (see :func:`attnlab.device.runnable_kernel`)."""
+    from .device import is_kernel
+
+    if not is_kernel(kernel):
+        raise TypeError(f"{what} must be a @triton.jit function (exactly triton.runtime.jit.JITFunction), "
+                        f"got {type(kernel).__qualname__}")
+
+
+def prepare_kernel(kernel, what: str, tensors: dict, where: str):
+    """The launchable form of a learner's ``kernel``, as every course launcher launches it.
+
+    Exactly a ``@triton.jit`` function, converted for the interpreter when its cell ran before the
+    set-up cell (:func:`attnlab.device.runnable_kernel`); ``tensors`` (name -> tensor) on one device
+    and of a dtype this mode computes right (:func:`_check_kernel_inputs`); then wrapped so that the
+    launch first compiles it for the course's GPU targets (:func:`attnlab.gpu_compile.gated`).
+
+    Raises:
+        TypeError: not a ``@triton.jit`` function, or a dtype this mode cannot compute right.
+        ValueError: tensors on several devices, or on one the kernel cannot run on.
+    """
+    kernel = runnable_kernel(kernel)
+    _check_kernel_inputs(kernel, tensors, where)
+    return gpu_compile.gated(kernel, what)
+
+
 def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Launch ``kernel`` on 2-D ``x`` into ``y`` as given: grid (n_rows,), BLOCK_SIZE the next power
     of two of n_cols. Rows may be further apart than n_cols (``x.stride(0)``, ``y.stride(0)``),
@@ -97,9 +123,7 @@ def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     """
     import triton
 
-    kernel = runnable_kernel(kernel)
-    _check_kernel_inputs(kernel, {"x": x, "y": y}, "run_softmax_kernel")
-    kernel = gpu_compile.gated(kernel, "_softmax_kernel")  # compiles for GPU targets first, even on a CPU
+    kernel = prepare_kernel(kernel, "_softmax_kernel", {"x": x, "y": y}, "run_softmax_kernel")
     if x.dim() != 2 or y.shape != x.shape or y.dtype != x.dtype:
         raise ValueError(f"run_softmax_kernel: x and y must be 2-D of one shape and dtype, got x "
                          f"{tuple(x.shape)} {x.dtype} and y {tuple(y.shape)} {y.dtype}")
@@ -201,9 +225,7 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
     """
     import triton
 
-    kernel = runnable_kernel(kernel)
-    _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v, "o": o}, "run_flash_kernel")
-    kernel = gpu_compile.gated(kernel, "_flash_fwd_kernel")  # compiles for GPU targets first, even on a CPU
+    kernel = prepare_kernel(kernel, "_flash_fwd_kernel", {"q": q, "k": k, "v": v, "o": o}, "run_flash_kernel")
     _validate_flash(q, k, v, block_m, block_n)
     B, H, T, D = q.shape
     if o.shape != q.shape or o.dtype != q.dtype:

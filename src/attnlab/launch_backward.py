@@ -42,7 +42,7 @@ class BackwardKernels(tuple):
     def __new__(cls, preprocess, dkdv, dq):
         for kernel, what in ((preprocess, "_bwd_preprocess_kernel"), (dkdv, "_bwd_dkdv_kernel"),
                              (dq, "_bwd_dq_kernel")):
-            launch._require_jit(kernel, what)
+            launch.require_kernel(kernel, what)
         return super().__new__(cls, (preprocess, dkdv, dq))
 
 
@@ -100,8 +100,12 @@ def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, d
     B, H, T, D = q.shape
     sbh, st = q.stride(1), q.stride(2)
     scale = D ** -0.5
-    # COMPILE GATE (issue 16): once attnlab.gpu_compile is merged, compile the three kernels through
-    # it here, before the first launch, so a kernel that fails to compile on a GPU is reported by name.
+    # each kernel is converted for the interpreter if needed, checked against this mode's dtypes and
+    # compiled for the course's GPU targets before its first launch (a failure names the kernel)
+    tensors = {"q": q, "k": k, "v": v, "o": o, "do": do}
+    preprocess, dkdv, dq_kernel = (
+        launch.prepare_kernel(kern, what, tensors, "triton_flash_attention_backward")
+        for kern, what in zip(kernels, ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")))
     meta = dict(num_warps=num_warps, num_stages=num_stages)
     preprocess[(triton.cdiv(T, block_n), B * H)](o, do, delta, sbh, st, T, BLOCK_M=block_n, HEAD_DIM=D, **meta)
     dkdv[(triton.cdiv(T, block_n), B * H)](q, k, v, do, lse, delta, dk, dv, dq_acc, sbh, st, T, scale,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, _require_jit
+from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, prepare_kernel
 from .reference_decode import validate_decode_inputs
 
 __all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
@@ -122,7 +122,8 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function.
     """
-    _require_jit(kernel, "_decode_partial_kernel")
+    kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
+                            "flash_decode")
     B, H_q, T_q, D = q.shape
     H_kv = k_cache.shape[1]
     kernel[cfg.partial_grid(B, H_kv)](
@@ -145,7 +146,8 @@ def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
     """
     import triton
 
-    _require_jit(kernel, "_decode_merge_kernel")
+    kernel = prepare_kernel(kernel, "_decode_merge_kernel", {"o_part": o_part, "lse_part": lse_part, "lse": lse},
+                            "flash_decode")
     S, D = o_part.shape[-2], o_part.shape[-1]
     n_rows = lse.numel()
     kernel[(n_rows,)](o_part, lse_part, o, lse, S, BLOCK_S=max(2, triton.next_power_of_2(S)),

@@ -65,7 +65,7 @@ def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
     o, lse = naive_attention(*exact[:3], causal=causal)
     refs = reference_gradients(*exact, causal=causal)
     o, lse = o.to(dtype), lse.to(torch.float32)
-    put = lambda t: _tail_room(t.to(device), tail)  # noqa: E731
+    put = lambda t: _tail_room(t.to(device), tail)[0]  # noqa: E731
     return put(q), put(k), put(v), put(o), put(lse), put(do), refs
 
 
@@ -135,16 +135,18 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
     from . import launch
 
     device = device or runtime().device
-    launch._require_jit(kernel, "_bwd_preprocess_kernel")
+    launch.require_kernel(kernel, "_bwd_preprocess_kernel")
     case = _case(B=B, H=H, T=T, D=D, block_m=block_m, dtype=dtype)
-    o, do = (_tail_room(randn(B, H, T, D, seed=seed + i).to(device=device, dtype=dtype), block_m * D)
+    o, do = (_tail_room(randn(B, H, T, D, seed=seed + i).to(device=device, dtype=dtype), block_m * D)[0]
              for i in range(2))
     expected = (o.cpu().double() * do.cpu().double()).sum(-1)
     buf, delta = _guarded((B, H, T), block_m, torch.float32, device)
 
     def run():
-        kernel[(triton.cdiv(T, block_m), B * H)](o, do, delta, o.stride(1), o.stride(2), T,
-                                                  BLOCK_M=block_m, HEAD_DIM=D)
+        runnable = launch.prepare_kernel(kernel, "_bwd_preprocess_kernel", {"o": o, "do": do},
+                                         "_bwd_preprocess_kernel")
+        runnable[(triton.cdiv(T, block_m), B * H)](o, do, delta, o.stride(1), o.stride(2), T,
+                                                    BLOCK_M=block_m, HEAD_DIM=D)
     _call(run, "_bwd_preprocess_kernel", _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()

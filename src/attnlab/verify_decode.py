@@ -75,7 +75,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     v = randn(B, H_kv, T_max, D, seed=seed + 2)
     past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
     k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
-    dev = tuple(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v))
+    dev = tuple(_tail_room(t.to(device=device, dtype=dtype), spare)[0] for t in (q, k, v))
     exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
     return dev, exact, lens
 
@@ -160,8 +160,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     o_part = o_part.masked_fill(drop[..., None], 0.0)
     o_part32, lse_part32 = (t.to(torch.float32) for t in (o_part, lse_part))  # what the kernel sees
     o_ref, lse_ref = reference_decode.merge_partials_reference(o_part32.double(), lse_part32.double())
-    o_in = _tail_room(o_part32.to(device), num_splits * D)
-    lse_in = _tail_room(lse_part32.to(device), num_splits)
+    o_in = _tail_room(o_part32.to(device), num_splits * D)[0]
+    lse_in = _tail_room(lse_part32.to(device), num_splits)[0]
     before = (o_in.clone(), lse_in.clone())
     o, o_buf = _guarded((B, H, T_q, D), D, out_dtype, device)
     lse, lse_buf = _guarded((B, H, T_q), 1, torch.float32, device)
