@@ -53,6 +53,12 @@ _SELECTIONS = {"index", "index_select", "gather", "take", "masked_select", "nonz
 _BUILTIN_NODE = re.compile(r"Backward\d+$")
 
 
+def _facts(func) -> tuple[str, bool, bool]:
+    """(operator name, is a view, is fused attention) of an OpOverload, once per probe and operator."""
+    name = func.overloadpacket.__name__
+    return name, bool(func.is_view), any(s in name for s in ATTENTION_OPS)
+
+
 def _tensors(value):
     if isinstance(value, torch.Tensor):
         yield value
@@ -95,6 +101,7 @@ class MethodProbe(TorchDispatchMode):
         self.violation: str | None = None
         self.ops = 0
         self.seen = {_storage(t) for t in _tensors(tuple(inputs))}
+        self._facts: dict = {}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -102,44 +109,50 @@ class MethodProbe(TorchDispatchMode):
 
     # ------------------------------------------------------------------ the dispatch hook
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = func(*args, **(kwargs or {}))
+        info = self._facts.get(func)
+        if info is None:
+            info = self._facts[func] = _facts(func)
         self.ops += 1
+        if info[1]:  # a view: same storage as an input the probe already knows
+            return out
         try:
-            for t in _tensors(out):
-                self.seen.add(_storage(t))
+            if isinstance(out, torch.Tensor):
+                self.seen.add(out.untyped_storage().data_ptr())
+            else:
+                self.seen.update(_storage(t) for t in _tensors(out))
             if self.violation is None:
-                self._judge(func, args, kwargs, out)
+                self._judge(func, info, args, out)
         except Exception:  # noqa: BLE001 (the probe must never break learner code)
             pass
         return out
 
-    def _judge(self, func, args, kwargs, out) -> None:
-        name = func.overloadpacket.__name__
-        node = torch._C._current_autograd_node()
+    def _judge(self, func, info, args, out) -> None:
+        name = info[0]
+        node = torch._C._current_autograd_node() if self.autograd else None
         if self.autograd == "own_node" and node is None:
             return  # the given forward, not the learner's backward
-        if node is not None and self.autograd is not None:
+        if node is not None:
             node_name = node.name()
             if self.autograd == "forbid" or _BUILTIN_NODE.search(node_name):
                 self.violation = (f"{self.rule}: your code ran autograd's backward ({node_name} computed "
                                   f"{func}). Apply the backward formulas yourself, tile by tile; "
                                   f"torch.autograd.grad, .backward() and torch.func.vjp are not allowed here")
                 return
-        if any(s in name for s in ATTENTION_OPS):
+        if info[2]:
             self.violation = (f"{self.rule}: your code called the library's fused attention ({func}). "
                               f"{self.hint}")
             return
-        outs = [t for t in _tensors(out)]
+        outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
         if not outs:
             return
-        if self.size_limit is not None and not func.is_view:
+        if self.size_limit is not None:
             for t in outs:
-                if t.is_floating_point() and t.numel() >= self.size_limit:
+                if t.numel() >= self.size_limit and t.is_floating_point():
                     self.violation = (f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
                                       f"({func}), as large as {self.size_what}. {self.hint}")
                     return
-        if self.reduce_limit is not None and not func.is_view and name not in _SELECTIONS:
+        if self.reduce_limit is not None and name not in _SELECTIONS:
             combined = self._combined(name, args, outs)
             if combined > self.reduce_limit:
                 self.violation = (f"{self.rule}: one operation ({func}) combined {combined} elements per "
