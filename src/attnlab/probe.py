@@ -95,6 +95,7 @@ class MethodProbe(TorchDispatchMode):
                  reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = ""):
         super().__init__()
         self.rule = f"{where}: {rule}" if where else rule
+        self.where = where
         self.hint = hint
         self.size_limit, self.size_what = size_limit, size_what
         self.reduce_limit, self.autograd = reduce_limit, autograd
@@ -135,9 +136,11 @@ class MethodProbe(TorchDispatchMode):
         if node is not None:
             node_name = node.name()
             if self.autograd == "forbid" or _BUILTIN_NODE.search(node_name):
-                self.violation = (f"{self.rule}: your code ran autograd's backward ({node_name} computed "
-                                  f"{func}). Apply the backward formulas yourself, tile by tile; "
-                                  f"torch.autograd.grad, .backward() and torch.func.vjp are not allowed here")
+                self.violation = (f"{self.where + ': ' if self.where else ''}the notebook asks you to apply the "
+                                  f"backward formulas yourself, but your code ran autograd's backward "
+                                  f"({node_name} computed {func}). Compute dS = P * (dP - D) and the "
+                                  f"products for dq, dk, dv tile by tile; torch.autograd.grad, .backward() "
+                                  f"and torch.func.vjp are not allowed here")
                 return
         if info[2]:
             self.violation = (f"{self.rule}: your code called the library's fused attention ({func}). "
