@@ -298,3 +298,26 @@ def test_prediction_answers_accept_plain_numbers_only():
     for bad in (Sneaky(1.0), SneakyNp(512.0), True, "512", None, torch.tensor(True), torch.tensor([1.0, 2.0])):
         with pytest.raises(AssertionError, match="expected a plain number"):
             assert_number(bad, 512, name="x")
+
+
+@pytest.mark.parametrize("line,flagged", [
+    ("lib = torch.library.Library('aten', 'IMPL')", True),
+    ("from torch.library import impl", True),
+    ("torch.ops.aten.sub.Tensor.py_impl(torch._C.DispatchKey.CPU)(zeros)", True),
+    ("h = torch._C._dispatch_library('IMPL', 'aten', '')", True),
+    ("class M(TorchDispatchMode): pass", True),
+    ("from torch.overrides import TorchFunctionMode", True),
+    ("expected = sys._getframe(1).f_locals['expected']", True),
+    ("frame = inspect.currentframe().f_back", True),
+    ("g.gi_frame", True),
+    ("def __float__(self): return 1.0", False),
+    ("library_size = 3; stack = [frame_count]", False),
+    ("m_new = torch.maximum(m, block.amax(dim=-1))", False),
+])
+def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
+    import nbformat
+
+    from attnlab.grading.repair import scan
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
+    assert bool(scan(nb)) is flagged, scan(nb)
