@@ -104,6 +104,13 @@ class MethodProbe(TorchDispatchMode):
         self.seen = {_storage(t) for t in _tensors(tuple(inputs))}
         self._facts: dict = {}
 
+    @property
+    def decides(self) -> bool:
+        """False when no rule but the fused-attention one applies to this case (sizes too small to
+        tell a tile from a whole matrix); checkers then skip the probe and its overhead, since the
+        larger cases of the same test catch a fused call."""
+        return self.size_limit is not None or self.reduce_limit is not None or self.autograd is not None
+
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         return False  # torch would wrap the hook in torch._dynamo: a 1 s import per kernel, for nothing

@@ -62,17 +62,20 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **
     if id(key) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
     integrity.check(what)
+    if _probe is not None and not _probe.decides:
+        _probe = None
     grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     tampered: list[str] = []
     try:
         with time_limit(call_limit_s(), what):
             if _probe is None:
-                return fn(*args, **kwargs)
-            depth = torch._C._len_torch_dispatch_stack()
-            with _probe:
                 result = fn(*args, **kwargs)
-                if torch._C._len_torch_dispatch_stack() != depth + 1:
-                    tampered.append("the dispatch mode stack was changed during the call")
+            else:
+                depth = torch._C._len_torch_dispatch_stack()
+                with _probe:
+                    result = fn(*args, **kwargs)
+                    if torch._C._len_torch_dispatch_stack() != depth + 1:
+                        tampered.append("the dispatch mode stack was changed during the call")
     except TimeoutError:
         _HUNG[id(key)] = key
         raise
@@ -82,9 +85,12 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **
         torch.set_grad_enabled(grad)
         torch.set_default_dtype(dtype)
     if tampered:
-        integrity.check(what)  # flags and raises while the change persists
+        integrity.check(what)  # flags and raises with its own message while the change persists
+        review.flag(f"torch was tampered with while checking {what}: {'; '.join(tampered)}")
         raise AssertionError(f"{what}: {'; '.join(tampered)}. The checks cannot trust a result computed "
                              f"while torch's dispatch is altered.")
+    if _probe is None:
+        return result
     _probe.verdict()
     if _probe.unseen(result):
         review.flag(f"{what}: returned tensors of shapes {_probe.unseen(result)} that no torch operation "
