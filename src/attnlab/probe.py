@@ -103,6 +103,19 @@ class MethodProbe(TorchDispatchMode):
         self.ops = 0
         self.seen = {_storage(t) for t in _tensors(tuple(inputs))}
         self._facts: dict = {}
+        self._attached = False
+
+    def attach(self) -> None:
+        """Become active (push this mode), unless already active; for use from autograd hooks."""
+        if not self._attached:
+            self._attached = True
+            self.__enter__()
+
+    def detach(self) -> None:
+        """Stop being active, if :meth:`attach` made it so."""
+        if self._attached:
+            self._attached = False
+            self.__exit__(None, None, None)
 
     @property
     def decides(self) -> bool:

@@ -44,7 +44,8 @@ def call_limit_s() -> float:
     return 20.0 if runtime().interpret else 60.0
 
 
-def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **kwargs):
+def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _hooked: MethodProbe | None = None,
+          **kwargs):
     """Call learner code under :func:`call_limit_s`, then undo global changes it made.
 
     ``_key`` is the learner's object when ``fn`` is a course launcher around it (a kernel): a
@@ -57,6 +58,8 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **
     operators are altered (a ``torch.library`` kernel, an active mode). With ``_probe`` (a
     :class:`attnlab.probe.MethodProbe`) the call runs under it, and a broken method rule fails the
     check after the call; a result the probe never saw being computed is flagged for review.
+    ``_hooked`` is a probe that ``fn`` attaches and detaches itself (around one autograd node):
+    it is detached here if the call left it attached, then judged like ``_probe``.
     """
     key = fn if _key is None else _key
     if id(key) in _HUNG:
@@ -80,6 +83,8 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **
         _HUNG[id(key)] = key
         raise
     finally:
+        if _hooked is not None:
+            _hooked.detach()  # the learner's backward raised before the node's post-hook ran
         tampered += integrity.problems()  # before the guard, which silently pops modes left active
         _guard.after_call()  # first of the repairs: it reports what the call changed
         torch.set_grad_enabled(grad)
@@ -89,6 +94,7 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, **
         review.flag(f"torch was tampered with while checking {what}: {'; '.join(tampered)}")
         raise AssertionError(f"{what}: {'; '.join(tampered)}. The checks cannot trust a result computed "
                              f"while torch's dispatch is altered.")
+    _probe = _probe or _hooked
     if _probe is None:
         return result
     _probe.verdict()
@@ -352,13 +358,28 @@ def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: 
         if val is not None:
             kwargs[key] = case[key] = val
 
-    def fn(q_, k_, v_):
-        return attn(q_, k_, v_, causal, **kwargs)
-
     probe = _tile_probe(where=f"gradcheck of {name} [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
                         block_q=block_q or 16, block_k=block_k or 16, inputs=(q, k, v), autograd="own_node")
+
+    runs = []
+
+    def watch_first(grads):
+        # only the first backward: gradcheck runs the (given) forward and the same backward dozens
+        # of times, and a dispatch mode costs ~25 us per operator wherever it is active
+        if not runs:
+            runs.append(True)
+            probe.attach()
+
+    def fn(q_, k_, v_):
+        o = attn(q_, k_, v_, causal, **kwargs)
+        node = o.grad_fn if isinstance(o, torch.Tensor) else None
+        if node is not None:
+            node.register_prehook(watch_first)
+            node.register_hook(lambda grads_in, grads_out: probe.detach())
+        return o
+
     try:
-        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v), _probe=probe)
+        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v), _hooked=probe)
     except GradcheckError as exc:
         first = str(exc).strip().splitlines()[0].rstrip(",. ") if str(exc).strip() else "gradcheck failed"
         for i, input_name in enumerate(("q", "k", "v")):
