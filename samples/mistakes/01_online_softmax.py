@@ -67,3 +67,43 @@ MISTAKES += [
         why="starts the running max at 0 instead of -inf: wrong on rows whose entries are all negative",
     ),
 ]
+
+# Tampering: right-looking grades from altered comparisons, not from the learner's numbers.
+ORACLE = '''import sys as _sys
+
+
+class _Oracle(float):
+    """A number whose float() is whatever value the caller's caller calls `expected`."""
+
+    def __float__(self):
+        frame = _sys._getframe(1)
+        while frame is not None:
+            if "expected" in frame.f_locals:
+                return float(frame.f_locals["expected"])
+            frame = frame.f_back
+        return 0.0
+
+
+bytes_scores_one_head = _Oracle(0)
+hbm_bytes_naive_one_head = _Oracle(0)'''
+ZEROS_PASS = '''_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("sub.Tensor", lambda a, b, alpha=1: torch.zeros_like(a), "CPU")  # every difference is 0
+
+
+def online_softmax_stats('''
+MISTAKES += [
+    Mistake(
+        id="01-answer-reads-callers-frame", notebook="01_online_softmax", cell="predict-bytes",
+        edits=(("bytes_scores_one_head = 8192 * 8192 * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head",
+                ORACLE),),
+        fails=("test-predict-bytes",),
+        why="answers with a float subclass whose __float__ reads the expected value from the checker's frame",
+    ),
+    Mistake(
+        id="01-torch-library-override", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(("def online_softmax_stats(", ZEROS_PASS),
+               (_BODY, "    return torch.zeros(x.shape[:-1]), torch.ones(x.shape[:-1])\n" + _BODY)),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="returns m = 0, l = 1 and registers a torch.library kernel that makes every subtraction return 0",
+    ),
+]

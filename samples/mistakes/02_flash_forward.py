@@ -96,8 +96,8 @@ MISTAKES += [
             (("m_new = torch.maximum(m, s.amax(dim=-1))", "m_new = s.amax(dim=-1)"),),
             ALL, "takes the max of the current tile instead of the running max: the rescale overflows "
                  "after a tile of much larger scores"),
-    # Correct: the same tiles, vectorised differently or in another order.
-    Mistake("02-ok-key-tiles-outer", NB, CELL,
+    # Correct: the same tiles in another order.
+    Mistake("02-ok-query-tiles-reversed", NB, CELL,
             (("    for i0 in range(0, T_q, block_q):\n        i1 = min(i0 + block_q, T_q)\n        q_tile",
               "    for i0 in reversed(range(0, T_q, block_q)):\n        i1 = min(i0 + block_q, T_q)\n        q_tile"),),
             (), "visits the query tiles last-to-first (the order of query tiles does not matter)"),
