@@ -127,8 +127,16 @@ def problems(*, modes_allowed: int = 0) -> list[str]:
         found.append(f"the thread's dispatch keys were changed (included {_tls()[0]}, excluded {_tls()[1]})")
     for entry in sorted(_impls() - _BASE.impls):
         ns, _, rest = entry.partition("/")
-        if ns in ("aten", "prims") and not rest.endswith("/Meta"):
-            found.append(f"a kernel was registered with torch.library for the operator {ns}::{rest}")
+        op, _, key = rest.rpartition("/")
+        if ns in ("aten", "prims") and key != "Meta":
+            # torch registers kernels lazily too (from files inside its package): judge by origin
+            try:
+                where = [w for w in map(_foreign, torch._C._dispatch_dump(f"{ns}::{op}").splitlines()) if w]
+            except Exception:  # noqa: BLE001
+                where = ["an unknown place"]
+            if where:
+                found.append(f"a kernel was registered with torch.library for the operator {ns}::{op} "
+                             f"({key}, from {where[0]})")
     for name, before in _BASE.dumps.items():
         try:
             now = torch._C._dispatch_dump(name)
