@@ -21,8 +21,9 @@ operator that breaks the notebook's rule:
 It also records the storage of every tensor an operator produced: a result the probe never saw
 being made (NumPy, or dispatch switched off) cannot be judged, and is flagged for review.
 
-Overhead: one Python call per aten operator (about 10 µs on a CPU); the checks' cases run a few
-hundred operators per call.
+Overhead: a Python dispatch mode costs about 25 µs per aten operator on a CPU (a T = 37 backward
+in tiles of 7: 1293 operators, 2.9 ms plain, 39 ms under an empty mode, 45 ms under this probe),
+so the checks keep their cases small and skip the probe where no rule can decide.
 """
 
 from __future__ import annotations
