@@ -184,7 +184,8 @@ def test_whole_row_reduction_fails_naming_the_rule():
 def test_running_max_started_at_zero_fails_on_negative_rows():
     verify.check_online_softmax(stats_m_zero, shape=(2, 96), block_size=8)  # positive maxima: invisible
     with pytest.raises(AssertionError, match="running max"):
-        verify.check_online_softmax(stats_m_zero, x=-torch.rand(3, 45, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) - 0.5, block_size=8)
+        negative = -torch.rand(3, 45, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) - 0.5
+        verify.check_online_softmax(stats_m_zero, x=negative, block_size=8)
     with pytest.raises(AssertionError, match="entirely -inf"):
         verify.check_online_softmax(stats_m_zero, x=torch.full((2, 9), float("-inf")), block_size=4)
 
