@@ -286,9 +286,7 @@ check_flash_forward(flash_attention_forward, T_q=64, T_k=40, block_q=16, block_k
 check_flash_forward(flash_attention_forward, T_q=24, block_q=8, block_k=8, dtype=torch.float32)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
-_o, _lse = flash_attention_forward(*(torch.randn(1, 1, 9, 16, dtype=torch.float16) for _ in range(3)))
-assert _o.dtype == torch.float16, f"o must keep q's dtype (float16), got {_o.dtype}"
-assert _lse.dtype in (torch.float32, torch.float64), f"lse of float16 inputs must be float32 or wider, got {_lse.dtype}"
+check_flash_forward(flash_attention_forward, T_q=9, H=1, D=16, dtype=torch.float16, seed=49)
 check_flash_forward(flash_attention_forward, T_q=30, block_q=16, block_k=8, causal=True, dtype=torch.float32,
                     seed=50)
 ### END HIDDEN TESTS

@@ -267,6 +267,9 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
     o, lse = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("o", "lse"))
     o_ref, lse_ref = naive_attention(q, k, v, causal=causal, scale=scale)
     assert_close(o, o_ref, name="o", case=case)
+    if o.dtype != dtype:
+        raise AssertionError(f"o [{case}]: dtype {o.dtype}, expected q's dtype {dtype}. Accumulate in a wider "
+                             f"dtype if you like, but cast o back.")
     assert_shape(lse, lse_ref.shape, name="lse", case=case)
     assert_dtype_at_least(lse, lse_dtype(dtype), name="lse", case=case)
     assert_close(lse, lse_ref, name="lse (natural-log logsumexp of each score row)", case=case)
