@@ -183,6 +183,7 @@ def online_softmax_stats(x: torch.Tensor, block_size: int):
 # %% nbgrader={"grade_id": "test_online_softmax_matches_logsumexp", "grade": true, "locked": true, "points": 3}
 check_online_softmax(online_softmax_stats, shape=(4, 50), block_size=16)
 check_online_softmax(online_softmax_stats, shape=(3, 64), block_size=64)
+check_online_softmax(online_softmax_stats, shape=(2, 96), block_size=8)  # rows much longer than a block
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 for block_size in (1, 7, 11, 32, 100):  # 100 > N: a single, partial block
@@ -191,6 +192,12 @@ check_online_softmax(online_softmax_stats, shape=(97,), block_size=10, seed=3)  
 check_online_softmax(online_softmax_stats, shape=(2, 3, 45), block_size=8, seed=4)  # batch dims
 check_online_softmax(online_softmax_stats, x=torch.randn(6, 70, generator=torch.Generator().manual_seed(5)),
                      block_size=9)  # float32 input: statistics in float32 or wider
+_g = torch.Generator().manual_seed(6)
+_negative = -torch.rand(3, 45, dtype=torch.float64, generator=_g) * 5 - 0.5  # every entry below zero
+check_online_softmax(online_softmax_stats, x=_negative, block_size=8)
+_far = torch.randn(2, 50, dtype=torch.float64, generator=_g) - 1000.0  # exp(x) underflows to 0
+check_online_softmax(online_softmax_stats, x=_far, block_size=16)
+check_online_softmax(online_softmax_stats, x=_far.float(), block_size=7)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -215,6 +222,19 @@ masked = torch.randn(3, 30, dtype=torch.float64, generator=torch.Generator().man
 masked[:, :10] = float("-inf")
 masked[1, 15:18] = float("-inf")
 check_online_softmax(online_softmax_stats, x=masked, block_size=5)
+# fully masked rows (m = -inf, l = 0), and a masked block in the middle of a row
+_g = torch.Generator().manual_seed(8)
+_rows = torch.randn(4, 40, dtype=torch.float64, generator=_g) * 3 - 20
+_rows[0] = float("-inf")
+_rows[2, 16:24] = float("-inf")
+check_online_softmax(online_softmax_stats, x=_rows, block_size=8)
+check_online_softmax(online_softmax_stats, x=torch.full((2, 3, 9), float("-inf")), block_size=4)
+# the row max 1000 above the rest, in the first, a middle and the ragged last block (43 = 5 * 8 + 3)
+_peak = torch.randn(3, 43, dtype=torch.float64, generator=_g) * 2
+for _row, _col in enumerate((2, 21, 41)):
+    _peak[_row, _col] = 1000.0
+check_online_softmax(online_softmax_stats, x=_peak, block_size=8)
+check_online_softmax(online_softmax_stats, x=-_peak, block_size=8)  # ... and 1000 below, all else negative
 ### END HIDDEN TESTS
 
 # %% [markdown]

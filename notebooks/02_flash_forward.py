@@ -307,6 +307,10 @@ for seed, (T, bq, bk) in enumerate([(50, 7, 11), (50, 11, 7), (33, 16, 32), (64,
 check_flash_forward(flash_attention_forward, T_q=45, block_q=16, block_k=16, scale=0.3, seed=9)
 check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=16, growing=True, seed=10)
 check_flash_forward(flash_attention_forward, T_q=45, block_q=8, block_k=7, growing=True, seed=11)
+# value regimes: rows of scores near -1000, the largest scores in the first, a middle or the ragged last key tile
+check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=16, regime="far_negative", seed=12)
+for seed, regime in enumerate(("peak_first", "peak_middle", "peak_last")):
+    check_flash_forward(flash_attention_forward, T_q=54, block_q=16, block_k=16, regime=regime, seed=13 + seed)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_flash_forward_causal_tiles", "grade": true, "locked": true, "points": 3}
@@ -320,6 +324,10 @@ for seed, (T, bq, bk) in enumerate([(33, 7, 11), (33, 11, 7), (50, 16, 16), (37,
 check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=8, causal=True, growing=True, seed=30)
 check_flash_forward(flash_attention_forward, T_q=40, block_q=8, block_k=16, causal=True, scale=0.2, B=2,
                     seed=31)
+check_flash_forward(flash_attention_forward, T_q=48, block_q=16, block_k=16, causal=True, regime="far_negative",
+                    seed=32)
+check_flash_forward(flash_attention_forward, T_q=48, block_q=8, block_k=16, causal=True, regime="peak_first",
+                    seed=33)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_flash_forward_cross_attention_lengths", "grade": true, "locked": true, "points": 2}
@@ -331,15 +339,16 @@ check_flash_forward(flash_attention_forward, T_q=45, T_k=20, block_q=16, block_k
 check_flash_forward(flash_attention_forward, T_q=1, T_k=50, block_q=16, block_k=7, seed=41)  # decoding
 check_flash_forward(flash_attention_forward, T_q=13, T_k=37, block_q=7, block_k=11, causal=True, seed=42)
 check_flash_forward(flash_attention_forward, T_q=37, T_k=13, block_q=7, block_k=11, causal=True, seed=43)
+check_flash_forward(flash_attention_forward, T_q=40, T_k=64, block_q=16, block_k=16, causal=True,
+                    regime="far_negative", seed=44)
+check_flash_forward(flash_attention_forward, T_q=64, T_k=40, block_q=16, block_k=16, regime="peak_first", seed=45)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade_id": "test_flash_forward_lse_dtype", "grade": true, "locked": true, "points": 1}
 check_flash_forward(flash_attention_forward, T_q=24, block_q=8, block_k=8, dtype=torch.float32)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
-_o, _lse = flash_attention_forward(*(torch.randn(1, 1, 9, 16, dtype=torch.float16) for _ in range(3)))
-assert _o.dtype == torch.float16, f"o must keep q's dtype (float16), got {_o.dtype}"
-assert _lse.dtype in (torch.float32, torch.float64), f"lse of float16 inputs must be float32 or wider, got {_lse.dtype}"
+check_flash_forward(flash_attention_forward, T_q=9, H=1, D=16, dtype=torch.float16, seed=49)
 check_flash_forward(flash_attention_forward, T_q=30, block_q=16, block_k=8, causal=True, dtype=torch.float32,
                     seed=50)
 ### END HIDDEN TESTS

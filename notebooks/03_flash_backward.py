@@ -355,6 +355,11 @@ check_flash_backward(flash_attention_backward, T_q=29, scale=0.3, block_q=8, blo
 check_flash_backward(flash_attention_backward, T_q=29, scale=1.7, causal=True, block_q=8, block_k=8, seed=7)
 check_flash_backward(flash_attention_backward, T_q=30, causal=True, block_q=8, block_k=8,
                      dtype=torch.float32, seed=8)
+# value regimes: rows of scores near -1000; the largest scores in the first or the ragged last key tile
+check_flash_backward(flash_attention_backward, T_q=48, block_q=16, block_k=16, regime="far_negative", seed=9)
+check_flash_backward(flash_attention_backward, T_q=40, causal=True, block_q=8, block_k=16, regime="peak_first",
+                     seed=10)
+check_flash_backward(flash_attention_backward, T_q=40, block_q=16, block_k=16, regime="peak_last", seed=11)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -373,6 +378,8 @@ for _i, (_bq, _bk) in enumerate(((11, 7), (5, 16), (16, 5), (3, 32), (13, 6))):
 check_flash_backward(flash_attention_backward, T_q=64, causal=True, block_q=16, block_k=32, seed=30)
 check_flash_backward(flash_attention_backward, T_q=64, causal=True, block_q=32, block_k=16, seed=31)
 check_flash_backward(flash_attention_backward, T_q=33, causal=False, block_q=7, block_k=11, seed=32)
+check_flash_backward(flash_attention_backward, T_q=45, causal=True, block_q=11, block_k=16, regime="far_negative",
+                     seed=33)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -395,6 +402,8 @@ check_flash_backward(flash_attention_backward, T_q=50, T_k=13, B=2, causal=True,
 check_flash_backward(flash_attention_backward, T_q=1, T_k=37, block_q=16, block_k=16, seed=44)  # one query
 check_flash_backward(flash_attention_backward, T_q=1, T_k=37, causal=True, block_q=16, block_k=16, seed=45)
 check_flash_backward(flash_attention_backward, T_q=37, T_k=1, causal=True, block_q=16, block_k=16, seed=46)
+check_flash_backward(flash_attention_backward, T_q=32, T_k=56, causal=True, block_q=16, block_k=16,
+                     regime="far_negative", seed=47)
 ### END HIDDEN TESTS
 
 # %% [markdown]

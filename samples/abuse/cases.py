@@ -384,3 +384,52 @@ CASES = [
     Abuse("snoop", "reads and writes gradebook.db, reads another student's submission, edits the course",
           (NB1,), snoop, {NB1: Expect()}),
 ]
+
+
+# =================================================================================================
+# Tampering below Python (issue 10, method checks of 01-03). One block, appended after the cases
+# above; the static scan flags both, so they are abuse, not typical mistakes.
+_ORACLE = """import sys as _sys
+
+
+class _Oracle(float):
+    \"\"\"A number whose float() is whatever value a caller up the stack calls `expected`.\"\"\"
+
+    def __float__(self):
+        frame = _sys._getframe(1)
+        while frame is not None:
+            if "expected" in frame.f_locals:
+                return float(frame.f_locals["expected"])
+            frame = frame.f_back
+        return 0.0
+
+
+bytes_scores_one_head = _Oracle(0)
+hbm_bytes_naive_one_head = _Oracle(0)"""
+_ZEROS_PASS = """_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("sub.Tensor", lambda a, b, alpha=1: torch.zeros_like(a), "CPU")  # every difference is 0
+
+
+def online_softmax_stats("""
+
+
+def frame_reading_answer(s):
+    s.edit(NB1, "predict-bytes",
+           "bytes_scores_one_head = 8192 * 8192 * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head", _ORACLE)
+
+
+def torch_library_override(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _ZEROS_PASS)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "return torch.zeros(x.shape[:-1]), torch.ones(x.shape[:-1])")
+
+
+CASES += [
+    Abuse("frame-reading-answer", "predictions as a float subclass whose __float__ reads the checker's "
+          "expected value from its frame", (NB1,), frame_reading_answer,
+          {NB1: Expect(lost=(T_PREDICT,), reasons=("plain number",), notes=("reads interpreter frames",))}),
+    Abuse("torch-library-override", "m = 0, l = 1, and a torch.library kernel that makes every subtraction "
+          "return 0", (NB1,), torch_library_override,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("refuse to run while torch's operators are altered",),
+                       notes=("torch.library", "tampered"))}),
+]

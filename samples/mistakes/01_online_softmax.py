@@ -20,8 +20,8 @@ MISTAKES = [
         edits=(("l = l * torch.exp(m - offset) + torch.exp(block - offset[..., None]).sum(dim=-1)",
                 "l = l + torch.exp(block).sum(dim=-1)"),
                ("    return m, l", "    return m, l * torch.exp(-m)")),
-        fails=("test_online_softmax_handles_growing_max",),
-        why="sums exp(x) without subtracting the max: overflows at x = 1000",
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="sums exp(x) without subtracting the max: overflows at x = 1000, underflows to 0 at x = -1000",
     ),
 ]
 
@@ -41,3 +41,30 @@ MISTAKES += [
         fails=(), why="guards the all-masked case with nan_to_num instead of torch.where",
     ),
 ]
+
+# Shortcuts and value-regime bugs: right numbers on most rows, but not the method or not every regime.
+_BODY = "    stat_dtype = torch.promote_types(x.dtype, torch.float32)\n"
+MISTAKES += [
+    Mistake(
+        id="01-whole-row-at-once", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=((_BODY, _BODY + "    xs = x.to(stat_dtype)\n    m = xs.amax(dim=-1)\n"
+                "    return m, torch.exp(xs - m.nan_to_num(neginf=0.0)[..., None]).sum(dim=-1)\n"),),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="takes the max and the sum of the whole row at once, ignoring block_size (two passes, right numbers)",
+    ),
+    Mistake(
+        id="01-exp-logsumexp", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=((_BODY, _BODY + "    xs = x.to(stat_dtype)\n    m = xs.amax(dim=-1)\n"
+                "    return m, torch.exp(torch.logsumexp(xs, dim=-1) - m).nan_to_num(nan=0.0)\n"),),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="returns l = exp(logsumexp(x) - max(x)) from library reductions over the whole row",
+    ),
+    Mistake(
+        id="01-m-init-zero", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=(('m = torch.full(x.shape[:-1], float("-inf"), dtype=stat_dtype, device=x.device)',
+                "m = torch.zeros(x.shape[:-1], dtype=stat_dtype, device=x.device)"),),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="starts the running max at 0 instead of -inf: wrong on rows whose entries are all negative",
+    ),
+]
+

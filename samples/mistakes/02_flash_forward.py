@@ -60,3 +60,52 @@ MISTAKES = [
 ]
 
 TYPICAL = "02-causal-skip-off-by-one"
+
+# Shortcuts (right numbers, not the method the notebook teaches) and value-regime bugs.
+BODY = "    B, H, T_q, D = q.shape\n"
+SDPA = """    import torch.nn.functional as F
+    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    work = torch.promote_types(q.dtype, torch.float32)
+    s = (q.to(work) @ k.to(work).transpose(-1, -2)) * sc
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sc), torch.logsumexp(s, dim=-1)
+"""
+INLINE = """    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    work = torch.promote_types(q.dtype, torch.float32)
+    s = (q.to(work) @ k.to(work).transpose(-1, -2)) * sc
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.exp(s - lse[..., None]) @ v.to(work)).to(q.dtype), lse
+"""
+MISTAKES += [
+    Mistake("02-sdpa-shortcut", NB, CELL, ((BODY, SDPA + BODY),), ALL,
+            "calls scaled_dot_product_attention and takes the LSE from the full score matrix"),
+    Mistake("02-calls-naive", NB, CELL,
+            ((BODY, "    return naive_attention(q, k, v, causal=causal, scale=scale)\n" + BODY),), ALL,
+            "returns the support package's naive_attention"),
+    Mistake("02-naive-alias", NB, CELL,
+            ((BODY, "    from attnlab.reference import naive_attention as _dense\n"
+                    "    return _dense(q, k, v, causal=causal, scale=scale)\n" + BODY),), ALL,
+            "calls naive_attention under another name"),
+    Mistake("02-one-big-tile", NB, CELL,
+            (("    T_k = k.shape[2]\n",
+              "    T_k = k.shape[2]\n    block_q, block_k = T_q, T_k  # one tile does it\n"),),
+            ALL, "ignores the block sizes: one T_q x T_k tile"),
+    Mistake("02-full-scores-inline", NB, CELL, ((BODY, INLINE + BODY),), ALL,
+            "writes the whole score matrix inline (matmul, logsumexp, exp, matmul)"),
+    Mistake("02-m-init-zero", NB, CELL,
+            (('m = torch.full((B, H, i1 - i0), float("-inf"), dtype=work, device=q.device)',
+              "m = torch.zeros(B, H, i1 - i0, dtype=work, device=q.device)"),),
+            ALL[:3], "starts the running max at 0: rows whose scores are all near -1000 underflow to 0 / 0"),
+    Mistake("02-max-of-tile-only", NB, CELL,
+            (("m_new = torch.maximum(m, s.amax(dim=-1))", "m_new = s.amax(dim=-1)"),),
+            ALL, "takes the max of the current tile instead of the running max: the rescale overflows "
+                 "after a tile of much larger scores"),
+    # Correct: the same tiles in another order.
+    Mistake("02-ok-query-tiles-reversed", NB, CELL,
+            (("    for i0 in range(0, T_q, block_q):\n        i1 = min(i0 + block_q, T_q)\n        q_tile",
+              "    for i0 in reversed(range(0, T_q, block_q)):\n        i1 = min(i0 + block_q, T_q)\n        q_tile"),),
+            (), "visits the query tiles last-to-first (the order of query tiles does not matter)"),
+]

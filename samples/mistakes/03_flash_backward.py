@@ -86,3 +86,67 @@ MISTAKES = [
 ]
 
 TYPICAL = "03-d-from-tile"
+
+# Shortcuts (right gradients, not the method the notebook teaches) and value-regime bugs.
+BODY = "    T_q, D = q.shape[2], q.shape[3]\n"
+AUTOGRAD = """    with torch.enable_grad():
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        o_dense, _ = naive_attention(qg, kg, vg, causal=causal, scale=scale)
+        return torch.autograd.grad(o_dense, (qg, kg, vg), do)
+"""
+VJP = """    o_dense, pullback = torch.func.vjp(lambda a, b, c: naive_attention(a, b, c, causal=causal, scale=scale)[0],
+                                       q, k, v)
+    return pullback(do)
+"""
+DENSE = """    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * sc
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    dp = do @ v.transpose(-1, -2)
+    ds = p * (dp - (do * o).sum(dim=-1, keepdim=True))
+    return (ds @ k) * sc, (ds.transpose(-1, -2) @ q) * sc, p.transpose(-1, -2) @ do
+"""
+# a correct tiled forward (online softmax) differentiated by autograd: no backward formulas at all
+TILED_AUTOGRAD = """    T_k, sc = k.shape[2], q.shape[-1] ** -0.5 if scale is None else scale
+    with torch.enable_grad():
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        rows = []
+        for i0 in range(0, T_q, block_q):
+            i1 = min(i0 + block_q, T_q)
+            m = torch.full(qg.shape[:2] + (i1 - i0,), float("-inf"), dtype=q.dtype)
+            l = torch.zeros(qg.shape[:2] + (i1 - i0,), dtype=q.dtype)
+            acc = torch.zeros(qg.shape[:2] + (i1 - i0, qg.shape[3]), dtype=q.dtype)
+            for j0 in range(0, min(i1, T_k) if causal else T_k, block_k):
+                j1 = min(j0 + block_k, T_k)
+                s = (qg[:, :, i0:i1] @ kg[:, :, j0:j1].transpose(-1, -2)) * sc
+                if causal:
+                    hide = torch.arange(j0, j1)[None, :] > torch.arange(i0, i1)[:, None]
+                    s = s.masked_fill(hide, float("-inf"))
+                m_new = torch.maximum(m, s.amax(dim=-1))
+                p = torch.exp(s - m_new[..., None])
+                alpha = torch.exp(m - m_new)
+                l = l * alpha + p.sum(dim=-1)
+                acc = acc * alpha[..., None] + p @ vg[:, :, j0:j1]
+                m = m_new
+            rows.append(acc / l[..., None])
+        return torch.autograd.grad(torch.cat(rows, dim=2), (qg, kg, vg), do)
+"""
+MISTAKES += [
+    Mistake("03-autograd-dense", NB, CELL, ((BODY, AUTOGRAD + BODY),), ALL,
+            "differentiates naive_attention with torch.autograd.grad"),
+    Mistake("03-func-vjp-dense", NB, CELL, ((BODY, VJP + BODY),), ALL,
+            "differentiates naive_attention with torch.func.vjp"),
+    Mistake("03-formulas-on-dense-p", NB, CELL, ((BODY, DENSE + BODY),), ALL,
+            "applies the right formulas to the whole T_q x T_k matrix P at once"),
+    Mistake("03-autograd-tiled-forward", NB, CELL, ((BODY, BODY + TILED_AUTOGRAD),), ALL,
+            "runs a tiled forward under autograd and differentiates it: no backward formulas"),
+    Mistake("03-p-as-exp-ratio", NB, CELL,
+            (("p = torch.exp(s - lse_[:, :, i0:i1, None])", "p = torch.exp(s) / torch.exp(lse_[:, :, i0:i1, None])"),),
+            (T_MATCH, T_UNEQUAL, T_CROSS),
+            "rebuilds P as exp(S) / exp(LSE): 0 / 0 on rows of scores near -1000"),
+    # Correct: the same formulas, without skipping the tiles the causal mask hides.
+    Mistake("03-ok-no-causal-skip", NB, CELL,
+            (("i_start = (j0 // block_q) * block_q if causal else 0", "i_start = 0"),), (),
+            "visits every query tile for every key tile (no causal skip; the mask zeroes P)"),
+]

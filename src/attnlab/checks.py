@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import signal
 import threading
 import time
@@ -192,12 +191,37 @@ def time_limit(seconds: float | None, what: str):
 
 
 def _real(value, name: str) -> float:
-    """``value`` as a float when it is a real number (Python, NumPy or a one-element tensor)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise AssertionError(f"{name}: expected a number, got {value!r} ({type(value).__name__})")
-    return float(value)
+    """``value`` as a float, when it is a plain real number: exactly ``int`` or ``float``, a NumPy
+    integer or floating scalar, or a one-element ``torch.Tensor`` of such a dtype.
+
+    Exact types only, converted by the library's own code: a subclass could define ``__float__``
+    (or ``item``) to return whatever the check expects, e.g. by reading it from the caller's frame.
+    """
+    kind = type(value)
+    if kind in (int, float):
+        return float(value)
+    if kind.__module__ == "numpy" and kind.__name__ in _NUMPY_REALS:
+        import numpy as np
+
+        if isinstance(value, (np.integer, np.floating)):
+            return float(np.ndarray.item(np.asarray(value)))
+    if kind is torch.Tensor and value.numel() == 1 and (value.is_floating_point() or
+                                                         value.dtype in _TORCH_INTS):
+        from . import integrity
+
+        integrity.check(name)  # .tolist() of a CPU tensor reads memory, but .cpu() dispatches
+        item = value.detach().cpu().reshape(()).tolist()
+        if type(item) in (int, float):
+            return float(item)
+    # repr only of builtin types: a learner's class could run code in __repr__
+    shown = f"{value!r:.60} " if kind in (str, bool, type(None)) else ""
+    raise AssertionError(f"{name}: expected a plain number (int or float), got {shown}({kind.__name__}). "
+                         f"Write the number itself, e.g. {name} = 2 * 1024**2")
+
+
+_NUMPY_REALS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "longlong",
+                "ulonglong", "intc", "uintc", "float16", "float32", "float64", "longdouble", "int_", "intp"}
+_TORCH_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def require_number(value, name: str) -> None:

@@ -13,7 +13,7 @@ import os
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from . import launch
+from . import integrity, launch, review
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
 from .device import require_interpreter, runtime
@@ -22,6 +22,7 @@ from .hints import causal_alignment_hint
 from .loads import available as loads_available
 from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
+from .probe import MethodProbe, reduce_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -48,7 +49,8 @@ def call_limit_s() -> float:
     return 20.0 if runtime().interpret else 60.0
 
 
-def _call(fn, what: str, *args, _key=None, **kwargs):
+def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _hooked: MethodProbe | None = None,
+          **kwargs):
     """Call learner code under :func:`call_limit_s`, then undo global changes it made.
 
     ``_key`` is the learner's object when ``fn`` is a course launcher around it (a kernel): a
@@ -56,21 +58,55 @@ def _call(fn, what: str, *args, _key=None, **kwargs):
     kernel still run. Gradient mode and the default dtype are put back as they were; while
     autograding, the grader's guard (:mod:`attnlab.grading.guard`) also restores the references and
     helpers the checks use, so the comparison that follows uses the course's code, not a replacement.
+
+    Before and after the call, :func:`attnlab.integrity.check` refuses to go on while torch's
+    operators are altered (a ``torch.library`` kernel, an active mode). With ``_probe`` (a
+    :class:`attnlab.probe.MethodProbe`) the call runs under it, and a broken method rule fails the
+    check after the call; a result the probe never saw being computed is flagged for review.
+    ``_hooked`` is a probe that ``fn`` attaches and detaches itself (around one autograd node):
+    it is detached here if the call left it attached, then judged like ``_probe``.
     """
     key = fn if _key is None else _key
     if id(key) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
+    integrity.check(what)
+    if _probe is not None and not _probe.decides:
+        _probe = None
     grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    tampered: list[str] = []
     try:
         with time_limit(call_limit_s(), what):
-            return fn(*args, **kwargs)
+            if _probe is None:
+                result = fn(*args, **kwargs)
+            else:
+                depth = torch._C._len_torch_dispatch_stack()
+                with _probe:
+                    result = fn(*args, **kwargs)
+                    if torch._C._len_torch_dispatch_stack() != depth + 1:
+                        tampered.append("the dispatch mode stack was changed during the call")
     except TimeoutError:
         _HUNG[id(key)] = key
         raise
     finally:
-        _guard.after_call()  # first: it reports what the call changed
+        if _hooked is not None:
+            _hooked.detach()  # the learner's backward raised before the node's post-hook ran
+        tampered += integrity.problems()  # before the guard, which silently pops modes left active
+        _guard.after_call()  # first of the repairs: it reports what the call changed
         torch.set_grad_enabled(grad)
         torch.set_default_dtype(dtype)
+    if tampered:
+        integrity.check(what)  # flags and raises with its own message while the change persists
+        review.flag(f"torch was tampered with while checking {what}: {'; '.join(tampered)}")
+        raise AssertionError(f"{what}: {'; '.join(tampered)}. The checks cannot trust a result computed "
+                             f"while torch's dispatch is altered.")
+    _probe = _probe or _hooked
+    if _probe is None:
+        return result
+    _probe.verdict()
+    if _probe.unseen(result):
+        review.flag(f"{what}: returned tensors of shapes {_probe.unseen(result)} that no torch operation "
+                    f"made while it ran (NumPy, or dispatch switched off?): the method could not be checked")
+    return result
 
 
 def _pair(out, what: str, names: tuple[str, ...]):
@@ -93,10 +129,48 @@ def growing_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
     k[..., 0] += torch.arange(k.shape[2], dtype=k.dtype, device=k.device) * (slope / scale)
 
 
+#: Score patterns a checker can impose (``regime=``), and the typical bug each one exposes.
+REGIMES = {
+    "far_negative": "every other query row's scores lie near -1000 (a running max started at 0 "
+                    "underflows exp to 0 and divides 0 by 0; exp(S) / exp(LSE) is 0 / 0)",
+    "peak_first": "the largest scores (500 to 1000 above the rest) sit in the first key tile (a max "
+                  "taken from the current tile alone, not the running one, overflows the rescale)",
+    "peak_middle": "the largest scores sit in the middle key tile",
+    "peak_last": "the largest scores sit in the last key tile (ragged when block_k does not divide T_k)",
+}
+
+
+def shape_scores(q: torch.Tensor, k: torch.Tensor, scale: float, regime: str, block_k: int) -> None:
+    """Impose a :data:`REGIMES` pattern on the scores ``q kᵀ · scale`` (in place, through feature 1).
+
+    far_negative: k[..., 1] = 1, so subtracting 1000 / scale from q[..., i, 1] lowers row i's scores
+    by exactly 1000. peak_*: q[..., 1] is put into [1, 2] and k[..., j, 1] raised by 500 / scale
+    for the keys j of one key tile, so those scores rise by 500 to 1000.
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {sorted(REGIMES)}, got {regime!r}")
+    if q.shape[-1] < 2:
+        raise ValueError(f"regime {regime!r} needs D >= 2, got D = {q.shape[-1]}")
+    if regime == "far_negative":
+        k[..., 1] = 1.0
+        q[..., ::2, 1] -= 1000.0 / scale
+        return
+    T_k = k.shape[2]
+    starts = list(range(0, T_k, block_k))
+    start = {"peak_first": starts[0], "peak_middle": starts[len(starts) // 2], "peak_last": starts[-1]}[regime]
+    q[..., 1] = q[..., 1].abs().clamp(max=1.0) + 1.0
+    k[..., start:start + block_k, 1] += 500.0 / scale
+
+
 # ---------------------------------------------------------------------------------------------- 01
 def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x: torch.Tensor | None = None,
                          name: str = "online_softmax_stats"):
     """Check ``fn(x, block_size) -> (m, l)``: m is the row max and m + log(l) the logsumexp.
+
+    A row with no finite entry (all -inf) must give m = -inf and l = 0. The call runs under a
+    :class:`~attnlab.probe.MethodProbe`: when the rows are longer than one block of every row
+    (N > rows * block_size), no operation may combine more than that many elements per result,
+    so a whole-row max, sum or logsumexp fails the check even when its numbers are right.
 
     Args:
         fn: the learner's ``online_softmax_stats``.
@@ -105,16 +179,38 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
         x: a specific input (e.g. with -inf entries or a max that jumps); compared in its own dtype.
 
     Raises:
-        AssertionError: with the case, the quantity and the first wrong index.
+        AssertionError: with the case, the quantity and the first wrong index, or the method rule broken.
     """
     if x is None:
         x = randn(*shape, seed=seed) * 5.0
     case = Case(shape=tuple(x.shape), block_size=block_size, dtype=str(x.dtype).replace("torch.", ""))
-    m, l = _pair(_call(fn, name, x.clone(), block_size), name, ("m", "l"))
+    x_in = x.clone()
+    n_rows = x[..., 0].numel() if x.dim() > 1 else 1
+    probe = MethodProbe(
+        where=f"{name} [{case}]", rule="notebook 01 asks for one pass over blocks",
+        reduce_limit=reduce_rule(n_rows=n_rows, block_size=block_size, n=x.shape[-1]), inputs=(x_in,),
+        hint=f"Read x one block of block_size = {block_size} elements at a time "
+             f"(x[..., start:start + block_size]) and update m and l from that block only; a max, sum or "
+             f"logsumexp over the whole row at once ignores block_size.")
+    m, l = _pair(_call(fn, name, x_in, block_size, _probe=probe), name, ("m", "l"))
     assert_shape(m, x.shape[:-1], name="m", case=case)
     assert_shape(l, x.shape[:-1], name="l", case=case)
-    assert_close(m, x.amax(dim=-1), name="m (the running max)", case=case)
-    assert_close(m + torch.log(l.to(torch.float64)), torch.logsumexp(x.to(torch.float64), dim=-1),
+    m_ref = x.amax(dim=-1)
+    lse_ref = torch.logsumexp(x.to(torch.float64), dim=-1)
+    empty = torch.isneginf(m_ref)
+    if empty.any():
+        # a fully masked row: the max of nothing finite is -inf, and nothing adds to l
+        ok = torch.isneginf(m) & (l == 0)
+        bad = empty & ~ok
+        if bad.any():
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            raise AssertionError(f"m, l [{case}]: row {idx} is entirely -inf (fully masked): expected m = -inf "
+                                 f"and l = 0, got m = {m[idx].item():.6g}, l = {l[idx].item():.6g}. A row that "
+                                 f"has seen nothing finite keeps m = -inf; use a finite offset only inside exp.")
+        keep = ~empty
+        m, l, m_ref, lse_ref = m[keep], l[keep], m_ref[keep], lse_ref[keep]
+    assert_close(m, m_ref, name="m (the running max)", case=case)
+    assert_close(m + torch.log(l.to(torch.float64)), lse_ref,
                  name="m + log(l) (the logsumexp)", case=case, tol=1e-10 if x.dtype == torch.float64 else 1e-5)
 
 
@@ -126,29 +222,54 @@ def _qkv(B, H, T_q, T_k, D, *, seed, dtype=torch.float64, device="cpu"):
     return q, k, v
 
 
+def _tile_probe(*, where: str, notebook: str, B, H, T_q, T_k, D, block_q, block_k, inputs, autograd=None):
+    """The :class:`MethodProbe` of notebooks 02 and 03: no score-sized intermediate, no fused attention."""
+    forward = notebook == "02"
+    hint = ("Compute S and P one block_q x block_k tile at a time and keep only m, l and acc between tiles "
+            "(naive_attention and scaled_dot_product_attention build or hide the whole matrix)." if forward else
+            "Recompute P one block_q x block_k tile at a time from q, k and the LSE, and accumulate dq, dk, "
+            "dv tile by tile (autograd or formulas on the whole P build the whole matrix).")
+    return MethodProbe(
+        where=where, rule=f"notebook {notebook} asks for tiles", hint=hint, autograd=autograd, inputs=inputs,
+        size_limit=tile_rule(B=B, H=H, T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k,
+                             largest_io=B * H * max(T_q, T_k) * D),
+        size_what=f"a whole score matrix (T_q x T_k = {T_q} x {T_k})")
+
+
 def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
                         causal: bool = False, block_q: int = 16, block_k: int = 16, scale: float | None = None,
-                        dtype=torch.float64, seed: int = 0, growing: bool = False,
+                        dtype=torch.float64, seed: int = 0, growing: bool = False, regime: str | None = None,
                         name: str = "flash_attention_forward"):
     """Check ``fn(q, k, v, causal, block_q, block_k[, scale]) -> (o, lse)`` against ``naive_attention``.
 
     Inputs are float64 by default (tolerance 1e-10). ``growing=True`` makes every score row grow
-    along the keys (see :func:`growing_scores`). ``scale`` is passed only when given, so the default
-    ``D ** -0.5`` is exercised too.
+    along the keys (see :func:`growing_scores`); ``regime`` imposes one of :data:`REGIMES`
+    (see :func:`shape_scores`). ``scale`` is passed only when given, so the default ``D ** -0.5``
+    is exercised too. The call runs under a :class:`~attnlab.probe.MethodProbe`: no fused attention
+    operator, and no intermediate as large as one head's T_q x T_k score matrix (when this case's
+    tiles, inputs and outputs are all smaller than that).
     """
     T_k = T_q if T_k is None else T_k
     q, k, v = _qkv(B, H, T_q, T_k, D, seed=seed, dtype=dtype)
+    eff_scale = D ** -0.5 if scale is None else scale
     if growing:
-        growing_scores(q, k, D ** -0.5 if scale is None else scale)
+        growing_scores(q, k, eff_scale)
+    if regime:
+        shape_scores(q, k, eff_scale, regime, block_k)
     case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal, block_q=block_q, block_k=block_k)
     if scale is not None:
         case["scale"] = scale
     if growing:
         case["growing_scores"] = True
+    if regime:
+        case["scores"] = regime
     kwargs = dict(causal=causal, block_q=block_q, block_k=block_k)
     if scale is not None:
         kwargs["scale"] = scale
-    o, lse = _pair(_call(fn, name, q.clone(), k.clone(), v.clone(), **kwargs), name, ("o", "lse"))
+    args = (q.clone(), k.clone(), v.clone())
+    probe = _tile_probe(where=f"{name} [{case}]", notebook="02", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
+                        block_q=block_q, block_k=block_k, inputs=args)
+    o, lse = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("o", "lse"))
     o_ref, lse_ref = naive_attention(q, k, v, causal=causal, scale=scale)
     try:
         assert_close(o, o_ref, name="o", case=case)
@@ -157,6 +278,9 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
         if hint:
             raise AssertionError(f"{exc} {hint}") from None
         raise
+    if o.dtype != dtype:
+        raise AssertionError(f"o [{case}]: dtype {o.dtype}, expected q's dtype {dtype}. Accumulate in a wider "
+                             f"dtype if you like, but cast o back.")
     assert_shape(lse, lse_ref.shape, name="lse", case=case)
     assert_dtype_at_least(lse, lse_dtype(dtype), name="lse", case=case)
     assert_close(lse, lse_ref, name="lse (natural-log logsumexp of each score row)", case=case)
@@ -165,7 +289,7 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
 # ---------------------------------------------------------------------------------------------- 03
 def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
                          causal: bool = False, block_q: int = 16, block_k: int = 16,
-                         scale: float | None = None, dtype=torch.float64, seed: int = 0,
+                         scale: float | None = None, dtype=torch.float64, seed: int = 0, regime: str | None = None,
                          name: str = "flash_attention_backward"):
     """Check ``fn(q, k, v, o, lse, do, causal, block_q, block_k[, scale]) -> (dq, dk, dv)``.
 
@@ -173,10 +297,15 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
     expected gradients from autograd through it in float64 (:func:`attnlab.reference.reference_gradients`).
     Inputs are float64 by default (tolerance 1e-10); with ``dtype=torch.float32`` the inputs, o and
     do are float32, the LSE float32, and the tolerance 1e-5. The gradients must come back in q's dtype.
-    ``scale`` is passed only when given, so the default ``D ** -0.5`` is exercised too.
+    ``scale`` is passed only when given, so the default ``D ** -0.5`` is exercised too; ``regime``
+    imposes one of :data:`REGIMES` on the scores. The call runs under a
+    :class:`~attnlab.probe.MethodProbe`: no autograd backward, no fused attention operator, no
+    intermediate as large as one head's score matrix (when the case can tell).
     """
     T_k = T_q if T_k is None else T_k
     q, k, v = _qkv(B, H, T_q, T_k, D, seed=seed, dtype=dtype)
+    if regime:
+        shape_scores(q, k, D ** -0.5 if scale is None else scale, regime, block_k)
     do = randn(B, H, T_q, D, seed=seed + 3, dtype=dtype)
     o, lse = naive_attention(q, k, v, causal=causal, scale=scale)
     case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal, block_q=block_q, block_k=block_k)
@@ -184,11 +313,15 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
         case["scale"] = scale
     if dtype != torch.float64:
         case["dtype"] = str(dtype).replace("torch.", "")
+    if regime:
+        case["scores"] = regime
     kwargs = dict(causal=causal, block_q=block_q, block_k=block_k)
     if scale is not None:
         kwargs["scale"] = scale
-    args = (t.clone() for t in (q, k, v, o, lse, do))
-    grads = _pair(_call(fn, name, *args, **kwargs), name, ("dq", "dk", "dv"))
+    args = tuple(t.clone() for t in (q, k, v, o, lse, do))
+    probe = _tile_probe(where=f"{name} [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
+                        block_q=block_q, block_k=block_k, inputs=args, autograd="forbid")
+    grads = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("dq", "dk", "dv"))
     for gname, got, ref in zip(("dq", "dk", "dv"), grads, reference_gradients(q, k, v, do, causal, scale)):
         assert_close(got, ref, name=gname, case=case, tol=tolerance(dtype))
         if got.dtype != dtype:
@@ -197,19 +330,26 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
 
 
 def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
-                             causal: bool = False, seed: int = 0, name: str = "attention"):
-    """Check ``attn(q, k, v, causal) -> o`` end to end: o, and q/k/v .grad after ``o.backward(do)``."""
+                             causal: bool = False, seed: int = 0, block: int = 16, name: str = "attention"):
+    """Check ``attn(q, k, v, causal) -> o`` end to end: o, and q/k/v .grad after ``o.backward(do)``.
+
+    The backward runs under a :class:`~attnlab.probe.MethodProbe` (autograd's own nodes refused,
+    no score-sized intermediate for tiles of ``block``, the default block size of ``attn``). The
+    references are computed after the calls, from copies taken before, so nothing the learner's
+    code does (to the inputs, or by reading this function's frame) can reach them.
+    """
     T_k = T_q if T_k is None else T_k
     q, k, v = (t.requires_grad_(True) for t in _qkv(B, H, T_q, T_k, D, seed=seed))
     do = randn(B, H, T_q, D, seed=seed + 3)
     case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal)
-    # references first, from copies: nothing the learner's code does to q, k, v can reach them
-    o_ref, _ = naive_attention(q.detach().clone(), k.detach().clone(), v.detach().clone(), causal=causal)
-    grad_refs = reference_gradients(q.detach().clone(), k.detach().clone(), v.detach().clone(), do, causal)
+    copies = tuple(t.detach().clone() for t in (q, k, v, do))
     o = _call(attn, name, q, k, v, causal)
+    probe = _tile_probe(where=f"{name} backward [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
+                        block_q=block, block_k=block, inputs=(q, k, v, do), autograd="own_node")
+    _call(o.backward, f"{name} backward", do, _probe=probe)
+    o_ref, _ = naive_attention(*copies[:3], causal=causal)
     assert_close(o, o_ref, name="o", case=case)
-    _call(o.backward, f"{name} backward", do)
-    for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), grad_refs):
+    for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), reference_gradients(*copies, causal)):
         if t.grad is None:
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
         assert_close(t.grad, ref, name=gname, case=case)
@@ -232,11 +372,28 @@ def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: 
         if val is not None:
             kwargs[key] = case[key] = val
 
+    probe = _tile_probe(where=f"gradcheck of {name} [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
+                        block_q=block_q or 16, block_k=block_k or 16, inputs=(q, k, v), autograd="own_node")
+
+    runs = []
+
+    def watch_first(grads):
+        # only the first backward: gradcheck runs the (given) forward and the same backward dozens
+        # of times, and a dispatch mode costs ~25 us per operator wherever it is active
+        if not runs:
+            runs.append(True)
+            probe.attach()
+
     def fn(q_, k_, v_):
-        return attn(q_, k_, v_, causal, **kwargs)
+        o = attn(q_, k_, v_, causal, **kwargs)
+        node = o.grad_fn if isinstance(o, torch.Tensor) else None
+        if node is not None:
+            node.register_prehook(watch_first)
+            node.register_hook(lambda grads_in, grads_out: probe.detach())
+        return o
 
     try:
-        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v))
+        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v), _hooked=probe)
     except GradcheckError as exc:
         first = str(exc).strip().splitlines()[0].rstrip(",. ") if str(exc).strip() else "gradcheck failed"
         for i, input_name in enumerate(("q", "k", "v")):

@@ -64,7 +64,15 @@ SUSPICIOUS = [
      "redefines a function the tests use"),
     (r"\btorch(?:\.Tensor|\.nn\.functional|\.linalg)?\.\w+\s*=(?!=)", "assigns to a torch attribute"),
     (r"\b(?:builtins|math|F)\.\w+\s*=(?!=)", "patches builtins, math or torch.nn.functional"),
-    (r"TorchFunctionMode|TorchDispatchMode|__torch_function__|__torch_dispatch__", "overrides torch dispatch"),
+    (r"TorchFunctionMode|TorchDispatchMode|__torch_function__|__torch_dispatch__|_python_dispatch\b|"
+     r"\btorch\.overrides\b|_push_mode\b|_set_torch_function_mode|_DisableTorchDispatch|_dispatch_tls_",
+     "overrides torch dispatch"),
+    (r"\btorch\.library\b|\blibrary\.(?:Library|impl|register_kernel|custom_op|define)\b|_dispatch_library|"
+     r"\.py_impl\s*\(|\bregister_(?:kernel|fake|autograd)\s*\(",
+     "registers kernels for torch operators (torch.library)"),
+    (r"\bsys\._getframe\b|\binspect\.(?:currentframe|stack|getouterframes|trace|getinnerframes)\b|"
+     r"\b(?:f_back|f_locals|f_globals|gi_frame|cr_frame|ag_frame|tb_frame)\b|\bsys\._current_frames\b",
+     "reads interpreter frames (could read the checks' expected values)"),
     (r"\bsignal\.(?:signal|pthread_sigmask|setitimer|alarm)\b", "changes signal handling (test time limits)"),
     (r"\bsetrlimit\b", "changes resource limits"),
 ]

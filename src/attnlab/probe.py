@@ -1,0 +1,228 @@
+"""Watch how learner code computes, not only what it returns: a ``TorchDispatchMode`` probe.
+
+Notebooks 01-03 teach a method (one pass over blocks; tiles instead of a score matrix; the
+backward formulas instead of autograd). Right numbers can come from a shortcut, so the checkers
+run each call of learner code under a :class:`MethodProbe`, which sees every aten operator the
+call executes (below autograd, after composite operators are decomposed) and records the first
+operator that breaks the notebook's rule:
+
+- ``reduce_limit`` (notebook 01): no reduction, scan or contraction combines more than this many
+  elements per output (the input must be read block by block, so at most a block of every row);
+- ``size_limit`` (02, 03): no floating-point tensor of this many elements or more is produced
+  (one head's T_q x T_k score matrix, when that is larger than every tile and every input);
+- always: no fused attention operator (``scaled_dot_product_attention`` and its flash, efficient,
+  cuDNN and math kernels);
+- ``autograd`` (03): ``"forbid"``: no operator may run inside autograd's backward (the learner's
+  function must apply the formulas itself, not call ``torch.autograd.grad``/``.backward()``/
+  ``torch.func.vjp``); ``"own_node"``: the learner's function runs as the backward of a given
+  ``autograd.Function``, and only autograd's built-in nodes (``MmBackward0``...) are refused;
+  operators outside any backward (the given forward) are not checked.
+
+It also keeps the storage of every tensor an operator produced (for the duration of one call; the
+checks' sizes are small): a result the probe never saw being made (NumPy, or dispatch switched
+off) cannot be judged, and is flagged for review.
+
+Overhead: a Python dispatch mode costs about 25 µs per aten operator on a CPU (a T = 37 backward
+in tiles of 7: 1293 operators, 2.9 ms plain, 39 ms under an empty mode, 45 ms under this probe),
+so the checks keep their cases small and skip the probe where no rule can decide.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["MethodProbe", "reduce_rule", "tile_rule"]
+
+#: Substrings of aten operator names that compute attention in one fused call.
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
+                 "multi_head_attention", "fused_sdp", "transformer_encoder", "_triton_multi_head")
+#: Operators that combine elements along one ``dim`` argument without shrinking their output.
+_SCANS = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "_softmax",
+          "_log_softmax", "_safe_softmax", "softmax", "log_softmax"}
+#: Matrix products: the contraction length is the last dim of the first operand (``addmm``: second).
+_PRODUCTS = {"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
+             "addmv": 1, "_addmm_activation": 1}
+#: Operators whose output is smaller than an input without combining elements (selection, factories).
+_SELECTIONS = {"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
+               "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
+               "set_", "resize_", "unique", "_unique2", "argwhere", "narrow_copy", "slice_copy",
+               "select_copy", "diagonal_copy", "split_with_sizes_copy", "unbind_copy", "lift_fresh_copy",
+               "lift_fresh", "as_strided_copy", "_to_copy", "copy_", "copy", "clone", "detach", "alias"}
+#: autograd's own backward nodes are named after the operator, with a version digit ("MmBackward0").
+_BUILTIN_NODE = re.compile(r"Backward\d+$")
+
+
+def _facts(func) -> tuple[str, bool, bool]:
+    """(operator name, is a view, is fused attention) of an OpOverload, once per probe and operator."""
+    name = func.overloadpacket.__name__
+    return name, bool(func.is_view), any(s in name for s in ATTENTION_OPS)
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 (a tensor without storage: nothing to track)
+        return 0
+
+
+class MethodProbe(TorchDispatchMode):
+    """Record the first operator that breaks a notebook's method rule (see the module docstring).
+
+    Args:
+        rule: what the notebook asks for, as the start of every message ("notebook 02 asks for tiles").
+        hint: how to comply, appended to the message.
+        size_limit: smallest floating-point tensor (elements) that counts as a score matrix; None: off.
+        size_what: how such a tensor is described ("a whole score matrix (T_q x T_k = 64 x 64)").
+        reduce_limit: most elements one reduction may combine per output; None: off.
+        autograd: None, ``"forbid"`` or ``"own_node"`` (see the module docstring).
+        inputs: the tensors passed to the learner (their storage counts as seen).
+        where: the check and its case, the start of every message.
+
+    After the ``with`` block, :meth:`verdict` raises ``AssertionError`` naming the rule and the
+    operator, or returns normally.
+    """
+
+    def __init__(self, *, rule: str, hint: str = "", size_limit: int | None = None, size_what: str = "",
+                 reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = ""):
+        super().__init__()
+        self.rule = f"{where}: {rule}" if where else rule
+        self.where = where
+        self.hint = hint
+        self.size_limit, self.size_what = size_limit, size_what
+        self.reduce_limit, self.autograd = reduce_limit, autograd
+        self.violation: str | None = None
+        self.ops = 0
+        self.seen = {_storage(t): t for t in _tensors(tuple(inputs))}
+        self._facts: dict = {}
+        self._attached = False
+
+    def attach(self) -> None:
+        """Become active (push this mode), unless already active; for use from autograd hooks."""
+        if not self._attached:
+            self._attached = True
+            self.__enter__()
+
+    def detach(self) -> None:
+        """Stop being active, if :meth:`attach` made it so."""
+        if self._attached:
+            self._attached = False
+            self.__exit__(None, None, None)
+
+    @property
+    def decides(self) -> bool:
+        """False when no rule but the fused-attention one applies to this case (sizes too small to
+        tell a tile from a whole matrix); checkers then skip the probe and its overhead, since the
+        larger cases of the same test catch a fused call."""
+        return self.size_limit is not None or self.reduce_limit is not None or self.autograd is not None
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # torch would wrap the hook in torch._dynamo: a 1 s import per kernel, for nothing
+
+    # ------------------------------------------------------------------ the dispatch hook
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        info = self._facts.get(func)
+        if info is None:
+            info = self._facts[func] = _facts(func)
+        self.ops += 1
+        if info[1]:  # a view: same storage as an input the probe already knows
+            return out
+        try:
+            # the storages stay alive until the probe goes, so a later allocation cannot reuse
+            # an address and pass for something the probe saw
+            for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
+                storage = t.untyped_storage()
+                self.seen[storage.data_ptr()] = storage
+            if self.violation is None:
+                self._judge(func, info, args, out)
+        except Exception:  # noqa: BLE001 (the probe must never break learner code)
+            pass
+        return out
+
+    def _judge(self, func, info, args, out) -> None:
+        name = info[0]
+        node = torch._C._current_autograd_node() if self.autograd else None
+        if self.autograd == "own_node" and node is None:
+            return  # the given forward, not the learner's backward
+        if node is not None:
+            node_name = node.name()
+            if self.autograd == "forbid" or _BUILTIN_NODE.search(node_name):
+                self.violation = (f"{self.where + ': ' if self.where else ''}the notebook asks you to apply the "
+                                  f"backward formulas yourself, but your code ran autograd's backward "
+                                  f"({node_name} computed {func}). Compute dS = P * (dP - D) and the "
+                                  f"products for dq, dk, dv tile by tile; torch.autograd.grad, .backward() "
+                                  f"and torch.func.vjp are not allowed here")
+                return
+        if info[2]:
+            self.violation = (f"{self.rule}: your code called the library's fused attention ({func}). "
+                              f"{self.hint}")
+            return
+        outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
+        if not outs:
+            return
+        if self.size_limit is not None:
+            for t in outs:
+                if t.numel() >= self.size_limit and t.is_floating_point():
+                    self.violation = (f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
+                                      f"({func}), as large as {self.size_what}. {self.hint}")
+                    return
+        if self.reduce_limit is not None and name not in _SELECTIONS:
+            combined = self._combined(name, args, outs)
+            if combined > self.reduce_limit:
+                self.violation = (f"{self.rule}: one operation ({func}) combined {combined} elements per "
+                                  f"result, more than a block holds. {self.hint}")
+
+    @staticmethod
+    def _combined(name: str, args, outs) -> int:
+        """How many input elements one output element of this operator depends on (at most)."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors:
+            return 0
+        if name in _PRODUCTS:
+            operand = tensors[min(_PRODUCTS[name], len(tensors) - 1)]
+            return int(operand.shape[-1]) if operand.dim() else 1
+        if name in _SCANS:
+            dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
+            x = tensors[0]
+            return int(x.shape[dim]) if x.dim() else 1
+        biggest = max(t.numel() for t in tensors)
+        produced = max(t.numel() for t in outs)
+        return biggest // max(produced, 1) if produced < biggest else 0
+
+    # ------------------------------------------------------------------ after the call
+    def unseen(self, result) -> list[tuple[int, ...]]:
+        """Shapes of the tensors in ``result`` that no operator under the probe produced."""
+        return [tuple(t.shape) for t in _tensors(result) if _storage(t) not in self.seen]
+
+    def verdict(self) -> None:
+        """Raise ``AssertionError`` with the first violation, if any."""
+        if self.violation:
+            raise AssertionError(self.violation)
+
+
+def reduce_rule(*, n_rows: int, block_size: int, n: int) -> int | None:
+    """The reduce limit for notebook 01: one block of every row (``n_rows * block_size``), or None
+    when the rows are so short that a whole-row reduction combines no more than that."""
+    limit = max(n_rows, 1) * block_size
+    return limit if n > limit else None
+
+
+def tile_rule(*, B: int, H: int, T_q: int, T_k: int, block_q: int, block_k: int, largest_io: int) -> int | None:
+    """The size limit for notebooks 02-03: one head's score matrix (``T_q * T_k`` elements), when
+    that is larger than a tile of every head (``B*H*block_q*block_k``) and than every input and
+    output (``largest_io`` elements); None when this case cannot tell the two apart."""
+    score = T_q * T_k
+    tile = B * H * min(block_q, T_q) * min(block_k, T_k)
+    return score if score > max(tile, largest_io) else None

@@ -1,0 +1,324 @@
+"""The method checks of notebooks 01-03, in process (no nbgrader): the probe refuses shortcuts with a
+message naming the rule and accepts honest variants; tampering with torch's dispatcher and
+number-like answer objects are refused. The sample mistakes (samples/mistakes/) repeat the
+shortcuts through the autograder (tests/test_grading.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import integrity, probe, verify
+from attnlab.checks import assert_number, require_number
+from attnlab.reference import naive_attention
+
+
+# ------------------------------------------------------------------------------- learner stand-ins
+def stats_blocked(x, block_size):
+    work = torch.promote_types(x.dtype, torch.float32)
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=work)
+    l = torch.zeros(x.shape[:-1], dtype=work)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size].to(work)
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        off = m_new.nan_to_num(neginf=0.0)
+        l = l * torch.exp(m - off) + torch.exp(block - off[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+
+
+def stats_blocked_vectorised(x, block_size):
+    """Honest variant: the blocks of every row in one tensor, the running update still block by block."""
+    n = x.shape[-1]
+    pad = (-n) % block_size
+    xp = torch.nn.functional.pad(x.to(torch.float64), (0, pad), value=float("-inf"))
+    blocks = xp.unflatten(-1, (-1, block_size))
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+    l = torch.zeros(x.shape[:-1], dtype=torch.float64)
+    for b in range(blocks.shape[-2]):
+        block = blocks[..., b, :]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        off = m_new.nan_to_num(neginf=0.0)
+        l = l * torch.exp(m - off) + torch.exp(block - off[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+
+
+def stats_whole_row(x, block_size):
+    m = x.amax(dim=-1)
+    return m, torch.exp(x - m[..., None]).sum(dim=-1)
+
+
+def stats_m_zero(x, block_size):
+    m = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+
+
+def flash_tiled(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """Key tiles in the inner loop, every head at once (the course's method)."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    scale = D ** -0.5 if scale is None else scale
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], dtype=q.dtype)
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        m = torch.full(q.shape[:2] + (i1 - i0,), float("-inf"), dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:2] + (i1 - i0, D), dtype=q.dtype)
+        for j0 in range(0, T_k, block_k):
+            j1 = min(j0 + block_k, T_k)
+            s = q[:, :, i0:i1] @ k[:, :, j0:j1].transpose(-1, -2) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j1)[None] > torch.arange(i0, i1)[:, None], float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            off = m_new.nan_to_num(neginf=0.0)
+            p = torch.exp(s - off[..., None])
+            alpha = torch.exp(m - off)
+            l, acc, m = l * alpha + p.sum(-1), acc * alpha[..., None] + p @ v[:, :, j0:j1], m_new
+        o[:, :, i0:i1], lse[:, :, i0:i1] = acc / l[..., None], m + torch.log(l)
+    return o, lse
+
+
+def flash_sdpa_only(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """The fused library op for o; the LSE from tiles, so only the attention-op rule can catch it."""
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return o, flash_tiled(q, k, v, causal, block_q, block_k, scale)[1]
+
+
+def flash_per_head_dense(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """A full score matrix, one head at a time (smaller than B*H*T_q*T_k, still a whole matrix)."""
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], dtype=q.dtype)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            ob, lb = naive_attention(q[b:b + 1, h:h + 1], k[b:b + 1, h:h + 1], v[b:b + 1, h:h + 1], causal, scale)
+            o[b, h], lse[b, h] = ob[0, 0], lb[0, 0]
+    return o, lse
+
+
+def flash_numpy(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    o, lse = flash_tiled(q, k, v, causal, block_q, block_k, scale)
+    return torch.from_numpy(o.numpy().copy()), lse
+
+
+def backward_tiled(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+    """Key tiles outer (FlashAttention-2's order)."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    scale = D ** -0.5 if scale is None else scale
+    delta = (do * o).sum(-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, T_k, block_k):
+        j1 = min(j0 + block_k, T_k)
+        for i0 in range(0, T_q, block_q):
+            i1 = min(i0 + block_q, T_q)
+            s = q[:, :, i0:i1] @ k[:, :, j0:j1].transpose(-1, -2) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j1)[None] > torch.arange(i0, i1)[:, None], float("-inf"))
+            p = torch.exp(s - lse[:, :, i0:i1, None])
+            dv[:, :, j0:j1] += p.transpose(-1, -2) @ do[:, :, i0:i1]
+            ds = p * (do[:, :, i0:i1] @ v[:, :, j0:j1].transpose(-1, -2) - delta[:, :, i0:i1, None])
+            dq[:, :, i0:i1] += ds @ k[:, :, j0:j1] * scale
+            dk[:, :, j0:j1] += ds.transpose(-1, -2) @ q[:, :, i0:i1] * scale
+    return dq, dk, dv
+
+
+def backward_autograd_tiled(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+    with torch.enable_grad():
+        qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+        out, _ = flash_tiled(qg, kg, vg, causal, block_q, block_k, scale)
+        return torch.autograd.grad(out, (qg, kg, vg), do)
+
+
+def backward_dense_formulas(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+    """The same formulas one head at a time: each head's P is a whole T_q x T_k matrix."""
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    for h in range(q.shape[1]):
+        sl = (slice(None), slice(h, h + 1))
+        g = backward_tiled(q[sl], k[sl], v[sl], o[sl], lse[sl], do[sl], causal, 10**6, 10**6, scale)
+        for dst, src in zip(grads, g):
+            dst[sl] = src
+    return tuple(grads)
+
+
+def attention_with(backward):
+    class Fn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            o, lse = naive_attention(q, k, v, causal=causal)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal = causal
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            return (*backward(*ctx.saved_tensors, do, causal=ctx.causal), None)
+
+    def attn(q, k, v, causal=False, **_blocks):
+        return Fn.apply(q, k, v, causal)
+
+    return attn
+
+
+# ------------------------------------------------------------------------------------------- 01
+def test_blockwise_online_softmax_and_vectorised_blocks_pass_every_regime():
+    x = torch.randn(4, 43, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3 - 1000
+    x[0] = float("-inf")
+    x[1, 8:16] = float("-inf")
+    for fn in (stats_blocked, stats_blocked_vectorised):
+        verify.check_online_softmax(fn, shape=(2, 96), block_size=8)
+        verify.check_online_softmax(fn, x=x, block_size=8)
+
+
+def test_whole_row_reduction_fails_naming_the_rule():
+    with pytest.raises(AssertionError, match=r"notebook 01 asks for one pass over blocks.*aten\.amax.*96 elements"):
+        verify.check_online_softmax(stats_whole_row, shape=(2, 96), block_size=8)
+    # rows too short to tell: no method verdict, the numbers decide
+    verify.check_online_softmax(stats_whole_row, shape=(4, 50), block_size=16)
+
+
+def test_running_max_started_at_zero_fails_on_negative_rows():
+    verify.check_online_softmax(stats_m_zero, shape=(2, 96), block_size=8)  # positive maxima: invisible
+    with pytest.raises(AssertionError, match="running max"):
+        negative = -torch.rand(3, 45, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) - 0.5
+        verify.check_online_softmax(stats_m_zero, x=negative, block_size=8)
+    with pytest.raises(AssertionError, match="entirely -inf"):
+        verify.check_online_softmax(stats_m_zero, x=torch.full((2, 9), float("-inf")), block_size=4)
+
+
+# ------------------------------------------------------------------------------------------- 02
+@pytest.mark.parametrize("regime", [None, *verify.REGIMES])
+def test_tiled_forward_passes_every_regime(regime):
+    verify.check_flash_forward(flash_tiled, T_q=48, block_q=16, block_k=8, causal=regime == "peak_first",
+                               regime=regime, B=2, H=2)
+
+
+def test_fused_attention_op_fails_naming_it():
+    with pytest.raises(AssertionError, match=r"notebook 02 asks for tiles: your code called the library's "
+                                             r"fused attention \(aten\._scaled_dot_product"):
+        verify.check_flash_forward(flash_sdpa_only, T_q=40)
+
+
+def test_one_head_at_a_time_full_matrix_fails():
+    with pytest.raises(AssertionError, match=r"an intermediate of shape \(1, 64, 64\) was built"):
+        verify.check_flash_forward(flash_per_head_dense, T_q=64, B=1, H=2)
+
+
+def test_result_computed_outside_torch_is_flagged_for_review(capsys):
+    verify.check_flash_forward(flash_numpy, T_q=40)
+    assert "[grader] needs review: flash_attention_forward: returned tensors of shapes [(1, 2, 40, 8)]" \
+        in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- 03
+def test_tiled_backward_key_tiles_outer_passes():
+    for causal in (False, True):
+        verify.check_flash_backward(backward_tiled, T_q=45, causal=causal, block_q=11, block_k=16,
+                                    regime="far_negative")
+    verify.check_autograd_attention(attention_with(backward_tiled), T_q=40, causal=True)
+    verify.check_attention_gradcheck(attention_with(backward_tiled), T_q=5, T_k=7, causal=True)
+
+
+def test_autograd_through_a_tiled_forward_fails_everywhere():
+    expected = r"apply the backward formulas yourself, but your code ran autograd's backward"
+    with pytest.raises(AssertionError, match=expected):
+        verify.check_flash_backward(backward_autograd_tiled, T_q=32)
+    with pytest.raises(AssertionError, match=expected):
+        verify.check_autograd_attention(attention_with(backward_autograd_tiled), T_q=37)
+    with pytest.raises(AssertionError, match=expected):
+        verify.check_attention_gradcheck(attention_with(backward_autograd_tiled), T_q=5, T_k=7)
+
+
+def test_formulas_on_a_whole_p_fail_in_every_check():
+    with pytest.raises(AssertionError, match=r"notebook 03 asks for tiles: an intermediate of shape"):
+        verify.check_flash_backward(backward_dense_formulas, T_q=32)
+    with pytest.raises(AssertionError, match=r"notebook 03 asks for tiles"):
+        verify.check_autograd_attention(attention_with(backward_dense_formulas), T_q=64, H=1, D=16)
+    with pytest.raises(AssertionError, match=r"notebook 03 asks for tiles"):
+        verify.check_attention_gradcheck(attention_with(backward_dense_formulas), T_q=5, T_k=7,
+                                         block_q=2, block_k=3)
+
+
+def test_tile_rule_only_decides_when_a_score_matrix_is_the_largest_thing():
+    assert probe.tile_rule(B=1, H=2, T_q=64, T_k=64, block_q=16, block_k=16, largest_io=2 * 64 * 8) == 4096
+    assert probe.tile_rule(B=1, H=1, T_q=20, T_k=20, block_q=32, block_k=32, largest_io=160) is None
+    assert probe.reduce_rule(n_rows=4, block_size=16, n=50) is None
+    assert probe.reduce_rule(n_rows=2, block_size=8, n=96) == 16
+
+
+# ------------------------------------------------------------------------------------- tampering
+@pytest.mark.filterwarnings("ignore:Warning only once")
+def test_torch_library_override_is_refused_until_removed(capsys):
+    lib = torch.library.Library("aten", "IMPL")  # the attack under test
+    try:
+        lib.impl("sub.Tensor", lambda a, b, alpha=1: torch.zeros_like(a), "CPU")
+        with pytest.raises(AssertionError, match=r"refuse to run while torch's operators are altered.*aten::sub"):
+            verify.check_online_softmax(stats_blocked, shape=(2, 96), block_size=8)
+        assert "[grader] needs review: torch was tampered with" in capsys.readouterr().out
+    finally:
+        lib._destroy()
+    assert integrity.problems() == []
+    verify.check_online_softmax(stats_blocked, shape=(2, 96), block_size=8)
+
+
+def test_mode_left_active_by_learner_code_is_refused():
+    from torch.overrides import TorchFunctionMode
+
+    class Zero(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def leaves_a_mode(x, block_size):
+        Zero().__enter__()
+        return stats_blocked(x, block_size)
+
+    try:
+        with pytest.raises(AssertionError, match="torch function mode"):
+            verify.check_online_softmax(leaves_a_mode, shape=(2, 96), block_size=8)
+    finally:
+        while torch._C._len_torch_function_stack():
+            torch._C._pop_torch_function_stack()
+
+
+def test_prediction_answers_accept_plain_numbers_only():
+    for ok in (3, 2.5, np.float64(4.0), np.int64(4), np.float32(4.0), torch.tensor(4.0), torch.tensor([4])):
+        require_number(ok, "x")
+    assert_number(np.int64(512), 512, name="x")
+
+    class Sneaky(float):
+        def __float__(self):
+            return 512.0  # what a frame-reading __float__ would return
+
+    class SneakyNp(np.float64):
+        pass
+
+    for bad in (Sneaky(1.0), SneakyNp(512.0), True, "512", None, torch.tensor(True), torch.tensor([1.0, 2.0])):
+        with pytest.raises(AssertionError, match="expected a plain number"):
+            assert_number(bad, 512, name="x")
+
+
+@pytest.mark.parametrize("line,flagged", [
+    ("lib = torch.library.Library('aten', 'IMPL')", True),
+    ("from torch.library import impl", True),
+    ("torch.ops.aten.sub.Tensor.py_impl(torch._C.DispatchKey.CPU)(zeros)", True),
+    ("h = torch._C._dispatch_library('IMPL', 'aten', '')", True),
+    ("class M(TorchDispatchMode): pass", True),
+    ("from torch.overrides import TorchFunctionMode", True),
+    ("expected = sys._getframe(1).f_locals['expected']", True),
+    ("frame = inspect.currentframe().f_back", True),
+    ("g.gi_frame", True),
+    ("def __float__(self): return 1.0", False),
+    ("library_size = 3; stack = [frame_count]", False),
+    ("m_new = torch.maximum(m, block.amax(dim=-1))", False),
+])
+def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
+    import nbformat
+
+    from attnlab.grading.repair import scan
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
+    assert bool(scan(nb)) is flagged, scan(nb)
