@@ -642,8 +642,9 @@ else:
 #
 # Plain `tl.dot` kernels reach about 0.8x the vendor's backward and beat FlashAttention-2's by
 # 1.3x; the rest of the gap is Hopper-specific machinery (TMA loads, warp-specialised pipelines).
-#
-# ![Backward and forward+backward TFLOP/s on an H200](https://raw.githubusercontent.com/attention-kernels-lab/attention-kernels-lab/main/notes/gpu/2026-11-30/backward.png)
+
+# %% nbgrader={"grade_id": "plot-measured", "locked": true}
+bench.show_recorded_plot("backward_h200.png", "backward and forward + backward TFLOP/s against T, D = 64 and 128")
 
 # %% [markdown]
 # ## 6. Your own forward with your backward (ungraded)

@@ -160,3 +160,20 @@ def test_load_earlier_kernel_finds_the_first_assignment_or_says_why(tmp_path, mo
     nbformat.write(nb, beyond / "05_triton_flash.ipynb")  # the folder of the notebook comes first
     assert load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel") is None
     assert "could not be loaded" in capsys.readouterr().out
+
+
+def test_recorded_plots_ship_with_the_package_and_show(capsys, monkeypatch):
+    """07 and 08 show their H200 plots from package data (no raw GitHub address: Colab has no notes/)."""
+    import IPython.display
+
+    from attnlab import bench
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    for name in ("backward_h200.png", "decode_h200.png"):
+        bench.show_recorded_plot(name, "a plot")
+        assert shown.pop().data[:8] == b"\x89PNG\r\n\x1a\n", name
+    bench.show_recorded_plot("missing.png", "a plot")
+    assert not shown and "No recorded measurement missing.png" in capsys.readouterr().out
+    text = (ROOT / "notebooks" / "07_triton_backward.py").read_text()
+    assert "githubusercontent" not in text and 'show_recorded_plot("backward_h200.png"' in text

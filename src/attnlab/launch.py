@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import torch
 
-from .device import is_interpreted, runnable_kernel
+from .device import is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _require_jit(kernel, what: str) -> None:
+    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (:func:`device.is_kernel`):
+    anything else, a wrapper included, could run any Python when launched. Used by the launchers of
+    the second assignment (``launch_backward``, ``launch_decode``)."""
+    if not is_kernel(kernel):
+        raise TypeError(f"{what} must be a @triton.jit function (exactly triton.runtime.jit.JITFunction), "
+                        f"got {type(kernel).__qualname__}")
 
 
 def _is_pow2(n) -> bool:
