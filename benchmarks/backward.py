@@ -2,14 +2,16 @@
 
     python benchmarks/backward.py SOURCE_07.ipynb OUT_DIR
 
-Loads the course's forward kernel and the reference backward kernels from the instructor notebook,
+Loads the reference backward kernels from the instructor notebook 07 and, for the forward, notebook
+05's reference ``_flash_fwd_kernel`` from the instructor notebook source/attention_kernels/05_triton_flash.ipynb
+(instructor-side only: 07's release gives learners PyTorch's FlashAttention forward instead),
 checks them against SDPA in bf16 at every timed size, picks the backward tile configuration at
 T = 4096 (causal, per head dim) from a short list, then times, for D = 64 and 128, causal and not,
 T = 1k ... 16k in bf16 with B*H*T = 2^20 tokens (every point far past launch overhead):
 
 - backward alone: the three kernels into buffers allocated once; SDPA: autograd.grad of a retained graph;
-- forward + backward: ``triton_attention`` (the course's forward, this backward, through the
-  launchers) against SDPA forward + backward.
+- forward + backward: ``attention_function`` with 05's reference forward kernel and this backward,
+  through the launchers, against SDPA forward + backward.
 
 TFLOP/s use the standard count: forward 4·B·H·T²·D, backward 2.5x that, halved when causal.
 Writes OUT_DIR/backward.json (every figure, device, versions), backward.csv and backward.png.
@@ -38,6 +40,8 @@ DS = (64, 128)
 CANDIDATES = ((64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3))
 #: the forward's configuration (notebook 05's measurements: best at 128/64 for D=64, 128/128 for D=128)
 FWD = launch_backward.FORWARD_CONFIGS
+#: notebook 05's reference forward kernel, in the instructor notebook (never shipped to learners)
+NB05 = Path(__file__).resolve().parents[1] / "source" / "attention_kernels" / "05_triton_flash.ipynb"
 
 
 def versions() -> dict:
@@ -78,16 +82,18 @@ def main(argv) -> int:
 
     nb_path, out = Path(argv[0]), Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    nb = load_notebook_module(nb_path, required=("_flash_fwd_kernel", "_bwd_dkdv_kernel"),
-                              cells=("bootstrap", "setup", "course-forward", "_bwd_preprocess_kernel",
+    nb = load_notebook_module(nb_path, required=("_bwd_dkdv_kernel",),
+                              cells=("bootstrap", "setup", "_bwd_preprocess_kernel",
                                      "_bwd_dkdv_kernel", "_bwd_dq_kernel", "triton_flash_attention_backward"))
+    fwd_kernel = load_notebook_module(NB05, required=("_flash_fwd_kernel",),
+                                      cells=("bootstrap", "setup", "_flash_fwd_kernel"))._flash_fwd_kernel
     kernels = launch_backward.BackwardKernels(nb._bwd_preprocess_kernel, nb._bwd_dkdv_kernel, nb._bwd_dq_kernel)
     info = versions()
     print(info, flush=True)
 
     def forward(q, k, v, causal, D):
         bm, bn, w, s = FWD[D]
-        return launch.launch_flash_forward(nb._flash_fwd_kernel, q, k, v, causal=causal, block_m=bm, block_n=bn,
+        return launch.launch_flash_forward(fwd_kernel, q, k, v, causal=causal, block_m=bm, block_n=bn,
                                            num_warps=w, num_stages=s)
 
     def our_bwd_ms(q, k, v, o, lse, do, causal, cfg):
@@ -121,7 +127,7 @@ def main(argv) -> int:
     rows = []
     for D in DS:
         cfg = best[D]
-        attn = launch_backward.attention_function(lambda: nb._flash_fwd_kernel, lambda: kernels,
+        attn = launch_backward.attention_function(lambda: kernels, fwd_kernel=lambda: fwd_kernel,
                                                   forward=FWD[D], backward=cfg)
         for causal in (False, True):
             for T in TS:

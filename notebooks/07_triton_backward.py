@@ -15,7 +15,7 @@
 # as **three Triton kernels**: a small preprocess that computes one number per query row, a kernel
 # in which each program owns a tile of keys and accumulates $dK$ and $dV$ for it, and a kernel in
 # which each program owns a tile of queries and accumulates $dQ$. The result is a complete,
-# differentiable Triton attention: the course's forward kernel paired with your backward.
+# differentiable attention: a given FlashAttention forward paired with your Triton backward.
 #
 # Without a GPU the kernels run through Triton's interpreter (set up by the first cell) and the
 # tests use small float32 inputs. With a GPU, section 5 times your backward against PyTorch's
@@ -24,8 +24,8 @@
 # **How this notebook works.** Run the cells from the top. Cells marked *given* are read-only.
 # Write code where it says `YOUR CODE HERE` and answers where it says `YOUR ANSWER HERE`. Hidden
 # tests run when your notebook is graded, so pass the visible ones *and* think about the cases
-# they leave out. Nothing here depends on your notebook 05: the forward kernel below is the
-# course's (this assignment is released after the first one is graded).
+# they leave out. Nothing graded here depends on your notebook 05: the forward is given
+# (section 3), and only the ungraded section 6 runs your own 05 kernel.
 
 # %% nbgrader={"grade_id": "setup", "locked": true}
 # Given: picks GPU or CPU mode (and switches Triton to its interpreter on a CPU) before any kernel
@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from attnlab import bench, launch, launch_backward
+from attnlab import bench, launch_backward
 from attnlab.checks import time_limit
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import call_limit_s
@@ -198,16 +198,13 @@ assert_number(delta_bytes, 2 * 8 * 16 * 4096 * 64 * 2 + 8 * 16 * 4096 * 4, name=
 # registers spill, and the element-wise work between the products ($P$, $dS$) is larger.
 
 # %% [markdown]
-# ## 3. Given: the course's forward kernel
+# ## 3. Given: the forward
 #
-# The cell below is notebook 05's model solution, `_flash_fwd_kernel`. It produces the $O$ and the
-# float32 LSE your backward consumes, and the autograd function of section 4 runs it as the forward,
-# so a mistake in your own notebook 05 never costs points here. (Section 6 runs your own 05 kernel
-# with your backward, ungraded.)
-
-# %% nbgrader={"grade_id": "course-forward", "locked": true}
-# Given: notebook 05's model solution (inserted here when the course is built).
-# attnlab: include 05_triton_flash _flash_fwd_kernel
+# Your backward consumes the $O$ and the float32 LSE a FlashAttention forward saves. The autograd
+# function of section 4 takes them from `launch_backward.reference_forward(q, k, v, causal)`:
+# PyTorch's own FlashAttention kernel in float16 and bfloat16 (it returns the LSE alongside $O$),
+# the plain reference of notebook 01 in float32. So a mistake in your own notebook 05 never costs
+# points here; section 6 runs your own 05 kernel with your backward, ungraded.
 
 # %% [markdown]
 # ## 4. Your kernels
@@ -484,10 +481,10 @@ def triton_flash_attention_backward(q, k, v, o, lse, do, causal=False, block_m=6
         block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
 
 
-# triton_attention(q, k, v, causal=False) -> o, differentiable: the course's forward kernel saves
+# triton_attention(q, k, v, causal=False) -> o, differentiable: the given forward (section 3) saves
 # (q, k, v, o, lse); o.backward(do) runs triton_flash_attention_backward.
 triton_attention = launch_backward.attention_function(
-    lambda: _flash_fwd_kernel, lambda: (_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel))
+    lambda: (_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel))
 
 # %% [markdown]
 # Try it before the tests, on a ragged causal case. All three differences should be around 1e-6
@@ -562,7 +559,7 @@ if not RUNTIME.interpret:
 # %% [markdown]
 # ### Test: the autograd function end to end
 #
-# `triton_attention(q, k, v, causal)` runs the course's forward kernel, then `o.backward(do)` runs
+# `triton_attention(q, k, v, causal)` runs the given forward (section 3), then `o.backward(do)` runs
 # your kernels; the check compares $O$ and the three `.grad` with float64 references.
 
 # %% nbgrader={"grade_id": "test_triton_attention_end_to_end", "grade": true, "locked": true, "points": 2}
@@ -582,7 +579,7 @@ if not RUNTIME.interpret:
 #
 # On a GPU the cell below checks your backward against SDPA's in bf16, then times, at
 # $B = 8$, $H = 16$, $T = 4096$, $D = 64$, causal: your backward alone (the three kernels into
-# buffers allocated once) and forward + backward through `triton_attention`, against SDPA's default
+# buffers allocated once), against SDPA's default
 # backend (cuDNN on an H100/H200) and its FlashAttention-2 backend. TFLOP/s use the standard count:
 # forward $4BHT^2D$, backward $2.5\times$ that, halved for causal. Try other tile sizes: the dK/dV
 # kernel keeps two `BLOCK_N x D` float32 accumulators live, and a larger owned tile (`block_n`)
@@ -600,7 +597,7 @@ else:
     q_b, k_b, v_b, do_b = (torch.randn(B_, H_, T_, D_, device="cuda", dtype=torch.bfloat16, generator=g)
                            for _ in range(4))
     fwd_flops = bench.attention_flops(B_, H_, T_, D_, causal=True)
-    o_b, lse_b = launch.launch_flash_forward(_flash_fwd_kernel, q_b, k_b, v_b, causal=True)
+    o_b, lse_b = launch_backward.reference_forward(q_b, k_b, v_b, causal=True)
     q_r, k_r, v_r = (t.detach().clone().requires_grad_(True) for t in (q_b, k_b, v_b))
     sdpa(q_r, k_r, v_r, is_causal=True).backward(do_b)
     mine = triton_flash_attention_backward(q_b, k_b, v_b, o_b, lse_b, do_b, causal=True)
@@ -635,7 +632,8 @@ else:
 # The course's reference kernels (the solution of this notebook), bf16, $B \cdot H \cdot T = 2^{20}$
 # tokens so that every point is far past launch overhead; SDPA's default is cuDNN there (torch 2.11,
 # triton 3.6, cuDNN 9.19). TFLOP/s with the standard count; command, versions and every figure:
-# `notes/gpu-measurements.md` in the course repository.
+# `notes/gpu-measurements.md` in the course repository. The forward of "forward + backward:
+# reference" was notebook 05's reference kernel (128/64 tiles), not the given forward of section 3.
 #
 # | $D$ = 64, causal | T = 1024 | 4096 | 16384 |
 # |---|---|---|---|
@@ -644,40 +642,24 @@ else:
 #
 # Plain `tl.dot` kernels reach about 0.8x the vendor's backward and beat FlashAttention-2's by
 # 1.3x; the rest of the gap is Hopper-specific machinery (TMA loads, warp-specialised pipelines).
-#
-# ![Backward and forward+backward TFLOP/s on an H200](https://raw.githubusercontent.com/attention-kernels-lab/attention-kernels-lab/main/notes/gpu/2026-11-30/backward.png)
+
+# %% nbgrader={"grade_id": "plot-measured", "locked": true}
+bench.show_recorded_plot("backward_h200.png", "backward and forward + backward TFLOP/s against T, D = 64 and 128")
 
 # %% [markdown]
 # ## 6. Your own forward with your backward (ungraded)
 #
-# The cell below loads your kernel and launcher from `05_triton_flash.ipynb` (in this folder, or in
+# The cell below loads your forward kernel from `05_triton_flash.ipynb` (in this folder, or in
 # `../attention_kernels/` as the releases are laid out) and runs your forward with your backward,
 # end to end, against the reference. It is not graded; if notebook 05 is missing it says so.
 
 # %% nbgrader={"grade_id": "yours-end-to-end", "locked": true}
-from pathlib import Path
+from attnlab.nbload import load_earlier_kernel
 
-from attnlab.nbload import NotebookLoadError, load_notebook_module
-
-
-def load_your_forward():
-    """Your `_flash_fwd_kernel` from notebook 05, or None (with the reason printed)."""
-    for path in (Path("05_triton_flash.ipynb"), Path("..") / "attention_kernels" / "05_triton_flash.ipynb"):
-        if path.is_file():
-            try:
-                return load_notebook_module(path, required=("_flash_fwd_kernel",),
-                                            cells=("bootstrap", "setup", "_flash_fwd_kernel"))._flash_fwd_kernel
-            except NotebookLoadError as exc:
-                print(f"Your notebook 05 could not be loaded: {exc}")
-                return None
-    print("05_triton_flash.ipynb is not in this folder nor in ../attention_kernels/: skipped.")
-    return None
-
-
-your_forward = load_your_forward()
+your_forward = load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel")  # None if not found
 if your_forward is not None:
     yours_end_to_end = launch_backward.attention_function(
-        lambda: your_forward, lambda: (_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel))
+        lambda: (_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), fwd_kernel=lambda: your_forward)
     try:  # the check limits each call to 20 s on a CPU
         check_triton_attention(yours_end_to_end, T=37, D=16, causal=True, name="your 05 + your 07")
         print("your forward kernel and your backward kernels agree with the reference, end to end")

@@ -522,8 +522,10 @@ if not RUNTIME.interpret:
 # $H_{kv} = 8$ (GQA, $g = 4$) and 32, and caches of 4k to 128k keys, three ways:
 #
 # - **split-K**: your two kernels, launched as `flash_decode` launches them, into buffers allocated once;
-# - **the 05 kernel at $T_q = 1$**: notebook 05's model kernel, one query tile per head (grid $(1, B \cdot H_q)$).
-#   It knows no GQA, so it reads K and V expanded to 32 heads;
+# - **the 05 kernel at $T_q = 1$**: a FlashAttention forward kernel, one query tile per head (grid
+#   $(1, B \cdot H_q)$). It knows no GQA, so it reads K and V expanded to 32 heads. The table below
+#   timed notebook 05's reference kernel; the cell times *your* `_flash_fwd_kernel`, loaded from your
+#   `05_triton_flash.ipynb` (this folder, or `../attention_kernels/`), and leaves it out if it is missing;
 # - **SDPA at $T_q = 1$**: `scaled_dot_product_attention(..., enable_gqa=True)`.
 #
 # Each is scored by the bytes of the cache, $2 B H_{kv} T_k D \cdot 2$, per second, against the
@@ -548,8 +550,10 @@ if not RUNTIME.interpret:
 # whole measurement as a plot; with a GPU it measures again with your kernels (about a minute).
 
 # %% nbgrader={"grade_id": "fwd-kernel-05", "locked": true}
-# Given: notebook 05's model solution, for the comparison.
-# attnlab: include 05_triton_flash _flash_fwd_kernel
+# Your notebook 05 kernel for the comparison (ungraded), or None: the sweep then leaves it out.
+from attnlab.nbload import load_earlier_kernel
+
+your_fwd_kernel = None if RUNTIME.interpret else load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel")
 
 # %% nbgrader={"grade_id": "bench-decode", "locked": true}
 if RUNTIME.interpret:
@@ -557,7 +561,7 @@ if RUNTIME.interpret:
 else:
     copy_gbs = bench.copy_bandwidth_gbs()
     print(f"copy bandwidth (read + write): {copy_gbs:.0f} GB/s")
-    decode_points = bench_decode.decode_sweep(_decode_partial_kernel, _decode_merge_kernel, _flash_fwd_kernel,
+    decode_points = bench_decode.decode_sweep(_decode_partial_kernel, _decode_merge_kernel, your_fwd_kernel,
                                               lengths=(4096, 32768, 131072))
     bench_decode.plot_decode(decode_points, copy_gbs, title=f"one decoding step on {RUNTIME.name}, bf16")
 

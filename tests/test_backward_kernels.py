@@ -12,6 +12,7 @@ import torch
 from attnlab import init, launch_backward
 from attnlab.grading.course import ASSIGNMENT, BEYOND, Course, assignment_of
 from attnlab.grading.samples import load_mistakes
+from attnlab.reference import naive_attention
 
 from .conftest import ROOT
 
@@ -111,3 +112,68 @@ def test_selfcheck_grades_a_second_assignment_notebook_beside_a_first(tmp_path):
     tests = {t.grade_id: t for t in by_name["07_triton_backward"].tests if t.kind == "test"}
     assert {g for g, t in tests.items() if not t.passed} == set(mistake.fails)
     assert "dq" in tests["test_flash_backward_matches_reference"].error
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_forward_gives_o_and_the_float32_lse_of_naive_attention(dtype, tol, causal, monkeypatch):
+    """07's given forward: o in q's dtype and the natural-log LSE, float32 (B, H, T), contiguous (what the
+    backward launcher reads at bh * T); half precision through PyTorch's flash kernel, not the reference."""
+    if dtype != torch.float32:
+        monkeypatch.setattr(launch_backward, "naive_attention", lambda *a, **k: pytest.fail("not PyTorch's kernel"))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=g).to(dtype) for _ in range(3))
+    for scale in (None, 0.3):
+        o, lse = launch_backward.reference_forward(q, k, v, causal=causal, scale=scale)
+        ref_o, ref_lse = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
+        assert o.dtype == dtype and o.shape == q.shape and o.is_contiguous()
+        assert lse.dtype == torch.float32 and lse.shape == (2, 3, 37) and lse.is_contiguous()
+        torch.testing.assert_close(o.double(), ref_o, atol=tol, rtol=0)
+        torch.testing.assert_close(lse.double(), ref_lse, atol=tol / 10, rtol=0)
+
+
+def test_reference_forward_names_bad_input():
+    q = torch.randn(1, 2, 16, 16)
+    with pytest.raises(ValueError, match="self-attention only"):
+        launch_backward.reference_forward(q, q[:, :, :8], q[:, :, :8])
+    with pytest.raises(TypeError):
+        launch_backward.reference_forward(q.int(), q.int(), q.int())
+
+
+def test_load_earlier_kernel_finds_the_first_assignment_or_says_why(tmp_path, monkeypatch, capsys):
+    import nbformat
+
+    from attnlab.nbload import load_earlier_kernel
+
+    beyond, first = tmp_path / "attention_kernels_beyond", tmp_path / "attention_kernels"
+    beyond.mkdir(), first.mkdir()
+    monkeypatch.chdir(beyond)
+    assert load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel") is None
+    assert "05_triton_flash.ipynb is not in" in capsys.readouterr().out
+    nb = nbformat.v4.new_notebook()
+    for gid, src in (("setup", "X = 2"), ("_flash_fwd_kernel", "def _flash_fwd_kernel():\n    return X"),
+                     ("test_x", "raise AssertionError")):
+        nb.cells.append(nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade_id": gid, "grade": gid == "test_x"}}))
+    nbformat.write(nb, first / "05_triton_flash.ipynb")
+    assert load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel")() == 2
+    nb.cells[1].source = "raise RuntimeError('broken')"
+    nbformat.write(nb, beyond / "05_triton_flash.ipynb")  # the folder of the notebook comes first
+    assert load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel") is None
+    assert "could not be loaded" in capsys.readouterr().out
+
+
+def test_recorded_plots_ship_with_the_package_and_show(capsys, monkeypatch):
+    """07 and 08 show their H200 plots from package data (no raw GitHub address: Colab has no notes/)."""
+    import IPython.display
+
+    from attnlab import bench
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    for name in ("backward_h200.png", "decode_h200.png"):
+        bench.show_recorded_plot(name, "a plot")
+        assert shown.pop().data[:8] == b"\x89PNG\r\n\x1a\n", name
+    bench.show_recorded_plot("missing.png", "a plot")
+    assert not shown and "No recorded measurement missing.png" in capsys.readouterr().out
+    text = (ROOT / "notebooks" / "07_triton_backward.py").read_text()
+    assert "githubusercontent" not in text and 'show_recorded_plot("backward_h200.png"' in text

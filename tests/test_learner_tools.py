@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import course_files
 from attnlab import widgets as W
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook
 
@@ -252,6 +253,8 @@ def test_doctor_reports_this_environment():
                  "nbgrader lab extension", "nbgrader server extension", "widgets lab extension", "ipywidgets"):
         assert any(ln.split()[1:2] and ln[8:].startswith(name) for ln in out.splitlines()), (name, out)
     assert "OK    nbgrader lab extension     @jupyter/nbgrader 0.9.6 enabled" in out
+    counts = ", ".join(f"{len(names)} {a}" for a, names in course_files.checkout_assignments(ROOT).items())
+    assert f"course notebooks ({counts})" in out and "attention_kernels_beyond" in counts  # both assignments
     mode = "GPU mode" if torch.cuda.is_available() else "interpreter mode"
     assert mode in out
     assert out.rstrip().endswith(("Ready.", ")."))

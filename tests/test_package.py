@@ -53,23 +53,32 @@ def _solution_lines(cell) -> list[str]:
     return lines
 
 
-def secret_lines() -> set[str]:
-    """Every line of every solution region and model answer that appears nowhere a package may carry it
-    (the release notebooks, the test cells, the support package's own source, the README)."""
-    secret, public = set(), set()
+#: Lines too common to betray a solution: bare keywords, brackets, a return of plain names.
+TRIVIAL = re.compile(r"pass|else:|try:|finally:|continue|break|return(\s+\w+(\s*,\s*\w+)*)?|[()\[\]{},:;]*")
+
+
+def solution_region_lines() -> dict[str, str]:
+    """line -> where it comes from, for every non-trivial line of every solution region and model answer of
+    every source notebook of every assignment."""
+    secret = {}
     for assignment in ASSIGNMENTS:
         for path in sorted((ROOT / "source" / assignment).glob("*.ipynb")):
             for cell in _cells(path):
                 meta = cell["metadata"].get("nbgrader", {})
                 if meta.get("solution"):
-                    secret |= _lines("\n".join(_solution_lines(cell)))
-                else:
-                    public |= _lines(_text(cell))
-        for path in (ROOT / "release" / assignment).glob("*.ipynb"):
-            public |= {ln for cell in _cells(path) for ln in _lines(_text(cell))}
+                    for ln in _lines("\n".join(_solution_lines(cell))):
+                        if not TRIVIAL.fullmatch(ln):
+                            secret.setdefault(ln, f"{path.stem}:{meta['grade_id']}")
+    return secret
+
+
+def secret_lines() -> set[str]:
+    """The lines of :func:`solution_region_lines` that a package may not carry: all but those that are
+    also generic code of the support package's own source or the README (``if causal:``)."""
+    public = set()
     for path in [*(ROOT / "src").rglob("*.py"), ROOT / "README.md"]:
         public |= _lines(path.read_text())
-    return secret - public
+    return set(solution_region_lines()) - public
 
 
 def _archive_texts(path: Path) -> dict[str, str]:
@@ -137,6 +146,21 @@ def test_learner_copy_regenerates_the_release_byte_for_byte(tmp_path):
         c.nbgrader("generate_assignment", assignment, "--force", "--ClearSolutions.enabled=False", timeout=600)
         for path in sorted((ROOT / "release" / assignment).iterdir()):
             assert (c.root / "release" / assignment / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_no_release_notebook_holds_a_line_of_any_solution():
+    """No line of any solution region or model answer, of any assignment, is in any release notebook:
+    a later notebook must not give away an earlier one's solution (learners of the first assignment
+    open the second's releases)."""
+    secret = solution_region_lines()
+    assert len(secret) > 300  # the notebooks' solutions and answers: enough to mean something
+    leaks = {}
+    for assignment in ASSIGNMENTS:
+        for path in sorted((ROOT / "release" / assignment).glob("*.ipynb")):
+            found = {ln for cell in _cells(path) for ln in _lines(_text(cell))} & set(secret)
+            if found:
+                leaks[f"{assignment}/{path.name}"] = sorted(f"{secret[ln]}: {ln}" for ln in found)[:5]
+    assert not leaks, leaks
 
 
 # --------------------------------------------------------------------------- wheel and sdist

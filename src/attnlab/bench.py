@@ -175,3 +175,25 @@ def _on_cpu() -> bool:
     from .device import runtime
 
     return runtime().interpret
+
+__all__ += ["show_recorded_plot"]
+
+
+def show_recorded_plot(filename: str, what: str) -> None:
+    """Display a plot recorded on an H200 that ships with the package (``attnlab/data/<filename>``).
+
+    A release notebook has no sibling files on Colab, and notes/ is not installed, so the course's
+    recorded GPU figures travel as package data. ``what`` says what the plot shows (printed above it).
+    Prints a note instead when this install of attnlab lacks the file.
+    """
+    from importlib.resources import files
+
+    png = files("attnlab").joinpath("data", filename)
+    if not png.is_file():
+        print(f"No recorded measurement {filename} in this install of attnlab.")
+        return
+    from IPython.display import Image, display
+
+    print(f"Recorded on an NVIDIA H200 with the course's reference kernels: {what} "
+          "(notes/gpu/2026-11-30/ in the course repository).")
+    display(Image(data=png.read_bytes()))

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from . import launch_decode
-from .bench import gb_per_s, median_ms
+from .bench import gb_per_s, median_ms, show_recorded_plot
 from .reference_decode import kv_bytes
 
 __all__ = ["DecodePoint", "splitk_step", "fwd05_step", "sdpa_step", "time_point", "decode_sweep",
@@ -207,14 +207,5 @@ def plot_decode(points, copy_gbs: float | None = None, title: str = "", path: st
 
 def show_recorded() -> None:
     """Show the measurement recorded on an H200 (the package's ``data/decode_h200.png``), for CPU runs."""
-    from importlib.resources import files
-
-    png = files("attnlab").joinpath("data", "decode_h200.png")
-    if not png.is_file():
-        print("No GPU here, and no recorded measurement in this install of attnlab.")
-        return
-    from IPython.display import Image, display
-
-    print("No GPU here: this is the measurement recorded on an NVIDIA H200 with the course's reference "
-          "kernels (notes/gpu/2026-11-30/ in the course repository).")
-    display(Image(data=png.read_bytes()))
+    print("No GPU here: this is the recorded measurement.")
+    show_recorded_plot("decode_h200.png", "one decoding step, split-K against the 05 kernel and SDPA")

@@ -84,11 +84,12 @@ def _check_package() -> list[Check]:
                             "(its wheels carry them), or set ATTNLAB_COURSE to a checkout of the course."))
     else:
         where = "shipped with the package" if files.root == here / "_course" else f"in {files.root}"
-        n = len(files.assignment_of())
+        per = files.manifest()["assignments"]  # every assignment: selfcheck grades them all
+        n = f"{sum(map(len, per.values()))} course notebooks ({', '.join(f'{len(v)} {a}' for a, v in per.items())})"
         if files.hidden_tests:
-            checks.append(Check("hidden tests", OK, f"{n} course notebooks {where} (for `attnlab selfcheck`)"))
+            checks.append(Check("hidden tests", OK, f"{n} {where} (for `attnlab selfcheck`)"))
         else:
-            checks.append(Check("hidden tests", NOTE, f"{n} course notebooks {where}, built without hidden "
+            checks.append(Check("hidden tests", NOTE, f"{n} {where}, built without hidden "
                                 "tests: `attnlab selfcheck` runs the visible tests only"))
     return checks
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import gpu_compile
-from .device import is_interpreted, runnable_kernel
+from .device import is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
@@ -77,9 +77,8 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
 
 # ---------------------------------------------------------------------------------------- softmax
 def require_kernel(kernel, what: str) -> None:
-    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (see :func:`attnlab.device.runnable_kernel`)."""
-    from .device import is_kernel
-
+    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (:func:`attnlab.device.is_kernel`):
+    anything else, a wrapper included, could run any Python when launched."""
     if not is_kernel(kernel):
         raise TypeError(f"{what} must be a @triton.jit function (exactly triton.runtime.jit.JITFunction), "
                         f"got {type(kernel).__qualname__}")

@@ -1,5 +1,6 @@
 """The given launchers of notebook 07: FlashAttention backward from three Triton kernels, and the
-autograd Function that pairs a forward kernel with them.
+autograd Function that pairs a forward with them (by default PyTorch's own FlashAttention
+forward, :func:`reference_forward`).
 
 The learner writes the kernels; these functions validate the inputs, allocate NaN-poisoned
 outputs and launch the kernels the way notebook 07's contract says (same layout and conventions
@@ -31,10 +32,10 @@ from __future__ import annotations
 import torch
 
 from . import launch
-from .reference import validate_qkv
+from .reference import naive_attention, validate_qkv
 
 __all__ = ["BackwardKernels", "validate_backward", "run_backward_kernels", "launch_flash_backward",
-           "attention_function"]
+           "reference_forward", "attention_function"]
 
 class BackwardKernels(tuple):
     """(preprocess, dkdv, dq): the three ``@triton.jit`` kernels of the backward, in launch order."""
@@ -176,26 +177,87 @@ def _config(table, given, d: int, t: int) -> tuple[int, int, int, int]:
     return min(bm, cap), min(bn, cap), warps, stages
 
 
-def attention_function(fwd_kernel, bwd_kernels, forward=None, backward=None):
-    """A differentiable ``attention(q, k, v, causal=False) -> o`` from a forward kernel and three backward kernels.
+def _torch_flash_forward(q, k, v, causal: bool, scale: float):
+    """(o, lse) by PyTorch's own FlashAttention forward, or None where it does not apply.
+
+    ``aten::_scaled_dot_product_flash_attention`` (CUDA: FlashAttention-2, sm80 and newer, D a
+    multiple of 8 up to 256) and ``..._for_cpu`` return ``(output, logsumexp, ...)``: the output in
+    q's dtype and the natural-log LSE as float32 (B, H, T) (the CPU one as a transposed view).
+    """
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    if q.device.type == "cuda":
+        d = q.shape[-1]
+        if torch.cuda.get_device_capability(q.device) < (8, 0) or d % 8 or d > 256:
+            return None
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+    elif q.device.type == "cpu":
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    else:
+        return None
+    return o, lse
+
+
+def reference_forward(q, k, v, causal: bool = False, scale: float | None = None):
+    """The forward notebook 07 gives: ``(o, lse)`` exactly as a FlashAttention-2 forward saves them.
 
     Args:
-        fwd_kernel, bwd_kernels: callables returning the forward kernel and the (preprocess, dkdv, dq)
-            kernels, looked up at every call (so a kernel redefined later in a notebook is the one used).
+        q, k, v: (B, H, T, D) self-attention inputs, one dtype and device.
+        causal: query i attends keys j <= i only (top-left aligned).
+        scale: multiplies the scores; defaults to D ** -0.5.
+
+    Returns:
+        o: (B, H, T, D) in q's dtype, contiguous.
+        lse: (B, H, T) float32, contiguous, the natural-log logsumexp of each row of scaled scores
+        (Dao 2023, Algorithm 1 line 12), what :func:`launch_flash_backward` consumes.
+
+    float16 and bfloat16 run PyTorch's own FlashAttention forward (on CUDA from sm80, or its CPU
+    flash kernel); every other case (float32, older GPUs, head dims it rejects) runs
+    :func:`attnlab.reference.naive_attention`, whose LSE is computed in float32 or wider. It is
+    not a learner's kernel, so a mistake in notebook 05 never costs points in notebook 07.
+
+    Raises:
+        TypeError, ValueError: as :func:`attnlab.reference.validate_qkv`, or q and k of different shapes.
+    """
+    validate_qkv(q, k, v, where="reference_forward")
+    if q.shape != k.shape:
+        raise ValueError(f"reference_forward: self-attention only; q, k, v must all be (B, H, T, D), "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    out = _torch_flash_forward(q, k, v, causal, scale)
+    if out is None:
+        out = naive_attention(q, k, v, causal=causal, scale=scale)
+    o, lse = out
+    return o.contiguous(), lse.to(torch.float32).contiguous()
+
+
+def attention_function(bwd_kernels, *, fwd_kernel=None, forward=None, backward=None):
+    """A differentiable ``attention(q, k, v, causal=False) -> o`` from three backward kernels.
+
+    Args:
+        bwd_kernels: callable returning the (preprocess, dkdv, dq) kernels, looked up at every call
+            (so a kernel redefined later in a notebook is the one used).
+        fwd_kernel: callable returning a ``_flash_fwd_kernel`` (notebook 05's contract) to run the
+            forward through :func:`attnlab.launch.launch_flash_forward`; None (the default): the
+            forward is :func:`reference_forward`.
         forward, backward: (block_m, block_n, num_warps, num_stages) of each pass; by default the
             fastest measured for the head dim (:data:`FORWARD_CONFIGS`, :data:`BACKWARD_CONFIGS`).
 
-    The forward (notebook 05's launcher) saves (q, k, v, o, LSE); ``o.backward(do)`` runs
-    :func:`launch_flash_backward`. Returns o in q's dtype; gradients flow to q, k and v.
+    The forward saves (q, k, v, o, LSE); ``o.backward(do)`` runs :func:`launch_flash_backward`.
+    Returns o in q's dtype; gradients flow to q, k and v.
     """
 
     class _TritonAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal):
             d, t = (q.shape[-1], q.shape[2]) if q.dim() == 4 else (0, 16)
-            bm, bn, warps, stages = _config(FORWARD_CONFIGS, forward, d, t)
-            o, lse = launch.launch_flash_forward(fwd_kernel(), q, k, v, causal=causal, block_m=bm, block_n=bn,
-                                                 num_warps=warps, num_stages=stages)
+            if fwd_kernel is None:
+                o, lse = reference_forward(q, k, v, causal=causal)
+            else:
+                bm, bn, warps, stages = _config(FORWARD_CONFIGS, forward, d, t)
+                o, lse = launch.launch_flash_forward(fwd_kernel(), q, k, v, causal=causal, block_m=bm, block_n=bn,
+                                                     num_warps=warps, num_stages=stages)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.causal, ctx.config = causal, _config(BACKWARD_CONFIGS, backward, d, t)
             return o
@@ -210,7 +272,7 @@ def attention_function(fwd_kernel, bwd_kernels, forward=None, backward=None):
             return dq, dk, dv, None
 
     def attention(q, k, v, causal=False):
-        """Attention by the course's forward kernel and your backward kernels; differentiable."""
+        """Attention by the given forward (or ``fwd_kernel``) and your backward kernels; differentiable."""
         return _TritonAttention.apply(q, k, v, causal)
 
     return attention

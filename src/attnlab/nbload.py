@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["load_notebook_module", "NotebookLoadError"]
+__all__ = ["load_notebook_module", "load_earlier_kernel", "NotebookLoadError"]
 
 
 class NotebookLoadError(RuntimeError):
@@ -75,3 +75,33 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
     if missing:
         raise NotebookLoadError(f"{path.name} does not define {', '.join(missing)}")
     return module
+
+
+#: Where a notebook of the second assignment finds the first one's: beside it, or as the releases
+#: are laid out (release/attention_kernels/ next to release/attention_kernels_beyond/).
+EARLIER_FOLDERS = (Path("."), Path("..") / "attention_kernels")
+
+
+def load_earlier_kernel(notebook: str, name: str, cells: tuple[str, ...] = ("bootstrap", "setup"),
+                        folders: tuple[Path, ...] = EARLIER_FOLDERS):
+    """The learner's own ``name`` from an earlier notebook, or None with the reason printed (never raises).
+
+    For ungraded cells that reuse earlier work (07 runs your 05 forward with your backward, 08
+    times your 05 kernel at T_q = 1): a missing or broken notebook must not stop the notebook.
+
+    Args:
+        notebook: the file name, e.g. ``"05_triton_flash.ipynb"``, looked for in each of ``folders``
+            (relative to the working directory) in turn.
+        name: the cell's grade_id and the name it defines, e.g. ``"_flash_fwd_kernel"``.
+        cells: the cells run before it (its imports and ``attnlab.init()``).
+    """
+    for folder in folders:
+        path = Path(folder) / notebook
+        if path.is_file():
+            try:
+                return getattr(load_notebook_module(path, required=(name,), cells=(*cells, name)), name)
+            except NotebookLoadError as exc:
+                print(f"Your {notebook} could not be loaded: {exc}")
+                return None
+    print(f"{notebook} is not in {' nor in '.join(f'{f}/' for f in folders)}: skipped.")
+    return None

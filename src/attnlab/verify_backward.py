@@ -20,24 +20,15 @@ import torch
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
 from .device import runtime
+from .poisoned import guarded, tail_room
 from .reference import naive_attention, reference_gradients
-from .verify import _GUARD, _call, _tail_room
+from .verify import _GUARD, _call
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
            "stores_through_argument"]
 
 #: Position of DQ_ACC among the dK/dV kernel's arguments (launch_backward's contract).
 _DQ_ACC_ARG = 8
-
-
-def _guarded(shape, extra: int, dtype, device):
-    """(buffer, view): a NaN view of ``shape`` followed in the buffer by ``extra`` guard values."""
-    n = 1
-    for s in shape:
-        n *= s
-    buf = torch.full((n + extra,), _GUARD, dtype=dtype, device=device)
-    buf[:n] = float("nan")
-    return buf, buf[:n].view(shape)
 
 
 def _tolerance(dtype, device) -> float:
@@ -65,7 +56,7 @@ def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
     o, lse = naive_attention(*exact[:3], causal=causal)
     refs = reference_gradients(*exact, causal=causal)
     o, lse = o.to(dtype), lse.to(torch.float32)
-    put = lambda t: _tail_room(t.to(device), tail)[0]  # noqa: E731
+    put = lambda t: tail_room(t.to(device), tail)  # noqa: E731
     return put(q), put(k), put(v), put(o), put(lse), put(do), refs
 
 
@@ -137,10 +128,10 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
     device = device or runtime().device
     launch.require_kernel(kernel, "_bwd_preprocess_kernel")
     case = _case(B=B, H=H, T=T, D=D, block_m=block_m, dtype=dtype)
-    o, do = (_tail_room(randn(B, H, T, D, seed=seed + i).to(device=device, dtype=dtype), block_m * D)[0]
+    o, do = (tail_room(randn(B, H, T, D, seed=seed + i).to(device=device, dtype=dtype), block_m * D)
              for i in range(2))
     expected = (o.cpu().double() * do.cpu().double()).sum(-1)
-    buf, delta = _guarded((B, H, T), block_m, torch.float32, device)
+    delta, buf = guarded((B, H, T), block_m, torch.float32, device)
 
     def run():
         runnable = launch.prepare_kernel(kernel, "_bwd_preprocess_kernel", {"o": o, "do": do},
@@ -187,8 +178,8 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
                                         tail=tail)
     launch_backward.validate_backward(q, k, v, o, lse, do, block_m, block_n)
     inputs = tuple(t.clone() for t in (q, k, v, o, lse, do))
-    bufs, outs = zip(*(_guarded(q.shape, tail, dtype, device) for _ in range(3)))
-    delta_buf, delta = _guarded((B, H, T), max(block_m, block_n), torch.float32, device)
+    outs, bufs = zip(*(guarded(q.shape, tail, dtype, device) for _ in range(3)))
+    delta, delta_buf = guarded((B, H, T), max(block_m, block_n), torch.float32, device)
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=device)
     _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
           *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,

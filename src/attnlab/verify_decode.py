@@ -17,23 +17,14 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
-from .verify import _GUARD, _call, _tail_room
+from .poisoned import guarded, tail_room
+from .verify import _GUARD, _call
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode"]
 
 
 def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _guarded(shape, spare: int, dtype, device):
-    """(view, buffer): a NaN-filled contiguous ``shape`` followed by ``spare`` guard values."""
-    n = 1
-    for size in shape:
-        n *= size
-    buf = torch.full((n + spare,), _GUARD, dtype=dtype, device=device)
-    buf[:n] = float("nan")
-    return buf[:n].view(shape), buf
 
 
 def _check_guard(buf: torch.Tensor, n: int, what: str, case, hint: str) -> None:
@@ -75,7 +66,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     v = randn(B, H_kv, T_max, D, seed=seed + 2)
     past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
     k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
-    dev = tuple(_tail_room(t.to(device=device, dtype=dtype), spare)[0] for t in (q, k, v))
+    dev = tuple(tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v))
     exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
     return dev, exact, lens
 
@@ -120,8 +111,8 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
-    o_part, o_buf = _guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
-    lse_part, lse_buf = _guarded((B, H_q, T_q, S), spare, torch.float32, device)
+    o_part, o_buf = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
+    lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens.to(device), o_part,
           lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
@@ -160,11 +151,11 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     o_part = o_part.masked_fill(drop[..., None], 0.0)
     o_part32, lse_part32 = (t.to(torch.float32) for t in (o_part, lse_part))  # what the kernel sees
     o_ref, lse_ref = reference_decode.merge_partials_reference(o_part32.double(), lse_part32.double())
-    o_in = _tail_room(o_part32.to(device), num_splits * D)[0]
-    lse_in = _tail_room(lse_part32.to(device), num_splits)[0]
+    o_in = tail_room(o_part32.to(device), num_splits * D)
+    lse_in = tail_room(lse_part32.to(device), num_splits)
     before = (o_in.clone(), lse_in.clone())
-    o, o_buf = _guarded((B, H, T_q, D), D, out_dtype, device)
-    lse, lse_buf = _guarded((B, H, T_q), 1, torch.float32, device)
+    o, o_buf = guarded((B, H, T_q, D), D, out_dtype, device)
+    lse, lse_buf = guarded((B, H, T_q), 1, torch.float32, device)
     _call(launch_decode.run_decode_merge, "_decode_merge_kernel", kernel, o_in, lse_in, o, lse, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -200,10 +191,10 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
-    o_part, _ = _guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
-    lse_part, _ = _guarded((B, H_q, T_q, S), spare, torch.float32, device)
-    o, o_buf = _guarded((B, H_q, T_q, D), D, dtype, device)
-    lse, lse_buf = _guarded((B, H_q, T_q), 1, torch.float32, device)
+    o_part, _ = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
+    lse_part, _ = guarded((B, H_q, T_q, S), spare, torch.float32, device)
+    o, o_buf = guarded((B, H_q, T_q, D), D, dtype, device)
+    lse, lse_buf = guarded((B, H_q, T_q), 1, torch.float32, device)
     _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens.to(device),
           o_part, lse_part, o, lse, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages,
           _key=partial_kernel)

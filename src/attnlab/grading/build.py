@@ -9,7 +9,6 @@ for each assignment of the course (``attention_kernels``: 01-06; ``attention_ker
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -69,47 +68,13 @@ def _bootstrap_cells(settings: dict, name: str) -> list[nbformat.NotebookNode]:
     return [badge, code]
 
 
-#: A given cell line ``# attnlab: include NN_name grade_id`` is replaced by that solution cell of
-#: notebooks/NN_name.py (markers removed): one source for code a later notebook gives away.
-_INCLUDE = re.compile(r"^# attnlab: include (\d\d_\w+) (\w+)[ \t]*$", re.MULTILINE)
-
-
-def _included_solution(folder: Path, notebook: str, grade_id: str) -> str:
-    from .samples import strip_markers
-
-    path = folder / f"{notebook}.py"
-    if not path.is_file():
-        raise ValueError(f"include {notebook} {grade_id}: {path} does not exist")
-    cells = [c for c in jupytext.read(path).cells
-             if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-    if len(cells) != 1 or not cells[0].metadata["nbgrader"].get("solution"):
-        raise ValueError(f"include {notebook} {grade_id}: no single solution cell {grade_id!r} in {path.name}")
-    return strip_markers(cells[0].source).rstrip("\n")
-
-
-def _resolve_includes(nb: nbformat.NotebookNode, folder: Path) -> None:
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not _INCLUDE.search(cell.source):
-            continue
-        if not meta.get("locked") or meta.get("solution") or meta.get("grade"):
-            raise ValueError(f"include in a cell that is not a given (locked) cell:\n{cell.source[:200]}")
-        cell.source = _INCLUDE.sub(lambda m: _included_solution(folder, m[1], m[2]), cell.source)
-
-
 def notebook_from_source(path: Path, settings: dict | None = None) -> nbformat.NotebookNode:
     """Read one jupytext percent file and return the instructor notebook, with stable cell ids.
 
-    Include lines (``# attnlab: include NN_name grade_id`` in a given cell) are replaced by that
-    solution cell of the sibling notebook, so a later assignment can give away an earlier one's
-    model solution without a second copy of it.
-
     Raises:
-        ValueError: a graded cell without points, a duplicate grade_id, or an include that does not
-        name one solution cell.
+        ValueError: a graded cell without points, or a duplicate grade_id.
     """
     nb = jupytext.read(path)
-    _resolve_includes(nb, path.parent)
     if settings is not None:
         nb.cells[:0] = _bootstrap_cells(settings, path.stem)
     grade_ids: set[str] = set()

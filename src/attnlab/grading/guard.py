@@ -39,7 +39,9 @@ _MODULES = (
     "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
     "attnlab", "attnlab.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
     "attnlab.launch", "attnlab.gpu_compile", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
-    "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode",
+    "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
+    "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
+    "attnlab.hints", "attnlab.review",
 )
 #: Names of builtins that IPython itself swaps per request (not ours to restore).
 _BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display", "help", "copyright",
