@@ -28,7 +28,7 @@ from .reference import lse_dtype, naive_attention, reference_gradients
 __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
     "check_attention_gradcheck",
-    "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores",
+    "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores", "shift_scores",
 ]
 
 #: Learner functions that already ran out of time: later checks fail at once instead of waiting again.
@@ -537,7 +537,7 @@ def _tail_room(t: torch.Tensor, extra: int) -> tuple[torch.Tensor, torch.Tensor]
     return out, buf
 
 
-def shape_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: float = 0.0,
+def shift_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: float = 0.0,
                  peak_key: int | None = None, bump: float = 8.0) -> None:
     """Shift every score by ``offset`` and raise the scores of key ``peak_key`` by ``bump`` (in place).
 
@@ -585,7 +585,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
         case["growing_scores"] = True
     peak_key = _peak_index(peak, T)
     if offset or peak_key is not None:
-        shape_scores(q, k, D ** -0.5, offset=offset, peak_key=peak_key)
+        shift_scores(q, k, D ** -0.5, offset=offset, peak_key=peak_key)
         case.update({key: val for key, val in (("score_offset", offset), ("peak", peak)) if val})
     (q, q_buf), (k, k_buf), (v, v_buf) = (_tail_room(t.to(device=device, dtype=dtype), max(block_m, block_n) * D)
                                           for t in (q, k, v))
