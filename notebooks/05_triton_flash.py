@@ -469,8 +469,9 @@ assert_number(ideal_us, 4 * 8 * 16 * 2048**2 * 64 / 2 / 700e12 * 1e6, name="idea
 CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3))  # block_m, block_n, warps, stages
 if RUNTIME.interpret:
     print("No GPU, so no timings: run this cell on a GPU (for example Colab) to time your kernel against SDPA.")
-    print("What your kernel would use on an H100/H200 (compiled here for sm_90), bf16, causal, D=64:")
-    q_b = torch.randn(1, 1, 128, 64, dtype=torch.bfloat16)  # dtypes and strides matter here, not sizes
+    print("What your kernel would use on an H100/H200 (compiled here for sm_90), fp16, causal, D=64:")
+    # float16: the launchers refuse bfloat16 under the interpreter; both 16-bit types compile alike
+    q_b = torch.randn(1, 1, 128, 64, dtype=torch.float16)  # dtypes and strides matter here, not sizes
     o_b, lse_b = torch.empty_like(q_b), torch.empty(1, 1, 128)
     for bm, bn, warps, stages in CONFIGS:
         print(f"  block_m={bm:<4} block_n={bn:<4} warps={warps} stages={stages}: "

@@ -307,8 +307,20 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     0 with the reason "not submitted". Notes on the submission as a whole (ignored extra files)
     go with the student's first notebook.
     """
+    from .course import assignment_of
     from .sandbox import require
     from .submissions import WHOLE, normalize_submission
+
+    by_assignment: dict[str, list[tuple[str, str]]] = {}
+    for s, n in jobs:
+        try:
+            a = assignment_of(n)
+        except ValueError:  # not a course notebook name: graded (and reported) within this assignment
+            a = course.assignment
+        by_assignment.setdefault(a, []).append((s, n))
+    if set(by_assignment) - {course.assignment}:  # notebooks of several assignments: each in its own course view
+        return [r for a, mine in by_assignment.items()
+                for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe)]
 
     warning = require(allow_unsafe)
     if allow_unsafe and progress:
