@@ -285,7 +285,7 @@ GUARD_SCRIPT = """
     torch.set_grad_enabled(False)
     os.chdir("/")
     ns["check_online_softmax"] = lambda *a, **k: None
-    notes = json.loads(guard.before_locked(ns))
+    notes = json.loads(guard.before_locked(ns))["notes"]
     assert attnlab.reference.naive_attention is real
     assert sys.modules["attnlab.checks"] is attnlab.checks and attnlab.checks.assert_close.__name__ == "assert_close"
     assert (torch.ones(2) - torch.ones(2)).sum() == 0 and torch.logsumexp is not None and torch.is_grad_enabled()

@@ -433,3 +433,52 @@ CASES += [
           {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("refuse to run while torch's operators are altered",),
                        notes=("torch.library", "tampered"))}),
 ]
+
+
+# ------------------------------------------------------------------ attacks on the grader's own calls
+# (found by the maintainer review of 2026-11-30: the guard was reached through __import__/globals(),
+# both rebindable; IPython's custom exception handler could hide a failed check)
+_STAND_IN = """class _StandIn:  # a guard that repairs nothing and reports nothing
+    def before_locked(self, *a, **k):
+        return "[]"
+
+    after_locked = before_locked
+
+
+def __import__(name, *args, **kwargs):
+    return _StandIn()
+
+
+for _name in list(globals()):
+    if _name.startswith("_attnlab_guard"):
+        globals()[_name] = _StandIn()
+check_online_softmax = lambda *a, **k: None
+
+
+def online_softmax_stats("""
+_SWALLOW = """get_ipython().set_custom_exc((AssertionError,), lambda *a, **k: None)  # failed checks print nothing
+
+
+def online_softmax_stats("""
+
+
+def guard_stand_in(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _STAND_IN)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "return torch.zeros(x.shape[:-1]), torch.ones(x.shape[:-1])")
+
+
+def swallowed_assertions(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _SWALLOW)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY,
+          "return torch.zeros(x.shape[:-1]), torch.ones(x.shape[:-1])")
+
+
+CASES += [
+    Abuse("guard-stand-in", "wrong m and l, a stand-in for the grader's guard under __import__ and its random "
+          "name, and the checker rebound to a no-op", (NB1,), guard_stand_in,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("__import__", "integrity check could not run"))}),
+    Abuse("swallowed-assertions", "wrong m and l, and an IPython exception handler that hides every failed check",
+          (NB1,), swallowed_assertions,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("changes how IPython runs cells",))}),
+]

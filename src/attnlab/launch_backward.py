@@ -99,7 +99,7 @@ def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, d
 
     preprocess, dkdv, dq_kernel = kernels
     B, H, T, D = q.shape
-    sbh, st = q.stride(1), q.stride(2)
+    sbh, st = T * D, D  # contiguous (B, H, T, D): a size-1 dim may have any stride, so not q.stride()
     scale = D ** -0.5
     # each kernel is converted for the interpreter if needed, checked against this mode's dtypes and
     # compiled for the course's GPU targets before its first launch (a failure names the kernel)

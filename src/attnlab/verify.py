@@ -244,7 +244,7 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
 
     Inputs are float64 by default (tolerance 1e-10). ``growing=True`` makes every score row grow
     along the keys (see :func:`growing_scores`); ``regime`` imposes one of :data:`REGIMES`
-    (see :func:`shape_scores`). ``scale`` is passed only when given, so the default ``D ** -0.5``
+    (see :func:`shift_scores`). ``scale`` is passed only when given, so the default ``D ** -0.5``
     is exercised too. The call runs under a :class:`~attnlab.probe.MethodProbe`: no fused attention
     operator, and no intermediate as large as one head's T_q x T_k score matrix (when this case's
     tiles, inputs and outputs are all smaller than that).
@@ -568,7 +568,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
 
     Args:
         growing: every score row grows along the keys (:func:`growing_scores`).
-        offset: every score shifted by this (:func:`shape_scores`; -1000: all scores very negative).
+        offset: every score shifted by this (:func:`shift_scores`; -1000: all scores very negative).
         peak: ``"first"``, ``"middle"`` or ``"last"``: one key of that part of the sequence scores 8
             above the others in every row that sees it (the row max sits in that key tile).
         dtype: float32, float16, or bfloat16 (GPU only: the launcher refuses it under the interpreter).

@@ -38,6 +38,7 @@ import ast
 import atexit
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -231,8 +232,13 @@ class GradingExecute(Execute):
             cwd = run_dir or os.getcwd()
             guarded = False
             if self.guard:
+                # a random name for the guard in the notebook's namespace, set before any learner code
+                # runs: the grader's later calls never go through __import__ or globals(), which a
+                # solution cell can rebind to a stand-in guard that repairs nothing
+                self._alias = f"_attnlab_guard_{secrets.token_hex(8)}"
                 guarded = self._kernel_eval(
-                    f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r})") is not None
+                    f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r}, ns=globals(), "
+                    f"alias={self._alias!r})") is not None
                 if not guarded:
                     self._notes.append("the grader could not install its integrity guard in the kernel")
             if not guarded:
@@ -260,11 +266,11 @@ class GradingExecute(Execute):
         locked = bool(cell.metadata.get("nbgrader", {}).get("locked"))
         before = after = []
         if guarded and locked:
-            before = self._kernel_eval(f"{_GUARD}.before_locked(globals())") or []
+            before = self._guard_call("before_locked", cell)
         self._out_chars, self._truncated = 0, False
         self.preprocess_cell(cell, resources, index)
         if guarded and locked:
-            after = self._kernel_eval(f"{_GUARD}.after_locked(globals())") or []
+            after = self._guard_call("after_locked", cell)
         label = _label(cell, index)
         # a check's "needs review: ..." (attnlab.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
@@ -330,6 +336,33 @@ class GradingExecute(Execute):
         return out
 
     # ------------------------------------------------------------------ helpers
+    def _guard_call(self, hook: str, cell) -> list[str]:
+        """Run the guard's ``hook`` before or after a read-only cell; the repairs it made.
+
+        The reply must echo a fresh random nonce: a stand-in for the guard (learner code that rebound
+        the name) cannot, and then the cell gets an error output (a test cell scores 0) and the
+        notebook is flagged for review.
+        """
+        nonce = secrets.token_hex(8)
+        reply = self._kernel_eval(f"{self._alias}.{hook}(nonce={nonce!r})")
+        if isinstance(reply, dict) and reply.get("nonce") == nonce and isinstance(reply.get("notes"), list):
+            return [str(n) for n in reply["notes"]]
+        what = f"the grader's integrity check could not run {'before' if hook == 'before_locked' else 'after'} this cell"
+        if not any(o.get("output_type") == "error" and o.get("ename") == "GuardBypassed" for o in cell.outputs):
+            cell.outputs.append(error_output("GuardBypassed", f"{what}: code in the notebook replaced or broke it"))
+        self._notes.append(f"{REVIEW}{what} ({_label(cell, self._current or 0)}): code in the notebook replaced "
+                           f"or broke the grader's guard")
+        return []
+
+    async def _check_raise_for_error(self, cell, cell_index, exec_reply):
+        # A cell whose code raised always shows an error output, so nbgrader scores a failed test as
+        # failed: a custom exception handler (IPython's set_custom_exc) can swallow the traceback.
+        content = (exec_reply or {}).get("content", {})
+        if content.get("status") == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
+            cell.outputs.append(error_output(str(content.get("ename") or "Error"),
+                                             f"{content.get('evalue', '')} (the error printed no traceback)"))
+        return await super()._check_raise_for_error(cell, cell_index, exec_reply)
+
     def _kernel_eval(self, expr: str):
         """Evaluate ``expr`` in the kernel's namespace without a cell; its JSON-text result, or None."""
         try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from json import dumps as _dumps  # bound here: a cell may patch json.dumps
 import os
 import signal
 import sys
@@ -59,6 +60,9 @@ class _State:
         self.names: dict[str, object] = {}                  # notebook names bound by read-only cells
         self.before: dict[str, int] = {}
         self.notes: list[str] = []                          # repairs not yet reported
+        self.ns: dict | None = None                         # the notebook's namespace (taken at install)
+        self.alias = ""                                     # this module's random name in that namespace
+        self.ipython: dict[str, object] = {}                # IPython hooks learner code could reroute
         self.seen: set[str] = set()
 
 
@@ -85,14 +89,23 @@ def _functions_of(owner_name: str, value, out: list) -> None:
                     f"{owner_name}"))
 
 
-def install(memory_limit_gb: float = 0.0, cwd: str | None = None) -> str:
-    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only). Idempotent."""
+def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | None = None, alias: str = "") -> str:
+    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only). Idempotent.
+
+    ``ns`` is the notebook's namespace and ``alias`` a random name the grader chose for this module
+    in it: the grader's later calls go through that name (never through ``__import__`` or
+    ``globals``, which a solution cell can rebind), and each reply echoes the call's nonce.
+    """
     global _STATE
     if _STATE is not None:
         return json.dumps({"installed": True, "again": True})
     if cwd:
         os.chdir(cwd)
     state = _State()
+    state.ns, state.alias = ns, alias
+    if ns is not None and alias:
+        ns[alias] = sys.modules[__name__]
+    state.ipython = _ipython_hooks()
     for name in _MODULES:
         try:
             mod = importlib.import_module(name)
@@ -267,21 +280,60 @@ def _protectable(value) -> bool:
     return callable(value)
 
 
-def before_locked(ns: dict) -> str:
-    """Before a read-only cell: restore everything, remember the notebook's names; JSON list of repairs."""
+def _ipython_hooks() -> dict[str, object]:
+    """IPython's hooks a cell could use to hide a failure or rewrite the tests' code: custom exception
+    handlers (an AssertionError that prints nothing), AST and input transformers."""
     try:
-        _restore(ns)
-        if _STATE is not None:
+        from IPython import get_ipython
+    except ImportError:
+        return {}
+    ip = get_ipython()
+    if ip is None:
+        return {}
+    return {"custom_exceptions": ip.custom_exceptions, "CustomTB": getattr(ip, "CustomTB", None),
+            "ast_transformers": list(ip.ast_transformers),
+            "input_transformers_post": list(getattr(ip, "input_transformers_post", []))}
+
+
+def _restore_ipython() -> None:
+    if _STATE is None or not _STATE.ipython:
+        return
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    for key, value in _STATE.ipython.items():
+        current = getattr(ip, key, None)
+        same = current == value if isinstance(value, list) else current is value
+        if not same:
+            setattr(ip, key, list(value) if isinstance(value, list) else value)
+            _note(f"IPython's {key} had been changed (a custom exception handler or code transformer)")
+
+
+def _reply(nonce: str) -> str:
+    """The grader's reply: the repairs made, with the call's nonce (a stand-in guard cannot know it)."""
+    return _dumps({"nonce": nonce, "notes": _take_notes()})
+
+
+def before_locked(ns: dict | None = None, nonce: str = "") -> str:
+    """Before a read-only cell: restore everything, remember the notebook's names; JSON of repairs."""
+    ns = _STATE.ns if ns is None and _STATE is not None else ns
+    try:
+        if ns is not None:
+            if _STATE is not None and _STATE.alias:
+                ns[_STATE.alias] = sys.modules[__name__]
+            _restore(ns)
             _STATE.before = {k: id(v) for k, v in ns.items()}
+        _restore_ipython()
     except Exception as exc:  # noqa: BLE001
         _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
-    return drain()
+    return _reply(nonce)
 
 
-def after_locked(ns: dict) -> str:
+def after_locked(ns: dict | None = None, nonce: str = "") -> str:
     """After a read-only cell: protect the names it bound (functions, classes, modules, course objects)."""
+    ns = _STATE.ns if ns is None and _STATE is not None else ns
     try:
-        if _STATE is not None:
+        if _STATE is not None and ns is not None:
             for key, value in ns.items():
                 if key.startswith("_") or _STATE.before.get(key) == id(value):
                     continue
@@ -289,13 +341,17 @@ def after_locked(ns: dict) -> str:
                     _STATE.names[key] = value
     except Exception as exc:  # noqa: BLE001
         _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
-    return drain()
+    return _reply(nonce)
 
 
 def drain() -> str:
     """The repairs made since the last call, as a JSON list of strings."""
+    return _dumps(_take_notes())
+
+
+def _take_notes() -> list[str]:
     if _STATE is None:
-        return "[]"
+        return []
     notes, _STATE.notes = _STATE.notes, []
     _STATE.seen.clear()
-    return json.dumps(notes)
+    return notes
