@@ -30,6 +30,7 @@ so the checks keep their cases small and skip the probe where no rule can decide
 from __future__ import annotations
 
 import re
+from types import MappingProxyType  # read-only: a cell cannot edit the rules in place
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,17 +41,17 @@ __all__ = ["MethodProbe", "reduce_rule", "tile_rule"]
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
                  "multi_head_attention", "fused_sdp", "transformer_encoder", "_triton_multi_head")
 #: Operators that combine elements along one ``dim`` argument without shrinking their output.
-_SCANS = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "_softmax",
-          "_log_softmax", "_safe_softmax", "softmax", "log_softmax"}
+_SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "_softmax",
+          "_log_softmax", "_safe_softmax", "softmax", "log_softmax"})
 #: Matrix products: the contraction length is the last dim of the first operand (``addmm``: second).
-_PRODUCTS = {"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
-             "addmv": 1, "_addmm_activation": 1}
+_PRODUCTS = MappingProxyType({"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
+             "addmv": 1, "_addmm_activation": 1})
 #: Operators whose output is smaller than an input without combining elements (selection, factories).
-_SELECTIONS = {"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
+_SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
                "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
                "set_", "resize_", "unique", "_unique2", "argwhere", "narrow_copy", "slice_copy",
                "select_copy", "diagonal_copy", "split_with_sizes_copy", "unbind_copy", "lift_fresh_copy",
-               "lift_fresh", "as_strided_copy", "_to_copy", "copy_", "copy", "clone", "detach", "alias"}
+               "lift_fresh", "as_strided_copy", "_to_copy", "copy_", "copy", "clone", "detach", "alias"})
 #: autograd's own backward nodes are named after the operator, with a version digit ("MmBackward0").
 _BUILTIN_NODE = re.compile(r"Backward\d+$")
 
