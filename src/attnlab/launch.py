@@ -178,13 +178,14 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------- flash
-def _validate_blocks(d: int, block_m, block_n) -> None:
+def _validate_blocks(d: int, block_m, block_n, where: str = "triton_flash_attention") -> None:
+    """Raise ValueError unless the head dim and both tile sizes are powers of two >= 16."""
     if not _is_pow2(d) or d < 16:
-        raise ValueError(f"triton_flash_attention: head dim D={d} must be a power of two >= 16 "
+        raise ValueError(f"{where}: head dim D={d} must be a power of two >= 16 "
                          f"(tl.arange and tl.dot need it)")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if not _is_pow2(b) or b < 16:
-            raise ValueError(f"triton_flash_attention: {name}={b!r} must be a power of two >= 16 "
+            raise ValueError(f"{where}: {name}={b!r} must be a power of two >= 16 "
                              f"(tl.arange needs a power of two; tl.dot needs at least 16)")
 
 

@@ -47,15 +47,6 @@ class BackwardKernels(tuple):
         return super().__new__(cls, (preprocess, dkdv, dq))
 
 
-def _check_blocks(where: str, block_m, block_n, d) -> None:
-    if not launch._is_pow2(d) or d < 16:
-        raise ValueError(f"{where}: head dim D={d} must be a power of two >= 16 (tl.arange and tl.dot need it)")
-    for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not launch._is_pow2(b) or b < 16:
-            raise ValueError(f"{where}: {name}={b!r} must be a power of two >= 16 "
-                             f"(tl.arange needs a power of two; tl.dot needs at least 16)")
-
-
 def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash_attention_backward") -> None:
     """Raise a clear error unless (q, k, v, o, lse, do) is a valid input of the backward launcher.
 
@@ -86,7 +77,7 @@ def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash
     if lse.shape != q.shape[:3] or lse.dtype != torch.float32 or lse.device != q.device:
         raise ValueError(f"{where}: lse must be (B, H, T) = {tuple(q.shape[:3])}, float32, on {q.device} "
                          f"(what the forward returns), got {tuple(lse.shape)}, {lse.dtype}, {lse.device}")
-    _check_blocks(where, block_m, block_n, q.shape[-1])
+    launch._validate_blocks(q.shape[-1], block_m, block_n, where)
 
 
 def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, dq, dk, dv, dq_acc, *,
