@@ -27,8 +27,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The first assignment (notebooks 01-06), the default of the grading commands.
-ASSIGNMENT = "attention_kernels"
 #: A course directory (a checkout, or a learner course folder) to use instead of the installed one.
 COURSE_ENV = "ATTNLAB_COURSE"
 #: Set to 0 when building the package to leave the hidden tests out (selfcheck then runs visible tests only).
