@@ -9,13 +9,13 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install browser sandbox build check grade test clean
+.PHONY: install browser sandbox postgres build check grade test clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[course,test]"
+	$(BIN)/python -m pip install -q -e ".[course,test,postgres]"
 	touch $@
 
 # Debian's chromium + chromium-driver for the course's own browser test, when missing (needs root and
@@ -28,6 +28,12 @@ browser:
 # missing (needs root and apt-get; otherwise grading refuses to start and says how to install it).
 sandbox:
 	@bash .ci/install-sandbox
+
+# Debian's PostgreSQL server, which the tests start (a throwaway cluster) to check the PostgreSQL
+# gradebook and concurrent shards (needs root and apt-get; otherwise those tests skip and say so).
+# Only `make test` (and CI) wants it: students never need it.
+postgres:
+	@bash .ci/install-postgres
 
 # The student's and the instructor's install: the virtual environment and the sandbox.
 install: $(VENV)/.installed sandbox
@@ -44,7 +50,7 @@ check: install
 grade: install
 	$(BIN)/attnlab grade-samples
 
-test: install browser
+test: install browser postgres
 	$(BIN)/python -m pytest
 
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.

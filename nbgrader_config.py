@@ -6,6 +6,11 @@ c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "attention-kernels"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+# The gradebook: SQLite beside the course (gradebook.db) unless ATTNLAB_DB_URL names another
+# database, e.g. a PostgreSQL server shared by shards on several machines
+# (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.gradebook). Never seen by a notebook's kernel.
+if os.environ.get("ATTNLAB_DB_URL"):
+    c.CourseDirectory.db_url = os.environ["ATTNLAB_DB_URL"]
 # Never copied into release/ nor over a student's files at autograde.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", ".DS_Store",
                             "feedback", "*.csv", "*.png"]

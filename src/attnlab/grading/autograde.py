@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 
 from ..review import PREFIX as REVIEW
-from .course import COURSE_ID, Course, tool_env
+from .course import Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
 NOTEBOOK_LIMIT_S = 600
@@ -134,9 +134,11 @@ def _failure_reason(log: str) -> str:
 
 def _zero_notebook(course: Course, student: str, notebook: str) -> None:
     """Make the gradebook say 0 for a notebook whose grading failed, not a stale earlier score."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
 
-    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
+    from .gradebook import open_gradebook
+
+    with open_gradebook(course) as gb:
         try:
             sub = gb.find_submission_notebook(notebook, course.assignment, student)
         except MissingEntry:
@@ -148,9 +150,9 @@ def _zero_notebook(course: Course, student: str, notebook: str) -> None:
 
 
 def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
-    from nbgrader.api import Gradebook
+    from .gradebook import open_gradebook
 
-    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}", COURSE_ID) as gb:
+    with open_gradebook(course) as gb:
         sub = gb.find_submission_notebook(notebook, course.assignment, student)
         return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
                          g.max_score) for g in sub.grades}

@@ -117,10 +117,10 @@ def build_source(course: Course) -> list[Path]:
     return written
 
 
-def generate_assignment(course: Course) -> None:
+def generate_assignment(course: Course, *options: str) -> None:
     """``nbgrader generate_assignment`` in ``course``: writes release/ and registers the notebooks and
-    their test cells in the course's gradebook (autograde needs them there)."""
-    course.nbgrader("generate_assignment", course.assignment, "--force", timeout=600)
+    their test cells in the course's gradebook (autograde needs them there); ``options`` go to nbgrader."""
+    course.nbgrader("generate_assignment", course.assignment, "--force", *options, timeout=600)
 
 
 def _build_fresh(course: Course, tmp: Path) -> Course:
@@ -131,7 +131,8 @@ def _build_fresh(course: Course, tmp: Path) -> Course:
         shutil.copy(course.root / name, fresh.root / name)
     for each in fresh.assignments():
         build_source(each)
-        generate_assignment(each)
+        # its own SQLite gradebook, even when the course's (ATTNLAB_DB_URL) is a shared server
+        generate_assignment(each, f"--db=sqlite:///{fresh.root / 'gradebook.db'}")
     return fresh
 
 

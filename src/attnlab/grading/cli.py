@@ -13,6 +13,8 @@ Instructors (run in the course repository, or name it with --course):
 Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab collect EXPORT.zip     an LMS export -> submitted/<student>/ (nbgrader zip_collect)
     attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
+                                   (--shard I/N: one shard of the class, for several machines)
+    attnlab report                 merge the shards' reports into the class report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
     attnlab feedback [--student S] feedback/<student>/<assignment>/*.html (nbgrader generate_feedback)
 
@@ -30,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import gradebook, shards
 from .course import ASSIGNMENT, ASSIGNMENTS, Course
 
 
@@ -98,38 +101,69 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
 
 
 def _registered(course: Course) -> bool:
-    """Whether gradebook.db knows the assignment (autograde needs its notebooks and test cells)."""
-    from .course import COURSE_ID
+    """Whether the gradebook knows the assignment (autograde needs its notebooks and test cells);
+    says why not."""
+    from sqlalchemy.exc import SQLAlchemyError
 
-    db = course.root / "gradebook.db"
-    if not db.exists():
+    from .gradebook import db_url, redact, registered
+
+    try:
+        if registered(course):
+            return True
+    except SQLAlchemyError as exc:
+        print(f"attnlab autograde: cannot open the gradebook {redact(db_url(course))}: "
+              f"{str(exc).splitlines()[0]}")
         return False
-    from nbgrader.api import Gradebook, MissingEntry
+    print(f"attnlab autograde: the gradebook ({redact(db_url(course))}) does not know the assignment yet; "
+          f"run once (before any shard starts):\n  nbgrader generate_assignment {course.assignment} --force")
+    return False
 
-    with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
-        try:
-            return bool(gb.find_assignment(course.assignment).notebooks)
-        except MissingEntry:
-            return False
+
+def _shard_plan(course: Course, args) -> list[str] | None:
+    """The students this run grades (--student, --students, --shard; None: everyone submitted), and
+    the shard's own report files as defaults; prints the shard's students."""
+    from .gradebook import db_url, is_sqlite
+    from .shards import parse_shard, report_name, students_to_grade
+
+    students = students_to_grade(course, args.shard, args.students, args.student)
+    if args.shard is not None:
+        i, n = parse_shard(args.shard)
+        args.report_csv = args.report_csv or course.root / report_name(i, n, ".csv")
+        args.report_json = args.report_json or course.root / report_name(i, n, ".json")
+        print(f"shard {i}/{n} (students whose crc32(id) mod {n} = {i}): {len(students)} students: "
+              f"{', '.join(students) or '(none)'}")
+        if n > 1 and is_sqlite(db_url(course)):
+            print("note: a SQLite gradebook serves shards on this machine only (it must not live on NFS); "
+                  "shards on several machines need a PostgreSQL gradebook (--db-url, README)")
+    return students
 
 
 def _cmd_autograde(args) -> int:
     course = Course.find(args.course, args.assignment)
+    try:
+        students = _shard_plan(course, args)
+    except ValueError as exc:
+        print(f"attnlab autograde: {exc}")
+        return 2
     if not _registered(course):
-        print(f"attnlab autograde: gradebook.db does not know the assignment yet; run once:\n"
-              f"  nbgrader generate_assignment {course.assignment} --force")
         return 1
-    from .autograde import not_graded
+    from .autograde import not_graded, write_report_csv, write_report_json
     from .sandbox import SandboxUnavailable
 
+    if students == []:  # an empty shard: its (empty) reports say it ran
+        for path, write in ((args.report_csv, write_report_csv), (args.report_json, write_report_json)):
+            if path:
+                write([], path)
+        print("nothing to grade")
+        return 0
     try:
-        results = _grade_and_report(course, args.student or None, args.notebook or None, args.export,
+        results = _grade_and_report(course, students, args.notebook or None, args.export,
                                     args.report_csv, args.report_json, args.unsafe_no_sandbox)
     except SandboxUnavailable as exc:
         print(f"attnlab autograde: {exc}")
         return 2
     if args.feedback:
-        _feedback(course, args.student or None)
+        _feedback(course, students)
     return 1 if not_graded(results) else 0  # a notebook that could not be graded is never silent
 
 
@@ -281,6 +315,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("autograde", "autograde submitted/, one notebook at a time", _cmd_autograde)
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--students", default=None, metavar="A,B,...", help="grade only these students")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="grade shard I of N (0 <= I < N): the students whose crc32(id) mod N = I; writes "
+                        "grading_report_shard-I-of-N.csv/.json (merge them with `attnlab report`)")
     p.add_argument("--notebook", action="append", help="grade only this notebook (repeatable)")
     p.add_argument("--export", type=Path, default=None, help="also export the gradebook to this CSV")
     p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
@@ -288,6 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
     _assignment_option(p)
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
+    gradebook.add_db_option(p)
 
     p = command("collect", "collect an LMS zip export into submitted/ (nbgrader zip_collect)", _cmd_collect)
     p.add_argument("archive", type=Path, help="the zip file downloaded from the LMS")
@@ -299,10 +338,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("export", "export the gradebook to a CSV (nbgrader export)", _cmd_export)
     p.add_argument("--to", type=Path, default=Path("grades.csv"), help="the CSV to write (default grades.csv)")
+    gradebook.add_db_option(p)
 
     p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     _assignment_option(p)
+    gradebook.add_db_option(p)
 
     p = command("grade-samples", "the main job: build, write samples, autograde, export grades.csv",
                 _cmd_grade_samples)
@@ -310,6 +351,7 @@ def _parser() -> argparse.ArgumentParser:
 
     from .. import doctor, lab, selfcheck  # the learner's commands live in their own modules
 
+    shards.add_report_parser(sub, parents=[course])
     lab.add_parser(sub, parents=[course])
     selfcheck.add_parser(sub)
     doctor.add_parser(sub)
@@ -319,6 +361,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    gradebook.apply_db_option(args)
     if args.command is None:  # a bare `attnlab`: say what there is
         parser.print_help()
         return 0

@@ -139,13 +139,12 @@ SAMPLE_STUDENTS = ("reference", "blank", "typical_mistakes")
 def forget_students(course: Course, students) -> None:
     """Remove ``students`` and their submissions from the gradebook (if there is one) and from
     submitted/ and autograded/."""
-    db = course.root / "gradebook.db"
-    if db.exists():
-        from nbgrader.api import Gradebook, MissingEntry
+    from .gradebook import db_url, has_tables, open_gradebook
 
-        from .course import COURSE_ID
+    if has_tables(db_url(course)):
+        from nbgrader.api import MissingEntry
 
-        with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
+        with open_gradebook(course) as gb:
             for s in students:
                 try:
                     gb.remove_student(s)

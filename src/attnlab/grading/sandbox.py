@@ -231,6 +231,10 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
+        # the gradebook's URL and password stay with the grader: nbgrader writes grades, never the kernel
+        from .gradebook import kernel_env
+
+        kw["env"] = kernel_env(kw.get("env"))
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         return cmd, kw
 
