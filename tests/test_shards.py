@@ -1,0 +1,218 @@
+"""Sharded grading without grading anything: the partition, the merge of shard reports, the gradebook
+URL and its secrecy, and the deploy files. (Grading in shards into PostgreSQL: tests/test_gradebook.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from attnlab.grading import gradebook, shards
+from attnlab.grading.autograde import CellResult, NotebookResult, write_report_json
+from attnlab.grading.course import Course
+
+from .conftest import environment, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = [f"student-{i:03d}" for i in range(60)] + ["reference", "blank", "Ødegård-4711", "李雷-12"]
+
+
+# ------------------------------------------------------------------------------------ partition
+@pytest.mark.parametrize("text, want", [("0/1", (0, 1)), ("3/8", (3, 8)), (" 7 / 8 ", (7, 8))])
+def test_parse_shard(text, want):
+    assert shards.parse_shard(text) == want
+
+
+@pytest.mark.parametrize("text, why", [("8/8", "0 to N-1 = 7"), ("1/0", "at least 1"), ("1-4", "expected i/N"),
+                                       ("-1/4", "expected i/N"), ("", "expected i/N"), ("a/b", "expected i/N")])
+def test_parse_shard_names_what_is_wrong(text, why):
+    with pytest.raises(ValueError, match=why):
+        shards.parse_shard(text)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 16])
+def test_every_student_is_in_exactly_one_shard(n):
+    parts = [shards.select(NAMES, i, n) for i in range(n)]
+    assert sorted(s for part in parts for s in part) == sorted(NAMES)
+    if n <= 3:  # 64 students: no shard empty
+        assert all(parts)
+
+
+def test_partition_is_the_documented_crc32_and_depends_on_the_student_only():
+    for s in NAMES:
+        assert shards.shard_of(s, 5) == zlib.crc32(s.encode("utf-8")) % 5
+    # a late submission moves nobody else; the order of the listing does not matter
+    before = {s: shards.shard_of(s, 4) for s in NAMES}
+    with_late = NAMES + ["late-arrival"]
+    for i in range(4):
+        assert [s for s in shards.select(with_late, i, 4) if s != "late-arrival"] == \
+               [s for s in NAMES if before[s] == i]
+        assert sorted(shards.select(list(reversed(NAMES)), i, 4)) == sorted(shards.select(NAMES, i, 4))
+
+
+def test_the_same_shard_in_another_process_gets_the_same_students():
+    """Python's str hash is salted per process: the partition must not use it."""
+    code = ("import sys; from attnlab.grading.shards import select; "
+            "print(','.join(select(sys.argv[1].split(','), 2, 5)))")
+    outs = {subprocess.run([sys.executable, "-c", code, ",".join(NAMES)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout.strip()
+            for seed in ("1", "2")}
+    assert outs == {",".join(shards.select(NAMES, 2, 5))}
+
+
+def test_students_option_and_shard_combine(tmp_path):
+    course = Course(tmp_path)
+    for s in ("ann", "ben", "cat", "dan"):
+        (course.submitted / s / course.assignment).mkdir(parents=True)
+    assert shards.students_to_grade(course, None, None, None) is None  # everyone, as before
+    assert shards.students_to_grade(course, None, "ben, ann,,ben", ["dan"]) == ["dan", "ben", "ann"]
+    everyone = [shards.students_to_grade(course, f"{i}/3", None, None) for i in range(3)]
+    assert sorted(sum(everyone, [])) == ["ann", "ben", "cat", "dan"]
+    assert shards.students_to_grade(course, "1/3", "ann,ben,cat,dan", None) == everyone[1]
+
+
+# ------------------------------------------------------------------------------------ merging
+def _result(student: str, notebook: str = "01_online_softmax", points: float = 4.0) -> NotebookResult:
+    return NotebookResult(student, notebook, "graded", points=points, max_points=4.0,
+                          cells=[CellResult("t", points, 4.0)])
+
+
+def _shard_reports(tmp_path: Path, students: list[str], n: int, skip=(), extra: dict | None = None) -> list[Path]:
+    paths = []
+    for i in range(n):
+        if i in skip:
+            continue
+        mine = [_result(s) for s in shards.select(students, i, n)] + [_result(s) for s in (extra or {}).get(i, [])]
+        path = tmp_path / shards.report_name(i, n, ".json")
+        write_report_json(mine, path)
+        paths.append(path)
+    return paths
+
+
+def test_merge_of_complete_shards_has_every_student_once(tmp_path):
+    names = NAMES[:20]
+    merged = shards.merge(_shard_reports(tmp_path, names, 3), submitted=names)
+    assert sorted(r.student for r in merged.results) == sorted(names)
+    assert merged.problems() == []
+    assert shards.shard_reports(tmp_path) == sorted(tmp_path.glob("*.json"), key=lambda p: p.name)
+
+
+def test_merge_flags_students_graded_twice_missing_and_missing_shards(tmp_path):
+    names = NAMES[:20]
+    lost = shards.select(names, 1, 3)
+    intruder = shards.select(names, 2, 3)[0]
+    paths = _shard_reports(tmp_path, names, 3, skip=(1,), extra={0: [intruder]})
+    merged = shards.merge(paths, submitted=names)
+    assert merged.graded_twice == {intruder: [shards.report_name(0, 3, ".json"), shards.report_name(2, 3, ".json")]}
+    assert merged.missing == lost
+    assert merged.missing_shards == [shards.report_name(1, 3, ".json")]
+    assert merged.wrong_shard == {intruder: shards.report_name(0, 3, ".json")}
+    assert len([r for r in merged.results if r.student == intruder]) == 1  # reported once, flagged
+    problems = "\n".join(merged.problems())
+    assert intruder in problems and all(s in problems for s in lost)
+
+
+def test_report_command_writes_the_class_report_and_fails_on_a_problem(tmp_path):
+    """``attnlab report`` in a course folder: merges grading_report_shard-*.json, exits 1 on a gap."""
+    course = Course(tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
+    names = ["ann", "ben", "cat", "dan", "eve"]
+    for s in names:
+        (course.submitted / s / course.assignment).mkdir(parents=True)
+    _shard_reports(tmp_path, names, 2)
+    code, out = run_cli(course, "report")
+    assert code == 0, out
+    assert "every submitted student was graded by exactly one shard" in out
+    assert sorted(r.student for r in __import__("attnlab.grading.autograde", fromlist=["_"]).read_report_json(
+        tmp_path / "grading_report.json")) == names
+    assert (tmp_path / "grading_report.csv").read_text().count("\n") == 1 + len(names)
+    (course.submitted / "zoe" / course.assignment).mkdir(parents=True)  # submitted late, graded by no shard
+    code, out = run_cli(course, "report")
+    assert code == 1 and "PROBLEM: submitted but graded by no shard: zoe" in out
+
+
+# ------------------------------------------------------------------------------- the gradebook
+SECRET_URL = "postgresql+psycopg://grader:s3cret-pw@db.example.org:5433/course"
+
+
+def test_db_url_comes_from_the_environment_through_nbgrader_config():
+    course = Course(ROOT)
+    with environment({gradebook.DB_URL_ENV: ""}):
+        assert gradebook.db_url(course) == f"sqlite:///{ROOT / 'gradebook.db'}"
+    with environment({gradebook.DB_URL_ENV: SECRET_URL}):
+        assert gradebook.db_url(course) == SECRET_URL
+
+
+def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
+    assert gradebook.redact(SECRET_URL) == "postgresql+psycopg://grader:***@db.example.org:5433/course"
+    assert gradebook.redact("sqlite:////x/gradebook.db") == "sqlite:////x/gradebook.db"
+    env = {"ATTNLAB_DB_URL": SECRET_URL, "PGPASSWORD": "pw", "PGPASSFILE": "/root/.pgpass", "DATABASE_URL": "x",
+           "PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
+    assert gradebook.kernel_env(env) == {"PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
+
+
+def test_db_url_option_reaches_nbgrader_config(monkeypatch):
+    from attnlab.grading import cli
+
+    monkeypatch.setenv(gradebook.DB_URL_ENV, "")  # restored after the test
+    args = cli._parser().parse_args(["export", "--db-url", SECRET_URL])
+    gradebook.apply_db_option(args)
+    assert os.environ[gradebook.DB_URL_ENV] == SECRET_URL
+    assert gradebook.db_url(Course(ROOT)) == SECRET_URL
+
+
+def test_unreachable_gradebook_is_named_without_its_password(tmp_path):
+    url = f"postgresql+psycopg://grader:s3cret-pw@/nowhere?host={tmp_path}&port=5999"
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make install)")
+    with environment({gradebook.DB_URL_ENV: url}):
+        code, out = run_cli(Course(ROOT), "autograde", "--notebook", "01_online_softmax")
+    assert code == 1
+    assert "cannot open the gradebook postgresql+psycopg://grader:***@/nowhere" in out
+    assert "s3cret-pw" not in out
+
+
+needs_bwrap = pytest.mark.skipif(not __import__("attnlab.grading.sandbox", fromlist=["_"]).check()[0],
+                                 reason="bubblewrap cannot start a sandbox here (make sandbox)")
+
+
+@needs_bwrap
+def test_sandboxed_kernel_never_sees_the_gradebook_url():
+    """The kernel (and its sandbox's PID 1) start without the grader's database settings."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from attnlab.grading.sandbox import SandboxedKernelManager
+
+    probe = ("import os\n"
+             "print(sorted(k for k in os.environ if 'DB_URL' in k or k.startswith('PG')))\n"
+             "print(b's3cret-pw' in open('/proc/1/environ', 'rb').read())")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
+    with environment({gradebook.DB_URL_ENV: SECRET_URL, "PGPASSWORD": "s3cret-pw"}):
+        NotebookClient(nb, kernel_manager_class=SandboxedKernelManager, timeout=60, startup_timeout=120).execute()
+    assert nb.cells[0].outputs[0]["text"] == "[]\nFalse\n"
+
+
+# ---------------------------------------------------------------------------------- deploy files
+def test_slurm_script_is_valid_bash_and_runs_its_shard():
+    script = ROOT / "deploy" / "slurm-autograde.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert 'attnlab autograde --shard "${SLURM_ARRAY_TASK_ID}/${SHARDS}"' in text
+    assert "#SBATCH" in text and "attnlab report" in text
+
+
+def test_kubernetes_job_is_an_indexed_job_of_shards():
+    yaml = pytest.importorskip("yaml")
+    job = yaml.safe_load((ROOT / "deploy" / "k8s-autograde-job.yaml").read_text())
+    spec = job["spec"]
+    assert job["kind"] == "Job" and spec["completionMode"] == "Indexed"
+    container = spec["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert int(env["SHARDS"]["value"]) == spec["completions"]
+    assert "secretKeyRef" in env["ATTNLAB_DB_URL"]["valueFrom"]  # the password never in the file
+    assert '--shard "${JOB_COMPLETION_INDEX}/${SHARDS}"' in " ".join(container["args"])
