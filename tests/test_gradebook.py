@@ -1,0 +1,211 @@
+"""A PostgreSQL gradebook and sharded runs, end to end, against a real PostgreSQL server.
+
+One small class (four students, notebook 01 only, to stay cheap) is graded three ways in one course
+folder: serially into SQLite (the reference), by two concurrent shards into one PostgreSQL
+gradebook, and again after a shard was killed mid-run and re-run. Every way must give the same
+grades, exported by nbgrader, and the same per-cell points; no kernel may see the database URL.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from attnlab.grading import gradebook, shards
+from attnlab.grading.autograde import read_report_json
+from attnlab.grading.build import generate_assignment
+from attnlab.grading.course import Course, tool_env
+from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook, write_submission
+
+from .conftest import copy_course, environment, run_cli
+from .pgserver import PostgresServer, find_bindir
+
+NB = "01_online_softmax"
+#: student -> what they submit; crc32 puts the first two in shard 0/2, the other two in shard 1/2
+STUDENTS = {"forgot-rescale": "01-no-rescale", "two-pass-overflow": "01-two-pass-overflow",
+            "blank": "release", "snoop": "snoop"}
+#: Appended to snoop's solution cell (otherwise the reference): prints what a kernel can find of the
+#: gradebook's settings.
+SNOOP = ("\nimport os as _os\n"
+         "print('DB-PROBE', sorted(k for k in _os.environ if 'DB_URL' in k or k.startswith('PG')),\n"
+         "      'ATTNLAB_DB_URL' in open('/proc/1/environ', 'rb').read().decode('latin-1'))\n")
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed and could not be (as root: bash .ci/install-postgres, "
+                    "or apt-get install postgresql)")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make install)")
+    server = PostgresServer(bindir).start()
+    yield server
+    server.stop()
+
+
+def _write_class(course: Course) -> None:
+    mistakes = {m.id: m for m in load_mistakes(course)[0]}
+    for student, kind in STUDENTS.items():
+        if kind == "release":
+            nb = release_notebook(course, NB)
+        else:
+            nb = reference_notebook(course, NB)
+            if kind == "snoop":
+                cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+                cell.source += SNOOP
+            elif kind:
+                nb = apply_mistake(nb, mistakes[kind])
+        write_submission(course, student, {NB: nb})
+
+
+def _export(course: Course, path: Path) -> list[dict]:
+    code, out = run_cli(course, "export", "--to", str(path))
+    assert code == 0, out
+    with open(path) as f:
+        return sorted(csv.DictReader(f), key=lambda row: row["student_id"])
+
+
+def _cells(report: Path) -> dict:
+    return {(r.student, r.notebook): (r.status, r.points, r.max_points, [(c.grade_id, c.points) for c in r.cells])
+            for r in read_report_json(report)}
+
+
+def _shard_cmd(course: Course, shard: str) -> list[str]:
+    return [sys.executable, "-m", "attnlab.grading.cli", "--course", str(course.root), "autograde",
+            "--shard", shard, "--notebook", NB]
+
+
+def _shard(course: Course, shard: str, env: dict) -> subprocess.Popen:
+    """A shard in a session of its own (so killing it takes its worker and kernels too, like a lost node)."""
+    return subprocess.Popen(_shard_cmd(course, shard), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+@dataclass
+class ShardedClass:
+    course: Course
+    url: str
+    serial: dict                 # (student, notebook) -> (status, points, max, cells), SQLite, one process
+    serial_export: list[dict]
+    sharded: dict                # the same, merged from two concurrent shards into PostgreSQL
+    sharded_export: list[dict]
+    rerun: dict                  # after shard 0 was killed mid-run and run again
+    outputs: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def sharded(postgres, tmp_path_factory) -> ShardedClass:
+    start = time.perf_counter()
+    tmp = tmp_path_factory.mktemp("sharded")
+    course = copy_course(tmp)
+    _write_class(course)
+    assert [shards.shard_of(s, 2) for s in STUDENTS] == [0, 0, 1, 1], "STUDENTS no longer split 2/2"
+    register = ("--notebook", NB)  # the gradebook needs this notebook only (half the time of all six)
+    outputs, seconds = {}, {}
+
+    # 1. serially, into SQLite (gradebook.db in the course folder)
+    with environment({gradebook.DB_URL_ENV: ""}):
+        generate_assignment(course, *register)
+        code, outputs["serial"] = run_cli(course, "autograde", "--notebook", NB, "--report-json", str(tmp / "serial.json"))
+        serial_export = _export(course, tmp / "sqlite.csv")
+    assert code == 0, outputs["serial"]
+    seconds["serial"] = time.perf_counter() - start
+
+    # 2. two shards at once, into one PostgreSQL gradebook (the assignment registered first)
+    url = postgres.create_database("attention_kernels")
+    env = {**tool_env(), gradebook.DB_URL_ENV: url, "PYTHONUNBUFFERED": "1"}
+    with environment({gradebook.DB_URL_ENV: url}):
+        generate_assignment(course, *register)
+        t = time.perf_counter()
+        procs = {i: _shard(course, f"{i}/2", env) for i in range(2)}
+        for i, p in procs.items():
+            outputs[f"shard {i}"] = p.communicate(timeout=900)[0]
+            assert p.returncode == 0, outputs[f"shard {i}"]
+        seconds["two shards"] = time.perf_counter() - t
+        code, outputs["report"] = run_cli(course, "report")
+        assert code == 0, outputs["report"]
+        sharded = _cells(course.root / "grading_report.json")
+        sharded_export = _export(course, tmp / "postgres.csv")
+
+        # 3. shard 0 killed (with its worker and kernels) after its first student, then run again
+        t = time.perf_counter()
+        p = _shard(course, "0/2", env)
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("  ") and NB in line:  # one notebook graded, the next one under way
+                break
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        outputs["killed shard"] = "".join(lines)
+        (course.root / shards.report_name(0, 2, ".json")).unlink()
+        rerun = subprocess.run(_shard_cmd(course, "0/2"), env=env, capture_output=True, text=True, timeout=900)
+        outputs["rerun"] = rerun.stdout + rerun.stderr
+        assert rerun.returncode == 0, outputs["rerun"]
+        seconds["kill and rerun"] = time.perf_counter() - t
+        code, outputs["report after rerun"] = run_cli(course, "report")
+        assert code == 0, outputs["report after rerun"]
+        rerun_cells = _cells(course.root / "grading_report.json")  # read back from the gradebook
+    print({k: f"{v:.0f} s" for k, v in seconds.items()}, f"total {time.perf_counter() - start:.0f} s")
+    return ShardedClass(course, url, _cells(tmp / "serial.json"), serial_export, sharded, sharded_export,
+                        rerun_cells, outputs, seconds)
+
+
+def test_sharded_postgres_grades_equal_the_serial_sqlite_run(sharded):
+    _, points, full, _ = sharded.serial[("snoop", NB)]
+    assert points == full > 0 and sharded.serial[("blank", NB)][1] == 0
+    assert 0 < sharded.serial[("forgot-rescale", NB)][1] < full
+    assert sharded.sharded == sharded.serial
+    assert len(sharded.sharded_export) == len(STUDENTS)  # one row per student: none lost, none twice
+    assert sharded.sharded_export == sharded.serial_export
+
+
+def test_each_shard_graded_its_own_students_once(sharded):
+    for i in range(2):
+        mine = {r.student for r in read_report_json(sharded.course.root / shards.report_name(i, 2, ".json"))}
+        assert mine == set(shards.select(list(STUDENTS), i, 2))
+        assert f"shard {i}/2" in sharded.outputs[f"shard {i}"]
+    assert "every submitted student was graded by exactly one shard" in sharded.outputs["report"]
+
+
+def test_no_grade_is_duplicated_in_the_gradebook(sharded):
+    """nbgrader's rows, counted in PostgreSQL: one submission and one graded notebook per student."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(sharded.url)
+    try:
+        with engine.connect() as db:
+            subs = db.execute(text("SELECT student_id, count(*) FROM submitted_assignment GROUP BY student_id")).all()
+            nbs = db.execute(text("SELECT count(*) FROM submitted_notebook")).scalar()
+            grades = db.execute(text("SELECT count(*) FROM grade")).scalar()
+            cells = db.execute(text("SELECT count(*) FROM grade_cells")).scalar()
+            notebooks = db.execute(text("SELECT count(*) FROM notebook")).scalar()
+    finally:
+        engine.dispose()
+    assert dict(subs) == {s: 1 for s in STUDENTS}
+    assert nbs == len(STUDENTS) * notebooks  # nbgrader keeps a row for every notebook of the assignment
+    assert grades == len(STUDENTS) * cells
+
+
+def test_a_killed_shard_run_again_gives_the_same_grades(sharded):
+    assert "forgot-rescale" in sharded.outputs["killed shard"]  # it was killed after grading something
+    assert sharded.rerun == sharded.serial  # and test_no_grade_is_duplicated_in_the_gradebook counts after it
+
+
+def test_kernels_never_saw_the_database_url(sharded):
+    autograded = sharded.course.autograded / "snoop" / sharded.course.assignment / f"{NB}.ipynb"
+    text = autograded.read_text()
+    assert "DB-PROBE [] False" in text  # the probe ran, and found nothing
+    password = sharded.url.split(":", 2)[2].split("@")[0]
+    assert password not in text and sharded.url not in text
+    status, points, full, _ = sharded.sharded[("snoop", NB)]
+    assert status == "graded" and points == full  # the probe costs the reference nothing
