@@ -197,7 +197,8 @@ def test_no_grade_is_duplicated_in_the_gradebook(sharded):
 
 
 def test_a_killed_shard_run_again_gives_the_same_grades(sharded):
-    assert "forgot-rescale" in sharded.outputs["killed shard"]  # it was killed after grading something
+    # killed right after its first notebook was graded, while its second student was being graded
+    assert sharded.outputs["killed shard"].splitlines()[-1].startswith("  forgot-rescale ")
     assert sharded.rerun == sharded.serial  # and test_no_grade_is_duplicated_in_the_gradebook counts after it
 
 
