@@ -216,3 +216,13 @@ def test_kubernetes_job_is_an_indexed_job_of_shards():
     assert int(env["SHARDS"]["value"]) == spec["completions"]
     assert "secretKeyRef" in env["ATTNLAB_DB_URL"]["valueFrom"]  # the password never in the file
     assert '--shard "${JOB_COMPLETION_INDEX}/${SHARDS}"' in " ".join(container["args"])
+
+
+def test_make_test_installs_postgres_and_make_install_does_not():
+    def dry_run(target: str) -> str:
+        return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60).stdout
+
+    assert "install-postgres" not in dry_run("install")  # students never need a database server
+    assert "postgres]" in dry_run("install")  # but the driver comes with the course's install
+    assert "install-postgres" in dry_run("test")
