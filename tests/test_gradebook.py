@@ -89,6 +89,40 @@ def _shard(course: Course, shard: str, env: dict) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc; workers and kernels run in sessions of their own)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid`` and every process below it, all stopped first so none can react."""
+    tree = [pid, *_descendants(pid)]
+    for each in tree:
+        try:
+            os.kill(each, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+    tree = [pid, *_descendants(pid)]
+    for each in tree:
+        try:
+            os.kill(each, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return tree
+
+
 @dataclass
 class ShardedClass:
     course: Course
@@ -144,8 +178,9 @@ def sharded(postgres, tmp_path_factory) -> ShardedClass:
             lines.append(line)
             if line.startswith("  ") and NB in line:  # one notebook graded, the next one under way
                 break
-        os.killpg(p.pid, signal.SIGKILL)
+        killed = _kill_tree(p.pid)  # like a lost node: the shard, its worker and the kernel all at once
         p.wait()
+        assert len(killed) >= 2, "the shard's grading worker was not found"
         outputs["killed shard"] = "".join(lines)
         (course.root / shards.report_name(0, 2, ".json")).unlink()
         rerun = subprocess.run(_shard_cmd(course, "0/2"), env=env, capture_output=True, text=True, timeout=900)
