@@ -28,6 +28,8 @@ from attnlab.grading.samples import apply_mistake, load_mistakes, reference_note
 from .conftest import copy_course, environment, run_cli
 from .pgserver import PostgresServer, find_bindir
 
+pytestmark = pytest.mark.slow  # nbgrader end to end, about a minute of CPU
+
 NB = "01_online_softmax"
 #: student -> what they submit; crc32 puts the first two in shard 0/2, the other two in shard 1/2
 STUDENTS = {"forgot-rescale": "01-no-rescale", "two-pass-overflow": "01-two-pass-overflow",
