@@ -226,3 +226,16 @@ def test_make_test_installs_postgres_and_make_install_does_not():
     assert "install-postgres" not in dry_run("install")  # students never need a database server
     assert "postgres]" in dry_run("install")  # but the driver comes with the course's install
     assert "install-postgres" in dry_run("test")
+
+
+def test_the_scratch_build_registers_in_its_own_sqlite_even_with_a_shared_gradebook(tmp_path, monkeypatch):
+    """`attnlab build` must never register a scratch build in the course's PostgreSQL gradebook."""
+    from attnlab.grading import build
+
+    calls = []
+    monkeypatch.setattr(build, "build_source", lambda course: None)
+    monkeypatch.setattr(Course, "nbgrader", lambda self, *args, **kw: calls.append((self.root, args)))
+    with environment({gradebook.DB_URL_ENV: SECRET_URL}):
+        fresh = build._build_fresh(Course(ROOT), tmp_path)
+    assert calls and all(root == fresh.root and f"--db=sqlite:///{fresh.root / 'gradebook.db'}" in args
+                         for root, args in calls)
