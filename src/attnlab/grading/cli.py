@@ -130,7 +130,8 @@ def _shard_plan(course: Course, args) -> list[str] | None:
         i, n = parse_shard(args.shard)
         args.report_csv = args.report_csv or course.root / report_name(i, n, ".csv")
         args.report_json = args.report_json or course.root / report_name(i, n, ".json")
-        print(f"shard {i}/{n} (students whose crc32(id) mod {n} = {i}): {len(students)} students: "
+        print(f"shard {i}/{n} (students whose crc32(id) mod {n} = {i}): {len(students)} "
+              f"student{'' if len(students) == 1 else 's'}: "
               f"{', '.join(students) or '(none)'}")
         if n > 1 and is_sqlite(db_url(course)):
             print("note: a SQLite gradebook serves shards on this machine only (it must not live on NFS); "
