@@ -70,13 +70,13 @@ def autotune_configs(space=CONFIG_SPACE):
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in space]
 
 
-def _tma_allocator() -> None:
+def _tma_allocator(device) -> None:
     # tl.make_tensor_descriptor inside a kernel needs a small global scratch buffer per program
     # (128 bytes per descriptor); Triton asks for it through this hook.
     import triton
 
     def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device="cuda")
+        return torch.empty(size, dtype=torch.int8, device=device)
 
     triton.set_allocator(alloc)
 
@@ -161,7 +161,7 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
     else:
         qs = ks = torch.ones(1, dtype=torch.float32, device=q.device)
     if use_tma:
-        _tma_allocator()
+        _tma_allocator(q.device)
     n_programs = sm_count(q.device)
 
     def grid(meta):
