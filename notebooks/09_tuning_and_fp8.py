@@ -249,7 +249,7 @@ def _load_rows(src, row0, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, USE_TMA: 
 
 
 @triton.jit
-def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, offs_m, qk_scale,
+def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, q_pos, qk_scale,
               MASKED: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
               USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Online softmax over the keys [lo, hi) of one head, BLOCK_N at a time (scores in base 2)."""
@@ -258,14 +258,14 @@ def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, offs_m, qk_scale,
         k = _load_rows(k_src, kv_row0 + start_n, BLOCK_N, HEAD_DIM, USE_TMA)
         s = tl.dot(q, tl.trans(k)) * qk_scale            # FP8 or 16-bit operands, float32 scores
         if MASKED:                                       # only the diagonal band pays for the mask
-            s = tl.where(offs_m[:, None] >= start_n + offs_n[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
+            s = tl.where(q_pos[:, None] >= start_n + offs_n[None, :], s, float("-inf"))
+        m_next = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_next[:, None])
+        alpha = tl.math.exp2(m_i - m_next)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_rows(v_src, kv_row0 + start_n, BLOCK_N, HEAD_DIM, USE_TMA)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # P·V always in V's 16-bit type
-        m_i = m_new
+        m_i = m_next
     return acc, l_i, m_i
 
 
@@ -276,7 +276,7 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
     """One BLOCK_M x HEAD_DIM tile of O and its LSE, for head bh (rows bh*T ... of the flat matrices)."""
     row0 = bh * T
     start_m = tile_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q_pos = start_m + tl.arange(0, BLOCK_M)  # query positions of this tile
     if FP8_QK:  # Q K^T computes (Q/s_q)(K/s_k)^T: the per-head scales go back in with the softmax scale
         qk_scale = sm_scale * 1.4426950408889634 * tl.load(QS + bh) * tl.load(KS + bh)
     else:
@@ -285,21 +285,20 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        # keys left of the diagonal block need no mask; the band [start_m, start_m + BLOCK_M) does
-        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, start_m, offs_m, qk_scale,
+    if CAUSAL:  # keys left of the diagonal block need no mask; the band [start_m, start_m + BLOCK_M) does
+        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, start_m, q_pos, qk_scale,
                                   False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
-        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, start_m, start_m + BLOCK_M, offs_m,
+        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, start_m, start_m + BLOCK_M, q_pos,
                                   qk_scale, True, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
     else:
-        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, T, offs_m, qk_scale,
+        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, T, q_pos, qk_scale,
                                   False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
     out = (acc / l_i[:, None]).to(OUT_DTYPE)
     if USE_TMA:
         o_dst.store([row0 + start_m, 0], out)
     else:
-        tl.store(o_dst + (row0 + offs_m)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], out)
-    tl.store(LSE + row0 + offs_m, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)  # base 2 -> natural log
+        tl.store(o_dst + (row0 + q_pos)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], out)
+    tl.store(LSE + row0 + q_pos, (m_i + tl.math.log2(l_i)) * 0.6931471805599453)  # base 2 -> natural log
 
 
 @triton.jit

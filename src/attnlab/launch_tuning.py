@@ -177,7 +177,7 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
         compiled = kernel[grid](*args, **flags)
     else:
         bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-        if T % bm or T % bn or (causal and bm % bn):
+        if T % bm != 0 or T % bn != 0 or (causal and bm % bn != 0):
             raise ValueError(f"launch_tuned_forward: BLOCK_M={bm}, BLOCK_N={bn} must divide T={T}"
                              f"{' and BLOCK_N must divide BLOCK_M (causal)' if causal else ''}")
         compiled = kernel[grid](*args, **flags, BLOCK_M=bm, BLOCK_N=bn, num_warps=int(config.get("num_warps", 4)),

@@ -54,7 +54,7 @@ def expected_scales(x: torch.Tensor, block_rows=None) -> torch.Tensor:
 
 def expected_smem(block_m: int, block_n: int, num_stages: int, head_dim: int, elem_bytes: int) -> int:
     """Bytes of shared memory: Q once, ``num_stages`` tiles each of K and V."""
-    return (block_m + 2 * num_stages * block_n) * head_dim * elem_bytes
+    return head_dim * elem_bytes * (block_m + 2 * num_stages * block_n)
 
 
 def _inputs(B, H, T, D, *, seed, dtype, negative_heads=(), zero_heads=()):
@@ -213,8 +213,8 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
                              f"{type(got).__name__}")
 
     def fits(c):
-        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        if T % bm or T % bn or (causal and bm % bn):
+        bm, bn = (c.kwargs[name] for name in ("BLOCK_M", "BLOCK_N"))
+        if T % bm != 0 or T % bn != 0 or (causal and bm % bn != 0):
             return False
         return expected_smem(bm, bn, c.num_stages, head_dim, q.element_size()) <= smem_limit
 
@@ -223,7 +223,7 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
         return
 
     def show(c):
-        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+        bm, bn = (c.kwargs[name] for name in ("BLOCK_M", "BLOCK_N"))
         return f"{bm}x{bn} w{c.num_warps} s{c.num_stages} ({expected_smem(bm, bn, c.num_stages, head_dim, q.element_size())} B)"
 
     got_ids = {id(c) for c in got}
