@@ -95,7 +95,8 @@ def main(out: Path, budget_s: float, checks: bool) -> None:
     from attnlab import bench_tuning, launch_tuning
 
     env = bench_tuning.environment()
-    env["command"] = "cd .stage/tuning && bash benchmarks/run_gpu_tuning.sh measure (device tool, carry .gpu, .stage/tuning)"
+    env["command"] = ("cd .stage/tuning && bash benchmarks/run_gpu_tuning.sh measure "
+                      "(device tool, carry .gpu, .stage/tuning)")
     env["shape"] = dict(B=B, H=H, causal=True, dtype="bfloat16")
     (out / "tuning_env.json").write_text(json.dumps(env, indent=1))
     print(env, flush=True)

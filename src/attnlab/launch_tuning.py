@@ -25,7 +25,8 @@ import torch
 
 from .device import is_kernel, runtime
 
-__all__ = ["T_MULTIPLE", "CONFIG_SPACE", "HOPPER_SPACE", "smem_limit_bytes", "sm_count", "autotune_configs", "launch_tuned_forward"]
+__all__ = ["T_MULTIPLE", "CONFIG_SPACE", "HOPPER_SPACE", "smem_limit_bytes", "sm_count", "autotune_configs",
+           "launch_tuned_forward"]
 
 #: T must be a multiple of this (the largest BLOCK_M/BLOCK_N of :data:`CONFIG_SPACE`), so every config
 #: the pruning keeps tiles T exactly.
@@ -36,9 +37,9 @@ T_MULTIPLE = 128
 CONFIG_SPACE = tuple((bm, bn, w, s) for bm, bn in ((64, 32), (64, 64), (128, 32), (128, 64), (128, 128))
                      for w in ((4,) if bm == 64 else (4, 8)) for s in (2, 3, 4))
 
-#: The smaller space the Hopper steps (TMA, warp specialization, persistent grid, FP8) are tuned over: the
-#: 128-row tiles that win the full space on the H200 at T >= 2048 (notes/gpu/2026-11-30/09/), to keep the
-#: compile time of four more autotuned variants within a notebook cell.
+#: The smaller space the Hopper steps (TMA, warp specialization, persistent grid, FP8) are tuned over:
+#: 128-row tiles, which won the full space on the H200 at D = 128, T = 8192 and D = 64, T = 16384
+#: (notes/gpu/2026-11-30/09/), to keep the compile time of four more autotuned variants within a cell.
 HOPPER_SPACE = tuple((128, bn, w, s) for bn in (64, 128) for w in (4, 8) for s in (2, 3))
 
 #: H100/H200 (sm_90): 227 KiB of shared memory per block once the kernel opts in (what Triton allows).
@@ -136,7 +137,8 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
             and the autotuner picks BLOCK_M, BLOCK_N, warps and stages per key).
         q, k, v: contiguous (B, H, T, D) on one device, T a multiple of :data:`T_MULTIPLE`; float16,
             bfloat16 or float32 (float32 only under the interpreter); or q and k float8_e4m3fn with
-            ``q_scale``, ``k_scale`` float32 (B, H): Q ≈ q.float() · q_scale per head (FP8 Q Kᵀ, P·V in v's dtype).
+            ``q_scale``, ``k_scale`` float32 (B, H): Q ≈ q.float() · q_scale per head (FP8 Q Kᵀ, P·V in
+            v's dtype).
         causal: top-left causal mask (query i sees keys j <= i).
         use_tma, warp_specialize, persistent: the Hopper steps of notebook 09 (constexprs of the kernel).
         config: for a plain ``@triton.jit`` kernel, dict with BLOCK_M, BLOCK_N, num_warps, num_stages.

@@ -224,7 +224,8 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
 
     def show(c):
         bm, bn = (c.kwargs[name] for name in ("BLOCK_M", "BLOCK_N"))
-        return f"{bm}x{bn} w{c.num_warps} s{c.num_stages} ({expected_smem(bm, bn, c.num_stages, head_dim, q.element_size())} B)"
+        smem = expected_smem(bm, bn, c.num_stages, head_dim, q.element_size())
+        return f"{bm}x{bn} w{c.num_warps} s{c.num_stages} ({smem} B)"
 
     got_ids = {id(c) for c in got}
     want_ids = {id(c) for c in want}
