@@ -176,7 +176,7 @@ def test_recorded_measurement_reads_back_plots_and_ships(tmp_path):
     bench_tuning.write_csv(rows, tmp_path / "again.csv")
     assert bench_tuning.read_csv(tmp_path / "again.csv") == rows
     fig = bench_tuning.plot_tuning(rows, path=tmp_path / "t.png")
-    assert (tmp_path / "t.png").stat().st_size > 10_000 and len(fig.axes) == 2
+    assert (tmp_path / "t.png").stat().st_size > 10_000 and len(fig.axes[0].patches) == len(rows)
     shipped = files("attnlab").joinpath("data", "tuning_h200.csv").read_text()
     assert shipped == (RECORDED / "tuning_results.csv").read_text()  # what CPU runs of 09 plot
     env = json.loads((RECORDED / "run2_env.json").read_text())

@@ -265,28 +265,29 @@ def winners(rows) -> list[TuningRow]:
 
 
 def plot_tuning(rows, path=None, title: str = ""):
-    """TFLOP/s against T, one panel per head dim, a line per implementation. Returns the figure."""
+    """Forward TFLOP/s as grouped bars: a group per shape (D, T), a bar per implementation of
+    :data:`STEPS` that ran there, SDPA's default as a dashed line across its group. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    dims = sorted({r.D for r in rows})
-    fig, axes = plt.subplots(1, len(dims), figsize=(6.2 * len(dims), 4.6), squeeze=False, sharey=True)
-    styles = {"SDPA default": ("black", "--"), "SDPA flash": ("grey", ":")}
-    for ax, D in zip(axes[0], dims):
-        for i, impl in enumerate(STEPS):
-            pts = sorted((r for r in rows if r.D == D and r.impl == impl and r.status == "ok"), key=lambda r: r.T)
-            if pts:
-                color, ls = styles.get(impl, (f"C{i}", "-"))
-                ax.plot([r.T for r in pts], [r.tflops for r in pts], ls, marker="o", ms=3, color=color, label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length T")
-        ax.set_title(f"causal, bf16, D = {D}, B = {rows[0].B}, H = {rows[0].H}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("forward TFLOP/s")
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    ok = [r for r in rows if r.status == "ok"]
+    shapes = sorted({(r.D, r.T) for r in ok})
+    impls = [i for i in STEPS if any(r.impl == i for r in ok)]
+    by = {(r.D, r.T, r.impl): r.tflops for r in ok}
+    width = 0.85 / max(1, len(impls))
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.6 * len(shapes)), 4.6))
+    for i, impl in enumerate(impls):
+        xs = [k + (i - (len(impls) - 1) / 2) * width for k, (D, T) in enumerate(shapes) if (D, T, impl) in by]
+        ys = [by[(D, T, impl)] for D, T in shapes if (D, T, impl) in by]
+        ax.bar(xs, ys, width, label=impl, color="black" if impl == "SDPA default" else f"C{i}")
+    for k, (D, T) in enumerate(shapes):
+        if (D, T, "SDPA default") in by:
+            ax.hlines(by[(D, T, "SDPA default")], k - 0.45, k + 0.45, colors="black", linestyles="--", lw=1)
+    ax.set_xticks(range(len(shapes)), [f"D = {D}, T = {T}" for D, T in shapes])
+    ax.set_ylabel("forward TFLOP/s (causal, bf16 inputs)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, -0.38), frameon=False)
+    ax.set_title(title or f"B = {ok[0].B}, H = {ok[0].H}; dashed: SDPA default", fontsize=10)
+    fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
     return fig
