@@ -307,7 +307,13 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
 def _attn_fwd_tuned(Q, K, V, O, LSE, QS, KS, T, BH, n_programs, sm_scale,
                     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PERSISTENT: tl.constexpr):
-    """Attention forward for contiguous (B, H, T, D) tensors seen as (B*H*T, D) matrices."""
+    """softmax(Q K^T * sm_scale) V and its LSE, causal (top-left) or not; contract in attnlab.launch_tuning.
+
+    Q, K, V, O: contiguous (B, H, T, D) seen as (B*H*T, HEAD_DIM) matrices; Q and K bf16/fp16/fp32, or
+    both float8e4nv with per-head scales QS, KS (float32, B*H); V and O 16-bit (or fp32). LSE: float32
+    (B*H*T,), natural log. T: a multiple of BLOCK_M and BLOCK_N. BH = B*H. Grid: (T // BLOCK_M, BH), or
+    with PERSISTENT (n_programs,), each program looping over tiles.
+    """
     FP8_QK: tl.constexpr = Q.dtype.element_ty == tl.float8e4nv
     OUT_DTYPE: tl.constexpr = O.dtype.element_ty
     if USE_TMA:
@@ -449,7 +455,6 @@ def fp8_scales(x, block_rows=None):
     holding the T % block_rows remaining rows when block_rows does not divide T.
     Each scale is max |x| / 448 over its group (448 = E4M3_MAX), float32; a group of zeros gets 1.0.
     """
-    """Dequantisation scales for FP8 E4M3: one per head, or one per block of rows of each head."""
     ### BEGIN SOLUTION
     B, H, T, D = x.shape
     if block_rows is None:
@@ -489,7 +494,6 @@ def quantize_fp8(x, scale, block_rows=None):
     fp8_scales returns (or a scale calibrated earlier, so some |x / scale| may exceed 448: saturate
     them to ±448, as the hardware's satfinite conversion does, instead of overflowing to NaN).
     """
-    """x / scale, saturated to the E4M3 range, as float8_e4m3fn (same shape as x)."""
     ### BEGIN SOLUTION
     if block_rows is None:
         s = scale[:, :, None, None]

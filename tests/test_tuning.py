@@ -192,3 +192,15 @@ def test_the_shared_memory_model_matches_every_compiled_config():
     for r in rows:
         est = expected_smem(*(int(r[k]) for k in ("BLOCK_M", "BLOCK_N", "num_stages", "D")), 2)
         assert est == int(r["estimate"]) == int(r["compiled_smem"])
+
+
+def test_prune_checker_refuses_configs_edited_to_fit():
+    from attnlab.verify_tuning import check_prune_configs
+
+    def shrink(configs, named_args, smem_limit=None, **kwargs):
+        for c in configs:
+            c.num_stages = 2  # every config "fits" once its pipeline is made shallow
+        return [c for c in configs if 4096 % c.kwargs["BLOCK_M"] == 0]
+
+    with pytest.raises(AssertionError, match="changed the block sizes, warps or stages"):
+        check_prune_configs(shrink)

@@ -192,6 +192,7 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
     """
     configs = _space()
     before = list(configs)
+    settings = [(dict(c.kwargs), c.num_warps, c.num_stages) for c in configs]
     q = torch.empty(1, 1, 16, head_dim, dtype=dtype)
     named = {"Q": q, "K": q, "V": q, "T": T}
     kw = {"HEAD_DIM": head_dim, "CAUSAL": causal, "USE_TMA": False}
@@ -208,6 +209,9 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
                 where=where)
     if configs != before:
         raise AssertionError(f"prune_configs [{case}]: changed the list it was given; return a new list")
+    if [(dict(c.kwargs), c.num_warps, c.num_stages) for c in configs] != settings:
+        raise AssertionError(f"prune_configs [{case}]: changed the block sizes, warps or stages of a config; "
+                             f"drop the configs that cannot run instead of editing them")
     if not isinstance(got, list):
         raise AssertionError(f"prune_configs [{case}]: must return a list of the given configs, got "
                              f"{type(got).__name__}")
