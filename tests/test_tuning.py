@@ -1,0 +1,206 @@
+"""Notebook 09 (tuning, Hopper features, FP8): the given launcher's errors, the checkers against
+hand-made cases, the recorded H200 measurement, and the notebook's test cells run in-process against
+the model solution and each sample mistake (nbgrader grades them too, in test_grading.py's one batch;
+this runs in seconds)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import init, launch_tuning
+
+init(verbose=False)  # interpreter mode before anything imports triton
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "09_tuning_and_fp8.py"
+RECORDED = ROOT / "notes" / "gpu" / "2026-11-30" / "09"
+GIVEN = ("setup", "tuned-kernel", "autotuned")
+
+
+def _cells():
+    import jupytext
+
+    return [c for c in jupytext.read(NOTEBOOK).cells if c.cell_type == "code"]
+
+
+def _run_cells(cells, edits_cell=None, edits=(), only=None) -> tuple[dict[str, str], dict]:
+    """Run the notebook's code cells in order in one namespace (a solution edited as a sample mistake
+    would); returns ({grade_id: error} of the test cells that raised, the namespace). ``only``: the
+    test cells to run, and then of the other cells only the given set-up, kernel and solutions."""
+    ns: dict = {"__name__": "__main__"}
+    failed = {}
+    for cell in cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid, src = meta.get("grade_id"), cell.source
+        needed = gid in GIVEN or (meta.get("solution") and not meta.get("grade"))
+        if only is not None and gid not in only and not needed:
+            continue
+        if gid == edits_cell:
+            for old, new in edits:
+                assert src.count(old) == 1, f"edit anchor not unique in {gid}: {old!r}"
+                src = src.replace(old, new)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(src, f"<{gid}>", "exec"), ns)  # a "<name>" file lets Triton read the source
+        except Exception as exc:  # noqa: BLE001
+            if not meta.get("grade"):
+                raise
+            failed[gid] = f"{type(exc).__name__}: {exc}"
+    return failed, ns
+
+
+def _mistakes():
+    spec = importlib.util.spec_from_file_location("mistakes_09", ROOT / "samples" / "mistakes" / "09_tuning_and_fp8.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MISTAKES
+
+
+@pytest.fixture(scope="module")
+def model():
+    failed, ns = _run_cells(_cells())
+    return failed, ns
+
+
+def test_model_solution_passes_every_test_cell_hidden_included(model):
+    assert model[0] == {}
+
+
+@pytest.mark.parametrize("mistake", _mistakes(), ids=lambda m: m.id)
+def test_each_mistake_fails_exactly_the_tests_aimed_at_it(mistake):
+    failed, _ = _run_cells(_cells(), mistake.cell, mistake.edits,
+                           only={"test_fp8_scales", "test_quantize_fp8", "test_smem_estimate", "test_prune_configs"})
+    assert set(failed) == set(mistake.fails), f"{mistake.why}: failed {sorted(failed)}"
+
+
+# ------------------------------------------------------------------------------ the given kernel
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("flags", [dict(), dict(use_tma=True), dict(use_tma=True, persistent=True)])
+def test_given_kernel_matches_float64_attention_under_the_interpreter(model, causal, flags):
+    from attnlab.reference import naive_attention
+
+    ns = model[1]
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 256, 16, generator=g) for _ in range(3))
+    o, lse = launch_tuning.launch_tuned_forward(ns["_attn_fwd_tuned"], q, k, v, causal,
+                                                config=dict(BLOCK_M=64, BLOCK_N=32), **flags)
+    o_ref, lse_ref = naive_attention(q.double(), k.double(), v.double(), causal=causal)
+    assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("change, exc, match", [
+    (dict(T=200), ValueError, "multiple of 128"),
+    (dict(D=24), ValueError, "power of two"),
+    (dict(k_dtype=torch.float64), TypeError, "one dtype"),
+    (dict(fp8_without_scales=True), TypeError, "FP8 needs"),
+    (dict(bad_scale_shape=True), TypeError, r"shape \(B, H\)"),
+    (dict(non_contiguous=True), ValueError, "contiguous"),
+    (dict(config=dict(BLOCK_M=32, BLOCK_N=64)), ValueError, "BLOCK_N must divide BLOCK_M"),
+    (dict(bf16=True), TypeError, "interpreter"),
+])
+def test_bad_input_gets_a_clear_error(model, change, exc, match):
+    ns = model[1]
+    T, D = change.get("T", 128), change.get("D", 16)
+    q, k, v = (torch.randn(1, 2, T, D) for _ in range(3))
+    kw = dict(config=change.get("config", dict(BLOCK_M=64, BLOCK_N=32)))
+    if "k_dtype" in change:
+        k = k.to(change["k_dtype"])
+    if change.get("fp8_without_scales"):
+        q, k = q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn)
+    if change.get("bad_scale_shape"):
+        q, k = q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn)
+        kw.update(q_scale=torch.ones(2), k_scale=torch.ones(2))
+    if change.get("non_contiguous"):
+        q = torch.randn(1, T, 2, D).transpose(1, 2)
+    if change.get("bf16"):
+        q, k, v = (t.bfloat16() for t in (q, k, v))
+    with pytest.raises(exc, match=match):
+        launch_tuning.launch_tuned_forward(ns["_attn_fwd_tuned"], q, k, v, True, **kw)
+
+
+def test_launcher_refuses_a_plain_function():
+    q = torch.randn(1, 1, 128, 16)
+    with pytest.raises(TypeError, match="@triton.jit"):
+        launch_tuning.launch_tuned_forward(lambda *a: None, q, q, q)
+
+
+# ------------------------------------------------------------------------------ the checkers
+def test_scale_checker_accepts_any_positive_scale_for_a_zero_head_and_names_per_tensor_scales():
+    from attnlab.verify_tuning import check_fp8_scales, expected_scales
+
+    def per_tensor(x, block_rows=None):
+        return (x.abs().amax() / 448).float().expand(x.shape[0], x.shape[1]).clone()
+
+    with pytest.raises(AssertionError, match="per head, not per tensor"):
+        check_fp8_scales(per_tensor)
+    x = torch.zeros(1, 2, 5, 4)
+    x[0, 0, 2, 1] = -896.0
+    assert expected_scales(x).tolist() == [[2.0, 0.0]]
+    assert expected_scales(x, block_rows=2)[0, 0].tolist() == [0.0, 2.0, 0.0]  # rows 2-3; the last block has one row
+
+
+def test_quantize_checker_allows_half_an_e4m3_step_and_no_more():
+    from attnlab.verify_tuning import check_quantize_fp8
+
+    def rounded_down(x, scale, block_rows=None):  # truncation: up to a whole step off
+        y = (x.float() / scale[:, :, None, None]).clamp(-448, 448)
+        f = y.to(torch.float8_e4m3fn)
+        too_big = f.float().abs() > y.abs()
+        down = (y * (1 - 2 ** -4)).to(torch.float8_e4m3fn).float()
+        return torch.where(too_big, down, f.float()).to(torch.float8_e4m3fn)
+
+    with pytest.raises(AssertionError, match="values are wrong"):
+        check_quantize_fp8(rounded_down)
+
+
+# ------------------------------------------------------------------------------ the measurement
+def test_recorded_measurement_reads_back_plots_and_ships(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from importlib.resources import files
+
+    from attnlab import bench_tuning
+
+    rows = bench_tuning.read_csv(RECORDED / "tuning_results.csv")
+    assert {(r.D, r.T) for r in rows} == {(64, 4096), (64, 16384), (128, 8192)}
+    assert all(r.status == "ok" for r in rows) and all(r.tflops > 0 for r in rows)
+    bench_tuning.write_csv(rows, tmp_path / "again.csv")
+    assert bench_tuning.read_csv(tmp_path / "again.csv") == rows
+    fig = bench_tuning.plot_tuning(rows, path=tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 10_000 and len(fig.axes[0].patches) == len(rows)
+    shipped = files("attnlab").joinpath("data", "tuning_h200.csv").read_text()
+    assert shipped == (RECORDED / "tuning_results.csv").read_text()  # what CPU runs of 09 plot
+    env = json.loads((RECORDED / "run2_env.json").read_text())
+    assert env["device"] == "NVIDIA H200" and env["triton"] == "3.6.0"
+
+
+def test_the_shared_memory_model_matches_every_compiled_config():
+    from attnlab.verify_tuning import expected_smem
+
+    with open(RECORDED / "smem_check.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * len(launch_tuning.CONFIG_SPACE)
+    for r in rows:
+        est = expected_smem(*(int(r[k]) for k in ("BLOCK_M", "BLOCK_N", "num_stages", "D")), 2)
+        assert est == int(r["estimate"]) == int(r["compiled_smem"])
+
+
+def test_prune_checker_refuses_configs_edited_to_fit():
+    from attnlab.verify_tuning import check_prune_configs
+
+    def shrink(configs, named_args, smem_limit=None, **kwargs):
+        for c in configs:
+            c.num_stages = 2  # every config "fits" once its pipeline is made shallow
+        return [c for c in configs if 4096 % c.kwargs["BLOCK_M"] == 0]
+
+    with pytest.raises(AssertionError, match="changed the block sizes, warps or stages"):
+        check_prune_configs(shrink)
