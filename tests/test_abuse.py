@@ -164,6 +164,9 @@ def test_kernel_files_and_output_stay_out_of_the_autograded_folder(abused):
     folder = abused.course.autograded / "abuse-output-and-files" / "attention_kernels"
     assert sorted(p.name for p in folder.iterdir()) == ["01_online_softmax.ipynb"]
     assert (folder / "01_online_softmax.ipynb").stat().st_size < 400_000
+    # megabytes under a non-figure image type, in metadata and in a traceback are capped too
+    uncounted = abused.course.autograded / "abuse-uncounted-output" / "attention_kernels" / "01_online_softmax.ipynb"
+    assert uncounted.stat().st_size < 400_000
     nb = nbformat.read(folder / "01_online_softmax.ipynb", as_version=4)
     printed = sum(len(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert printed < 250_000

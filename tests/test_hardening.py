@@ -162,6 +162,22 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("torch.backends.cuda.matmul.allow_tf32 = True", False),
     ("o = naive_attention(q, k, v)[0]  # compare with the reference", False),
     ("m == torch.maximum(m, x)", False),
+    # found by the red team: an alias, text run as code, work the probe cannot see, the kernel's messages
+    ("import attnlab.verify as v\nst = v._guard._STATE", True),
+    ("from attnlab import checks as c\nc.assert_close = None", True),
+    ("globals().update(check_online_softmax=print)", True),
+    ("import codecs\nexec(codecs.decode(text, 'rot13'))", True),
+    ("f = getattr(mod, '_gu' + 'ard')", True),
+    ("%time import attnlab.verify as v; v._guard._STATE.names.clear()", True),
+    ("%%python\nprint(1)", True),
+    ("import threading", True),
+    ("o = torch.from_numpy(q.numpy() @ k.numpy().T)", True),
+    ("k = get_ipython().kernel; k.session.send(k.shell_stream, 'execute_reply', {})", True),
+    ("%matplotlib inline", False),
+    ("%time m, l = online_softmax_stats(x, 16)", False),
+    ("from attnlab.verify import check_online_softmax\ncheck_online_softmax(f, shape=(4, 50), block_size=16)", False),
+    ("dtype = getattr(torch, 'float32')", False),
+    ("fast = torch.compile(f)", False),
 ])
 def test_scan_flags_code_that_reaches_into_the_tests(line, flagged):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
