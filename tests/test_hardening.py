@@ -620,3 +620,32 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
     _kill_kernels(pidfile)
     assert sleeper.wait(timeout=10) == -9
     assert not os.path.exists(scratch) and keep.exists()
+
+
+# ------------------------------------------------------------------------------------ learner HTML
+@pytest.mark.parametrize("answer,cleaned", [
+    ("It is exact: $e^{m - m'} \\le 1$, **always**, `x < y`\n\n| a | b |\n|---|---|\n| 1 | 2 |", False),
+    ("## Why\n\n> as shown\n\n1. one\n2. two\n\n![fig](https://example.com/a.png) line<br>break", False),
+    ("<img src=x onerror=\"fetch('/formgrader/api/grades')\">", True),
+    ("[details](javascript:fetch('/api/contents'))", True),
+    ("fine <script>fetch('/api/contents')</script>", True),
+])
+def test_written_answers_with_script_are_graded_as_a_cleaned_copy(answer, cleaned):
+    from attnlab.grading.untrusted_html import clean_markdown
+
+    out = clean_markdown(answer)
+    assert (out is not None) is cleaned, out
+    if cleaned:
+        assert not any(s in out for s in ("onerror", "javascript:", "<script")), out
+
+
+def test_outputs_that_could_run_script_are_dropped_or_cleaned():
+    from attnlab.grading.untrusted_html import clean_data
+
+    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+    assert clean_data(png) == (png, False)
+    data, changed = clean_data({"text/html": "<b>x</b><script>f()</script>", "text/plain": "x",
+                                "application/javascript": "f()", "image/svg+xml": "<svg onload='f()'/>"})
+    assert changed and data == {"text/plain": "x"}
+    data, changed = clean_data({"text/html": "<table><tr><td onclick='f()'>1</td></tr></table>"})
+    assert changed and "onclick" not in data["text/html"] and "<td>1</td>" in data["text/html"]

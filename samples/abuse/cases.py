@@ -592,7 +592,26 @@ CASES += [
           {NB2: Expect(notes=("made from or overwritten with data from elsewhere", "imports threading"))}),
     Abuse("forged-reply", "wrong m and l, and a forged 'ok' reply and idle status sent before each check fails",
           (NB1,), forged_reply,
-          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("forged",), notes=("forged or hid",))}),
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("forged or hid", "kernel's messages"))}),
     Abuse("uncounted-output", "megabytes of output under a non-figure image type, in metadata and in a "
           "2000-line traceback", (NB1,), uncounted_output, {NB1: Expect(notes=("truncated",))}),
+]
+
+
+_FETCH = "fetch('/formgrader/api/grades')"  # what a script in the instructor's page could reach
+
+
+def instructor_script(s):
+    s.cell(NB1, "answer-rescale-exact").source = (
+        f"It is exact. <img src=x onerror=\"{_FETCH}\"> [details](javascript:{_FETCH})")
+    s.append(NB1, "predict-bytes", (
+        "from IPython.display import HTML, Javascript, display\n"
+        f"display(HTML(\"<b>done</b><script>{_FETCH}</script>\"))\n"
+        f"display(Javascript(\"{_FETCH}\"))\n"))
+
+
+CASES += [
+    Abuse("instructor-script", "a written answer and outputs with script that formgrader would run in the "
+          "instructor's Jupyter page", (NB1,), instructor_script,
+          {NB1: Expect(notes=("held HTML or a link that could run script", "displayed HTML, JavaScript"))}),
 ]

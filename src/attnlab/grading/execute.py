@@ -55,6 +55,7 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
+from .untrusted_html import clean_data
 
 #: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
 #: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
@@ -324,6 +325,14 @@ class GradingExecute(Execute):
             return super().output(outs, msg, display_id, cell_index)
         if kind not in ("stream", "display_data", "execute_result", "update_display_data"):
             return super().output(outs, msg, display_id, cell_index)
+        if kind != "stream":
+            data, changed = clean_data(content.get("data", {}))
+            if changed:  # formgrader shows it in the instructor's Jupyter page (attnlab.grading.untrusted_html)
+                content = {**content, "data": data}
+                msg = {**msg, "content": content}
+                cell = self.nb.cells[cell_index]
+                self._notes.append(f"{REVIEW}{_label(cell, cell_index)} displayed HTML, JavaScript, SVG or Markdown "
+                                   f"that could run script where the instructor reads it; it was removed or cleaned")
         figures = 0
         if kind == "stream":
             size = len(content.get("text", ""))

@@ -44,6 +44,8 @@ import uuid
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from ..review import PREFIX as REVIEW
+
 _ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 _DEF = re.compile(r"^def\s+(\w+)\s*\(", re.MULTILINE)
 
@@ -408,6 +410,21 @@ def _check_functions(nb, release, notes: list[str]) -> None:
                              f"uses the definition that ran last before it")
 
 
+def _clean_answers(nb, notes: list[str]) -> None:
+    """Written answers (and any other learner Markdown) whose rendering holds script are replaced by a
+    cleaned rendering: formgrader shows them in the instructor's Jupyter page (see untrusted_html)."""
+    from .untrusted_html import clean_markdown
+
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or _meta(cell).get("locked"):
+            continue
+        cleaned = clean_markdown(cell.source)
+        if cleaned is not None:
+            cell.source = cleaned
+            notes.append(f"{REVIEW}{_label(cell, i)} held HTML or a link that could run script where the "
+                         f"instructor reads it; it is graded as a cleaned copy")
+
+
 def scan(nb) -> list[str]:
     """Lines of learner code (unlocked code cells) that reach into the grader or the tests' helpers."""
     found = []
@@ -439,6 +456,7 @@ def repair(nb, release) -> list[str]:
     _dedupe(nb, release_order, notes)
     _restore_missing(nb, release, notes)
     _check_functions(nb, release, notes)
+    _clean_answers(nb, notes)
     flagged = scan(nb)
     if flagged:
         notes.append("flagged for the instructor to review (code that reaches into the tests or the grader; "
