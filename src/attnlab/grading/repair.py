@@ -141,7 +141,7 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
         pass
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found: list[tuple[int, str]] = []
     aliases = {"attnlab"}
