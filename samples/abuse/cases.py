@@ -616,3 +616,52 @@ CASES += [
           "instructor's Jupyter page", (NB1,), instructor_script,
           {NB1: Expect(notes=("held HTML or a link that could run script", "displayed HTML, JavaScript"))}),
 ]
+
+
+# a trace function that makes every `if ...: raise` of the course's code jump past its raise
+_TRACE = """import ast, sys
+
+
+_skips = {}
+
+
+def _skip_raises(frame, event, arg):
+    # every raise statement in the course's code jumps to the line after its if block
+    code = frame.f_code
+    if "/attnlab/" not in code.co_filename:  # the support package only
+        return None
+    if code.co_filename not in _skips:
+        tree = ast.parse(open(code.co_filename).read())
+        table = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and node.body and isinstance(node.body[-1], ast.Raise) and not node.orelse:
+                table[node.lineno] = node.end_lineno + 1
+        _skips[code.co_filename] = table
+    table = _skips[code.co_filename]
+
+    def line(frame, event, arg):
+        if event == "line" and frame.f_lineno in table:
+            try:
+                frame.f_lineno = table[frame.f_lineno]
+            except ValueError:
+                pass
+        return line
+    return line
+
+
+sys.settrace(_skip_raises)
+
+
+def online_softmax_stats("""
+
+
+def trace_jumps(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _TRACE)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, _WRONG_STATS)
+
+
+CASES += [
+    Abuse("trace-jumps", "wrong m and l, and a sys.settrace function that jumps over every failed check's raise",
+          (NB1,), trace_jumps,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("sys.settrace", "traces running code"))}),
+]

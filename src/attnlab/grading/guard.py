@@ -238,6 +238,7 @@ def _restore(ns: dict | None = None) -> None:
     except OSError:  # the directory was removed
         os.chdir(state.cwd)
         _note("the working directory had been removed")
+    _stop_tracing()
     if sys.getrecursionlimit() != state.recursion:
         sys.setrecursionlimit(state.recursion)
         _note("the recursion limit had been changed")
@@ -259,6 +260,34 @@ def _restore(ns: dict | None = None) -> None:
 
 
 _MISSING = object()
+
+
+def _stop_tracing() -> None:
+    """Remove trace and profile functions: a trace function can jump over a check's ``raise``
+    (``frame.f_lineno = ...``) or rewrite its locals. Global ones (this thread's, new threads'),
+    those already set on the frames of the current stack, and ``sys.monitoring`` tools (3.12+)."""
+    import threading
+
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        sys.settrace(None)
+        sys.setprofile(None)
+        _note("a trace or profile function (sys.settrace) had been set")
+    if getattr(threading, "_trace_hook", None) is not None or getattr(threading, "_profile_hook", None) is not None:
+        threading.settrace(None)
+        threading.setprofile(None)
+        _note("a trace or profile function for new threads (threading.settrace) had been set")
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_trace is not None:
+            frame.f_trace = None
+            _note("a running function had a trace function (frame.f_trace)")
+        frame = frame.f_back
+    monitoring = getattr(sys, "monitoring", None)
+    for tool in range(6) if monitoring is not None else ():
+        if monitoring.get_tool(tool) is not None:
+            monitoring.set_events(tool, 0)
+            monitoring.free_tool_id(tool)
+            _note("a sys.monitoring tool had been registered")
 
 
 def after_call() -> None:

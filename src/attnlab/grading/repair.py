@@ -81,6 +81,8 @@ SUSPICIOUS = [
     (r"\bsys\._getframe\b|\binspect\.(?:currentframe|stack|getouterframes|trace|getinnerframes)\b|"
      r"\b(?:f_back|f_locals|f_globals|gi_frame|cr_frame|ag_frame|tb_frame)\b|\bsys\._current_frames\b",
      "reads interpreter frames (could read the checks' expected values)"),
+    (r"\b(?:settrace|setprofile|f_lineno|f_trace|f_code)\b|\bsys\.monitoring\b",
+     "traces running code (could jump over a check's raise)"),
     (r"\bsignal\.(?:signal|pthread_sigmask|setitimer|alarm)\b", "changes signal handling (test time limits)"),
     (r"\bsetrlimit\b", "changes resource limits"),
     (r"\bget_ipython\s*\(\s*\)\s*\.\s*(?:kernel|display_pub|displayhook)\b|\.kernel\.(?:session|shell|iopub)|"
@@ -98,7 +100,7 @@ _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
 #: the garbage collector's view of every object.
 _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
                               "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
-                              "multiprocessing", "gc", "runpy", "operator"})
+                              "multiprocessing", "gc", "runpy", "operator", "builtins"})
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
@@ -118,6 +120,13 @@ def _root(node):
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_shell(node, shells: set[str]) -> bool:
+    """``get_ipython()``, or a name bound to it."""
+    if isinstance(node, ast.Name):
+        return node.id in shells
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") == "get_ipython"
 
 
 def _magic_code(call: ast.Call) -> str | None:
@@ -160,6 +169,8 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and _root(node.value) in aliases:
                 aliases |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    shells = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_shell(node.value, set())
+              for t in node.targets if isinstance(t, ast.Name)}  # ip = get_ipython()
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
         if isinstance(node, ast.Attribute) and _root(node) in aliases:
@@ -175,13 +186,17 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not _private(name.value)
                     and _root(call.args[0]) not in aliases):
                 found.append((line, "uses getattr with a computed or private name"))
-        elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "attrgetter"):
+        elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "attrgetter",
+                                                               "__subclasses__"):
             found.append((line, f"reaches attributes through {node.attr}"))
         elif isinstance(node, ast.Attribute) and node.attr in ("numpy", "data_ptr", "__array_interface__",
                                                                "__cuda_array_interface__", "untyped_storage"):
             found.append((line, f"moves tensor data past torch (.{node.attr}: the method checks cannot follow it)"))
+        elif (isinstance(node, ast.Attribute) and node.attr in _IPYTHON and _is_shell(node.value, shells)
+              and not any(isinstance(c, ast.Call) and c.func is node for c in ast.walk(tree))):
+            found.append((line, f"reaches IPython's {node.attr} (runs text as code or hands over the notebook)"))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _IPYTHON
-              and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "id", "") == "get_ipython"):
+              and _is_shell(node.func.value, shells)):
             code = _magic_code(node) if depth < 3 else None
             magic = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
             if code is not None:
