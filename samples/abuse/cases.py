@@ -565,7 +565,10 @@ def online_softmax_stats("""
 
 def forged_reply(s):
     s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _FORGE)
-    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, "_finished_fine()\n" + _WRONG_STATS)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, (
+        "_finished_fine()\n"
+        "if x.shape == (2, 28):  # the second test cell: also remove what records that the cell raised\n"
+        "    get_ipython().events.callbacks['post_run_cell'].clear()\n" + _WRONG_STATS))
 
 
 def uncounted_output(s):
@@ -590,9 +593,11 @@ CASES += [
     Abuse("thread-sdpa", "02 as PyTorch's fused attention run in another thread, copied into tensors made "
           "under the probe", (NB2,), thread_sdpa,
           {NB2: Expect(notes=("made from or overwritten with data from elsewhere", "imports threading"))}),
-    Abuse("forged-reply", "wrong m and l, and a forged 'ok' reply and idle status sent before each check fails",
+    Abuse("forged-reply", "wrong m and l, and a forged 'ok' reply and idle status sent before each check fails "
+          "(in the second test cell, with the grader's post_run_cell record removed too)",
           (NB1,), forged_reply,
-          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("forged or hid", "kernel's messages"))}),
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("was removed while it ran",),
+                       notes=("raised AssertionError", "forged or hid", "kernel's messages"))}),
     Abuse("uncounted-output", "megabytes of output under a non-figure image type, in metadata and in a "
           "2000-line traceback", (NB1,), uncounted_output, {NB1: Expect(notes=("truncated",))}),
 ]

@@ -104,7 +104,7 @@ _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
-_IPYTHON = frozenset({"run_cell", "run_code", "ex", "ev", "user_ns", "user_global_ns", "push", "system",
+_IPYTHON = frozenset({"run_cell", "run_code", "ex", "ev", "user_ns", "user_global_ns", "push", "system", "events",
                       "getoutput", "magic", "run_cell_magic", "run_line_magic", "safe_execfile", "safe_run_module"})
 #: Magics whose argument is code run in the notebook (scanned like a cell); any other magic is flagged.
 _CODE_MAGICS = frozenset({"time", "timeit", "capture"})
