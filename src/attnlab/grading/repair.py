@@ -171,6 +171,7 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                 aliases |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     shells = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_shell(node.value, set())
               for t in node.targets if isinstance(t, ast.Name)}  # ip = get_ipython()
+    calls = {id(c.func): c for c in ast.walk(tree) if isinstance(c, ast.Call)}  # callee -> its call
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
         if isinstance(node, ast.Attribute) and _root(node) in aliases:
@@ -181,7 +182,7 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Name) and node.id in _DYNAMIC:
             found.append((line, f"uses {node.id}() (runs text as code or reaches names indirectly)"))
         elif isinstance(node, ast.Name) and node.id == "getattr":
-            call = next((c for c in ast.walk(tree) if isinstance(c, ast.Call) and c.func is node), None)
+            call = calls.get(id(node))
             name = call.args[1] if call is not None and len(call.args) > 1 else None
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not _private(name.value)
                     and _root(call.args[0]) not in aliases):
@@ -193,7 +194,7 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                                                                "__cuda_array_interface__", "untyped_storage"):
             found.append((line, f"moves tensor data past torch (.{node.attr}: the method checks cannot follow it)"))
         elif (isinstance(node, ast.Attribute) and node.attr in _IPYTHON and _is_shell(node.value, shells)
-              and not any(isinstance(c, ast.Call) and c.func is node for c in ast.walk(tree))):
+              and id(node) not in calls):
             found.append((line, f"reaches IPython's {node.attr} (runs text as code or hands over the notebook)"))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _IPYTHON
               and _is_shell(node.func.value, shells)):
