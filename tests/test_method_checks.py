@@ -235,6 +235,16 @@ def flash_in_thread(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
     return o, lse
 
 
+def test_inference_mode_does_not_hide_a_whole_score_matrix():
+    def dense_in_inference_mode(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+        with torch.inference_mode():
+            o, lse = naive_attention(q, k, v, causal=causal, scale=scale)
+        return o.clone(), lse.clone()
+
+    with pytest.raises(AssertionError, match=r"an intermediate of shape \(1, 2, 64, 64\) was built"):
+        verify.check_flash_forward(dense_in_inference_mode, T_q=64)
+
+
 @pytest.mark.parametrize("fn", [flash_numpy_cloned, flash_in_thread])
 def test_result_carried_or_written_from_outside_the_probe_is_flagged(fn, capsys):
     verify.check_flash_forward(fn, T_q=40)

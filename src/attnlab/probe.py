@@ -156,8 +156,9 @@ class MethodProbe(TorchDispatchMode):
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
                 (self.foreign if carried else self.seen)[ptr] = storage
-                # autograd bumps an in-place op's version counter after this hook returns
-                self.versions[ptr] = t._version + info[3]
+                if not t.is_inference():  # inference tensors have no version counter
+                    # autograd bumps an in-place op's version counter after this hook returns
+                    self.versions[ptr] = t._version + info[3]
             if self.violation is None:
                 self._judge(func, info, args, out)
         except Exception:  # noqa: BLE001 (the probe must never break learner code)
