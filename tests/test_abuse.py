@@ -13,6 +13,7 @@ import csv
 import glob
 import html
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -164,9 +165,24 @@ def test_kernel_files_and_output_stay_out_of_the_autograded_folder(abused):
     folder = abused.course.autograded / "abuse-output-and-files" / "attention_kernels"
     assert sorted(p.name for p in folder.iterdir()) == ["01_online_softmax.ipynb"]
     assert (folder / "01_online_softmax.ipynb").stat().st_size < 400_000
+    # megabytes under a non-figure image type, in metadata and in a traceback are capped too
+    uncounted = abused.course.autograded / "abuse-uncounted-output" / "attention_kernels" / "01_online_softmax.ipynb"
+    assert uncounted.stat().st_size < 400_000
     nb = nbformat.read(folder / "01_online_softmax.ipynb", as_version=4)
     printed = sum(len(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert printed < 250_000
+
+
+def test_no_learner_script_reaches_the_instructors_page(abused):
+    """Formgrader renders the autograded notebook into the instructor's Jupyter page unsanitized."""
+    nb = nbformat.read(abused.course.autograded / "abuse-instructor-script" / "attention_kernels"
+                       / "01_online_softmax.ipynb", as_version=4)
+    rendered = [c.source for c in nb.cells if c.cell_type == "markdown"]  # code cells render as text
+    rendered += [json.dumps(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "\n".join(rendered)
+    assert "It is exact." in text  # the answer is still there to grade
+    for live in ("onerror", "javascript:", "<script", "application/javascript"):
+        assert live not in text, live
 
 
 def test_dead_kernel_keeps_the_points_earned_around_it(abused):

@@ -162,6 +162,26 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("torch.backends.cuda.matmul.allow_tf32 = True", False),
     ("o = naive_attention(q, k, v)[0]  # compare with the reference", False),
     ("m == torch.maximum(m, x)", False),
+    # found by the red team: an alias, text run as code, work the probe cannot see, the kernel's messages
+    ("import attnlab.verify as v\nst = v._guard._STATE", True),
+    ("from attnlab import checks as c\nc.assert_close = None", True),
+    ("globals().update(check_online_softmax=print)", True),
+    ("import codecs\nexec(codecs.decode(text, 'rot13'))", True),
+    ("f = getattr(mod, '_gu' + 'ard')", True),
+    ("%time import attnlab.verify as v; v._guard._STATE.names.clear()", True),
+    ("%%python\nprint(1)", True),
+    ("import threading", True),
+    ("o = torch.from_numpy(q.numpy() @ k.numpy().T)", True),
+    ("k = get_ipython().kernel; k.session.send(k.shell_stream, 'execute_reply', {})", True),
+    ("sys.settrace(skip_raises)", True),
+    ("frame.f_lineno = after_the_raise", True),
+    ("import builtins as b\nb.exec(text)", True),
+    ("ip = get_ipython()\nip.run_cell(text)", True),
+    ("%matplotlib inline", False),
+    ("%time m, l = online_softmax_stats(x, 16)", False),
+    ("from attnlab.verify import check_online_softmax\ncheck_online_softmax(f, shape=(4, 50), block_size=16)", False),
+    ("dtype = getattr(torch, 'float32')", False),
+    ("fast = torch.compile(f)", False),
 ])
 def test_scan_flags_code_that_reaches_into_the_tests(line, flagged):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
@@ -604,3 +624,32 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
     _kill_kernels(pidfile)
     assert sleeper.wait(timeout=10) == -9
     assert not os.path.exists(scratch) and keep.exists()
+
+
+# ------------------------------------------------------------------------------------ learner HTML
+@pytest.mark.parametrize("answer,cleaned", [
+    ("It is exact: $e^{m - m'} \\le 1$, **always**, `x < y`\n\n| a | b |\n|---|---|\n| 1 | 2 |", False),
+    ("## Why\n\n> as shown\n\n1. one\n2. two\n\n![fig](https://example.com/a.png) line<br>break", False),
+    ("<img src=x onerror=\"fetch('/formgrader/api/grades')\">", True),
+    ("[details](javascript:fetch('/api/contents'))", True),
+    ("fine <script>fetch('/api/contents')</script>", True),
+])
+def test_written_answers_with_script_are_graded_as_a_cleaned_copy(answer, cleaned):
+    from attnlab.grading.untrusted_html import clean_markdown
+
+    out = clean_markdown(answer)
+    assert (out is not None) is cleaned, out
+    if cleaned:
+        assert not any(s in out for s in ("onerror", "javascript:", "<script")), out
+
+
+def test_outputs_that_could_run_script_are_dropped_or_cleaned():
+    from attnlab.grading.untrusted_html import clean_data
+
+    png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+    assert clean_data(png) == (png, False)
+    data, changed = clean_data({"text/html": "<b>x</b><script>f()</script>", "text/plain": "x",
+                                "application/javascript": "f()", "image/svg+xml": "<svg onload='f()'/>"})
+    assert changed and data == {"text/plain": "x"}
+    data, changed = clean_data({"text/html": "<table><tr><td onclick='f()'>1</td></tr></table>"})
+    assert changed and "onclick" not in data["text/html"] and "<td>1</td>" in data["text/html"]

@@ -214,6 +214,44 @@ def test_result_computed_outside_torch_is_flagged_for_review(capsys):
         in capsys.readouterr().out
 
 
+def flash_numpy_cloned(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    o, lse = flash_tiled(q, k, v, causal, block_q, block_k, scale)
+    return torch.from_numpy(o.numpy().copy()).clone(), lse  # a torch copy of data the probe never saw made
+
+
+def flash_in_thread(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    import threading
+
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=q.dtype)  # made under the probe...
+
+    def work():  # ... written by another thread, whose operators the probe does not see
+        o_, lse_ = naive_attention(q, k, v, causal=causal, scale=scale)
+        o.copy_(o_)
+        lse.copy_(lse_)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    return o, lse
+
+
+def test_inference_mode_does_not_hide_a_whole_score_matrix():
+    def dense_in_inference_mode(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+        with torch.inference_mode():
+            o, lse = naive_attention(q, k, v, causal=causal, scale=scale)
+        return o.clone(), lse.clone()
+
+    with pytest.raises(AssertionError, match=r"an intermediate of shape \(1, 2, 64, 64\) was built"):
+        verify.check_flash_forward(dense_in_inference_mode, T_q=64)
+
+
+@pytest.mark.parametrize("fn", [flash_numpy_cloned, flash_in_thread])
+def test_result_carried_or_written_from_outside_the_probe_is_flagged(fn, capsys):
+    verify.check_flash_forward(fn, T_q=40)
+    assert "[grader] needs review: flash_attention_forward: returned tensors of shapes [(1, 2, 40, 8)" \
+        in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------------- 03
 def test_tiled_backward_key_tiles_outer_passes():
     for causal in (False, True):

@@ -482,3 +482,191 @@ CASES += [
           (NB1,), swallowed_assertions,
           {NB1: Expect(lost=(T_LSE, T_GROW), notes=("changes how IPython runs cells",))}),
 ]
+
+
+# ------------------------------------------------------------------ attacks found by the red team of 2026-11-30
+# Each earned points or went unflagged before its fix: a module alias and code run from text hid
+# guard tampering from the scan; results made outside the probe's view (NumPy, another thread)
+# were cloned or written into tensors the probe had seen; a forged "ok" reply hid a failed check;
+# figures, metadata and tracebacks were not counted against the output cap.
+_ALIAS_GUARD = """import attnlab.verify as v
+st = v._guard._STATE  # the guard's snapshot, emptied: it then restores nothing
+for part in (st.names, st.attrs, st.classes, st.modules):
+    part.clear()
+st.code.clear()
+globals().update(check_online_softmax=lambda *a, **k: None)
+"""
+_WRONG_STATS = "return torch.zeros(x.shape[:-1]), torch.ones(x.shape[:-1])"
+
+
+def alias_guard(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _ALIAS_GUARD + "\n\ndef online_softmax_stats(")
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, _WRONG_STATS)
+
+
+def exec_hidden(s):
+    import codecs
+
+    hidden = codecs.encode(_ALIAS_GUARD, "rot13")
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(",
+           f"import codecs\nexec(codecs.decode({hidden!r}, 'rot13'))\n\n\ndef online_softmax_stats(")
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, _WRONG_STATS)
+
+
+_NUMPY_ATTENTION = """import numpy as np
+qn, kn, vn = q.double().numpy(), k.double().numpy(), v.double().numpy()
+s_ = qn @ kn.swapaxes(-1, -2) * (D ** -0.5 if scale is None else scale)
+if causal:
+    s_ = np.where(np.tril(np.ones(s_.shape[-2:], bool)), s_, -np.inf)
+m_ = s_.max(-1, keepdims=True)
+p_ = np.exp(s_ - m_)
+l_ = p_.sum(-1, keepdims=True)
+lse_ = torch.from_numpy((m_ + np.log(l_))[..., 0]).to(torch.promote_types(q.dtype, torch.float32))
+return torch.from_numpy(p_ @ vn / l_).to(q.dtype).clone(), lse_.clone()"""
+
+
+def numpy_clone(s):
+    _body(s, NB2, "flash_attention_forward", "    T_k = k.shape[2]\n", _NUMPY_ATTENTION)
+
+
+_THREAD_SDPA = """import threading
+o_ = torch.empty_like(q)
+lse_ = torch.empty(q.shape[:-1], dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
+def _work():  # the probe's dispatch mode is per thread: nothing here is seen
+    o_.copy_(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
+    s_ = (q.double() @ k.double().transpose(-1, -2)) * (D ** -0.5 if scale is None else scale)
+    if causal:
+        s_ = s_.masked_fill(~torch.ones(s_.shape[-2:], dtype=torch.bool, device=q.device).tril(), float('-inf'))
+    lse_.copy_(torch.logsumexp(s_, -1))
+_t = threading.Thread(target=_work)
+_t.start()
+_t.join()
+return o_, lse_"""
+
+
+def thread_sdpa(s):
+    _body(s, NB2, "flash_attention_forward", "    T_k = k.shape[2]\n", _THREAD_SDPA)
+
+
+_FORGE = """def _finished_fine():
+    # what the kernel sends when a cell succeeds: an execute_reply with status ok, then idle
+    k = get_ipython().kernel
+    if k._supports_kernel_subshells:
+        stream = k.shell_channel_thread.manager.get_subshell_to_shell_channel_socket(None)
+    else:
+        stream = k.shell_stream
+    k.session.send(stream, "execute_reply", {"status": "ok", "execution_count": k.execution_count,
+                   "user_expressions": {}, "payload": []}, k.get_parent("shell"), ident=k._parent_ident["shell"])
+    k._publish_status("idle", "shell")
+
+
+def online_softmax_stats("""
+
+
+def forged_reply(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _FORGE)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, (
+        "_finished_fine()\n"
+        "if x.shape == (2, 28):  # the second test cell: also remove what records that the cell raised\n"
+        "    get_ipython().events.callbacks['post_run_cell'].clear()\n" + _WRONG_STATS))
+
+
+def uncounted_output(s):
+    s.append(NB1, "predict-bytes", (
+        "from IPython.display import display\n"
+        "for _i in range(3):  # not a figure, and metadata: neither was counted\n"
+        "    display({'image/x-junk': 'A' * 1_000_000, 'text/plain': 'x'}, raw=True, metadata={'m': 'B' * 500_000})\n"
+        "class _Long(Exception):\n"
+        "    def _render_traceback_(self):\n"
+        "        return ['T' * 3000] * 2000\n"
+        "try:\n    raise _Long()\nexcept _Long:\n    get_ipython().showtraceback()\n"))
+
+
+CASES += [
+    Abuse("alias-guard", "wrong m and l; the guard's snapshot emptied through `import attnlab.verify as v`, "
+          "the checker rebound through globals().update", (NB1,), alias_guard,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("through an alias", "uses globals()", "integrity check"))}),
+    Abuse("exec-hidden", "the same, as rot13 text run by exec", (NB1,), exec_hidden,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("uses exec()", "imports codecs", "integrity check"))}),
+    Abuse("numpy-clone", "02 as whole-matrix NumPy attention, cloned by torch", (NB2,), numpy_clone,
+          {NB2: Expect(notes=("made from or overwritten with data from elsewhere", ".numpy"))}),
+    Abuse("thread-sdpa", "02 as PyTorch's fused attention run in another thread, copied into tensors made "
+          "under the probe", (NB2,), thread_sdpa,
+          {NB2: Expect(notes=("made from or overwritten with data from elsewhere", "imports threading"))}),
+    Abuse("forged-reply", "wrong m and l, and a forged 'ok' reply and idle status sent before each check fails "
+          "(in the second test cell, with the grader's post_run_cell record removed too)",
+          (NB1,), forged_reply,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("was removed while it ran",),
+                       notes=("raised AssertionError", "forged or hid", "kernel's messages"))}),
+    Abuse("uncounted-output", "megabytes of output under a non-figure image type, in metadata and in a "
+          "2000-line traceback", (NB1,), uncounted_output, {NB1: Expect(notes=("truncated",))}),
+]
+
+
+_FETCH = "fetch('/formgrader/api/grades')"  # what a script in the instructor's page could reach
+
+
+def instructor_script(s):
+    s.cell(NB1, "answer-rescale-exact").source = (
+        f"It is exact. <img src=x onerror=\"{_FETCH}\"> [details](javascript:{_FETCH})")
+    s.append(NB1, "predict-bytes", (
+        "from IPython.display import HTML, Javascript, display\n"
+        "import threading  # `<img src=x onerror=alert(1)>` (the scan quotes this line in the notes)\n"
+        f"display(HTML(\"<b>done</b><script>{_FETCH}</script>\"))\n"
+        f"display(Javascript(\"{_FETCH}\"))\n"))
+
+
+CASES += [
+    Abuse("instructor-script", "a written answer and outputs with script that formgrader would run in the "
+          "instructor's Jupyter page", (NB1,), instructor_script,
+          {NB1: Expect(notes=("held HTML or a link that could run script", "displayed HTML, JavaScript"))}),
+]
+
+
+# a trace function that makes every `if ...: raise` of the course's code jump past its raise
+_TRACE = """import ast, sys
+
+
+_skips = {}
+
+
+def _skip_raises(frame, event, arg):
+    # every raise statement in the course's code jumps to the line after its if block
+    code = frame.f_code
+    if "/attnlab/" not in code.co_filename:  # the support package only
+        return None
+    if code.co_filename not in _skips:
+        tree = ast.parse(open(code.co_filename).read())
+        table = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and node.body and isinstance(node.body[-1], ast.Raise) and not node.orelse:
+                table[node.lineno] = node.end_lineno + 1
+        _skips[code.co_filename] = table
+    table = _skips[code.co_filename]
+
+    def line(frame, event, arg):
+        if event == "line" and frame.f_lineno in table:
+            try:
+                frame.f_lineno = table[frame.f_lineno]
+            except ValueError:
+                pass
+        return line
+    return line
+
+
+sys.settrace(_skip_raises)
+
+
+def online_softmax_stats("""
+
+
+def trace_jumps(s):
+    s.edit(NB1, "online_softmax_stats", "def online_softmax_stats(", _TRACE)
+    _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, _WRONG_STATS)
+
+
+CASES += [
+    Abuse("trace-jumps", "wrong m and l, and a sys.settrace function that jumps over every failed check's raise",
+          (NB1,), trace_jumps,
+          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("sys.settrace", "traces running code"))}),
+]

@@ -20,7 +20,11 @@ operator that breaks the notebook's rule:
 
 It also keeps the storage of every tensor an operator produced (for the duration of one call; the
 checks' sizes are small): a result the probe never saw being made (NumPy, or dispatch switched
-off) cannot be judged, and is flagged for review.
+off) cannot be judged, and is flagged for review. So is a result that carries such data on (an
+operator's output is "foreign" when an input of more than one element was: ``torch.from_numpy(r)
+.clone()``, a tensor made in another thread, whose dispatch the probe does not see, or made before
+the call), and a result written after the last operator the probe saw write it (its version
+counter moved on: a ``copy_`` from another thread).
 
 Overhead: a Python dispatch mode costs about 25 µs per aten operator on a CPU (a T = 37 backward
 in tiles of 7: 1293 operators, 2.9 ms plain, 39 ms under an empty mode, 45 ms under this probe),
@@ -56,10 +60,12 @@ _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_sele
 _BUILTIN_NODE = re.compile(r"Backward\d+$")
 
 
-def _facts(func) -> tuple[str, bool, bool]:
-    """(operator name, is a view, is fused attention) of an OpOverload, once per probe and operator."""
+def _facts(func) -> tuple[str, bool, bool, int]:
+    """(operator name, is a view, is fused attention, writes its inputs: 1 or 0) of an OpOverload,
+    once per probe and operator."""
     name = func.overloadpacket.__name__
-    return name, bool(func.is_view), any(s in name for s in ATTENTION_OPS)
+    writes = any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+    return name, bool(func.is_view), any(s in name for s in ATTENTION_OPS), int(writes)
 
 
 def _tensors(value):
@@ -105,6 +111,8 @@ class MethodProbe(TorchDispatchMode):
         self.violation: str | None = None
         self.ops = 0
         self.seen = {_storage(t): t for t in _tensors(tuple(inputs))}
+        self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
+        self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
         self._facts: dict = {}
         self._attached = False
 
@@ -143,9 +151,14 @@ class MethodProbe(TorchDispatchMode):
         try:
             # the storages stay alive until the probe goes, so a later allocation cannot reuse
             # an address and pass for something the probe saw
+            carried = any(t.numel() > 1 and self._from_outside(t) for t in _tensors((args, *(kwargs or {}).values())))
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
                 storage = t.untyped_storage()
-                self.seen[storage.data_ptr()] = storage
+                ptr = storage.data_ptr()
+                (self.foreign if carried else self.seen)[ptr] = storage
+                if not t.is_inference():  # inference tensors have no version counter
+                    # autograd bumps an in-place op's version counter after this hook returns
+                    self.versions[ptr] = t._version + info[3]
             if self.violation is None:
                 self._judge(func, info, args, out)
         except Exception:  # noqa: BLE001 (the probe must never break learner code)
@@ -203,9 +216,20 @@ class MethodProbe(TorchDispatchMode):
         return biggest // max(produced, 1) if produced < biggest else 0
 
     # ------------------------------------------------------------------ after the call
+    def _from_outside(self, t: torch.Tensor) -> bool:
+        ptr = _storage(t)
+        return ptr not in self.seen or ptr in self.foreign
+
+    def _written_unseen(self, t: torch.Tensor) -> bool:
+        try:
+            return t._version != self.versions.get(_storage(t), t._version)
+        except Exception:  # noqa: BLE001 (an inference tensor has no version counter)
+            return False
+
     def unseen(self, result) -> list[tuple[int, ...]]:
-        """Shapes of the tensors in ``result`` that no operator under the probe produced."""
-        return [tuple(t.shape) for t in _tensors(result) if _storage(t) not in self.seen]
+        """Shapes of the tensors in ``result`` that no operator under the probe produced, that carry
+        data from outside its view, or that were written after the last operator it saw write them."""
+        return [tuple(t.shape) for t in _tensors(result) if self._from_outside(t) or self._written_unseen(t)]
 
     def verdict(self) -> None:
         """Raise ``AssertionError`` with the first violation, if any."""

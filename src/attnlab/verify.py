@@ -105,7 +105,8 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
     _probe.verdict()
     if _probe.unseen(result):
         review.flag(f"{what}: returned tensors of shapes {_probe.unseen(result)} that no torch operation "
-                    f"made while it ran (NumPy, or dispatch switched off?): the method could not be checked")
+                    f"made while it ran, or made from or overwritten with data from elsewhere (NumPy, another "
+                    f"thread, dispatch switched off?): the method could not be checked")
     return result
 
 

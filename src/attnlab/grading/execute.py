@@ -19,7 +19,9 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   autograded folder;
 - caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
   ``MemoryError`` in its cell instead of starving the machine;
-- truncates output past ``max_output_chars`` per cell;
+- truncates output past ``max_output_chars`` of text (metadata and non-figure data included) and
+  ``max_figure_chars`` of figures per cell, and ``max_notebook_output_chars`` in all; error outputs are
+  always kept, with their tracebacks shortened;
 - keeps one spare kernel warm (started, with torch and the course's package imported, in a
   sandbox and scratch folder of its own that no learner code has seen) while a notebook runs, so
   the next notebook graded by the same process starts at once (``prewarm``);
@@ -53,6 +55,7 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
+from .untrusted_html import clean_data, clean_markdown
 
 #: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
 #: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
@@ -60,6 +63,8 @@ PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
 _MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
+#: Image types notebooks draw figures in; any other "image/..." key counts as text.
+_FIGURES = frozenset({"image/png", "image/jpeg", "image/gif"})  # SVG can hold script: see untrusted_html
 
 
 def error_output(ename: str, evalue: str):
@@ -122,6 +127,9 @@ class GradingExecute(Execute):
     notebook_budget = Float(420.0, help="Seconds for a whole notebook, restarts included").tag(config=True)
     memory_limit_gb = Float(8.0, help="Address-space limit of the kernel on the CPU (0: none)").tag(config=True)
     max_output_chars = Integer(100_000, help="Output kept per cell; the rest is dropped").tag(config=True)
+    max_figure_chars = Integer(5_000_000, help="Figures (base64) kept per cell").tag(config=True)
+    max_notebook_output_chars = Integer(20_000_000, help="Output kept per notebook, figures included "
+                                                         "(a learner can add cells)").tag(config=True)
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
@@ -133,7 +141,7 @@ class GradingExecute(Execute):
     # ------------------------------------------------------------------ the run, with restarts
     def preprocess(self, nb, resources=None, km=None):
         self._notes: list[str] = []
-        self._out_chars, self._truncated = 0, False
+        self._out_chars, self._fig_chars, self._nb_chars, self._truncated = 0, 0, 0, False
         self.error_on_timeout = {
             "ename": "CellTimeoutError",
             "evalue": f"this cell ran past the {self.timeout} s limit and was interrupted",
@@ -153,6 +161,7 @@ class GradingExecute(Execute):
                     if cell.cell_type == "code":
                         cell.outputs, cell.execution_count = [], None
                 NotebookClient.__init__(self, nb, km)
+                self._nb_chars = 0  # the notebook's outputs start again with each run
                 self.reset_execution_trackers()
                 self._check_assign_resources(resources)
                 self._current = None
@@ -201,7 +210,9 @@ class GradingExecute(Execute):
                 text += ("**Needs review** (what the checks could not rule out; a person will look at it):\n\n"
                          + "\n".join(f"- {n}" for n in reviews) + "\n\n")
             text += "\n".join(f"- {n}" for n in others)
-            nb.cells.insert(0, new_markdown_cell(text.rstrip() + "\n"))
+            # notes quote learner code and file names: a backtick in a quoted line ends the code span
+            text = text.rstrip() + "\n"
+            nb.cells.insert(0, new_markdown_cell(clean_markdown(text) or text))
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:
@@ -236,6 +247,7 @@ class GradingExecute(Execute):
                 # runs: the grader's later calls never go through __import__ or globals(), which a
                 # solution cell can rebind to a stand-in guard that repairs nothing
                 self._alias = f"_attnlab_guard_{secrets.token_hex(8)}"
+                self._seal = None  # a new kernel: its guard's first reply sets it
                 guarded = self._kernel_eval(
                     f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r}, ns=globals(), "
                     f"alias={self._alias!r})") is not None
@@ -267,10 +279,11 @@ class GradingExecute(Execute):
         before = after = []
         if guarded and locked:
             before = self._guard_call("before_locked", cell)
-        self._out_chars, self._truncated = 0, False
+        self._out_chars, self._fig_chars, self._truncated = 0, 0, False
         self.preprocess_cell(cell, resources, index)
         if guarded and locked:
             after = self._guard_call("after_locked", cell)
+            self._confirm_error(cell, index)
         label = _label(cell, index)
         # a check's "needs review: ..." (attnlab.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
@@ -303,36 +316,59 @@ class GradingExecute(Execute):
     def output(self, outs, msg, display_id, cell_index):
         kind = msg.get("msg_type")
         content = msg.get("content", {})
-        if kind == "error":
-            evalue = str(content.get("evalue", ""))
-            tb = [line if len(line) <= 4000 else line[:4000] + " ...[truncated]" for line in content.get("traceback", [])]
-            if len(evalue) > 4000 or tb != content.get("traceback", []):
-                msg = {**msg, "content": {**content, "evalue": evalue[:4000], "traceback": tb}}
+        if kind == "error":  # always kept (it is what fails a test), but bounded
+            evalue, ename = str(content.get("evalue", "")), str(content.get("ename", ""))
+            tb = [str(line)[:4000] + (" ...[truncated]" if len(str(line)) > 4000 else "")
+                  for line in content.get("traceback", [])]
+            if len(tb) > 60:  # an exception's _render_traceback_ can return any number of lines
+                tb = tb[:40] + [f"... [{len(tb) - 50} traceback lines dropped by the grader]"] + tb[-10:]
+            if len(evalue) > 4000 or len(ename) > 200 or tb != content.get("traceback", []):
+                msg = {**msg, "content": {**content, "ename": ename[:200], "evalue": evalue[:4000], "traceback": tb}}
             return super().output(outs, msg, display_id, cell_index)
         if kind not in ("stream", "display_data", "execute_result", "update_display_data"):
             return super().output(outs, msg, display_id, cell_index)
+        if kind != "stream":
+            data, changed = clean_data(content.get("data", {}))
+            if changed:  # formgrader shows it in the instructor's Jupyter page (attnlab.grading.untrusted_html)
+                content = {**content, "data": data}
+                msg = {**msg, "content": content}
+                cell = self.nb.cells[cell_index]
+                self._notes.append(f"{REVIEW}{_label(cell, cell_index)} displayed HTML, JavaScript, SVG or Markdown "
+                                   f"that could run script where the instructor reads it; it was removed or cleaned")
+        figures = 0
         if kind == "stream":
             size = len(content.get("text", ""))
         else:
-            # figures (the notebooks' static plots are ~100 kB of base64 each) do not count: the cap is for text
-            size = sum(len(v) if isinstance(v, str) else len(json.dumps(v))
-                       for mime, v in content.get("data", {}).items() if not mime.startswith("image/"))
+            # figures (the notebooks' static plots are ~100 kB of base64 each) have a cap of their own;
+            # any other data, and the metadata, count as text
+            data = content.get("data", {})
+            figures = sum(len(v) for mime, v in data.items() if mime in _FIGURES and isinstance(v, str))
+            size = sum(len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
+                       for mime, v in data.items() if not (mime in _FIGURES and isinstance(v, str)))
+            size += len(json.dumps(content.get("metadata", {}), default=str))
         room = self.max_output_chars - self._out_chars
+        left = self.max_notebook_output_chars - self._nb_chars
         self._out_chars += size
-        if size <= room:
+        self._fig_chars += figures
+        if size <= room and self._fig_chars <= self.max_figure_chars and size + figures <= left:
+            self._nb_chars += size + figures
             return super().output(outs, msg, display_id, cell_index)
         out = None
-        if kind == "stream" and room > 0:
-            out = super().output(outs, {**msg, "content": {**content, "text": content["text"][:room]}},
+        keep = min(room, left)
+        if kind == "stream" and keep > 0:
+            self._nb_chars += keep
+            out = super().output(outs, {**msg, "content": {**content, "text": content["text"][:keep]}},
                                  display_id, cell_index)
         if not self._truncated:
             self._truncated = True
+            limits = (f"{self.max_output_chars:,} characters of text or {self.max_figure_chars:,} of figures "
+                      f"per cell, {self.max_notebook_output_chars:,} per notebook")
             outs.append(new_output("stream", name="stdout", text=(
-                f"\n[grader] Output truncated: this cell printed more than {self.max_output_chars:,} "
-                f"characters; the rest was dropped.\n")))
+                f"\n[grader] Output truncated: this cell printed more than the grader keeps ({limits}); "
+                f"the rest was dropped.\n")))
             cell = self.nb.cells[cell_index]
-            self._notes.append(f"{_label(cell, cell_index)} printed more than {self.max_output_chars:,} "
-                               f"characters; the output was truncated")
+            self._notes.append(f"{_label(cell, cell_index)} printed more than the grader keeps ({limits}); "
+                               f"the output was truncated")
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -345,14 +381,36 @@ class GradingExecute(Execute):
         """
         nonce = secrets.token_hex(8)
         reply = self._kernel_eval(f"{self._alias}.{hook}(nonce={nonce!r})")
+        self._raised = None
+        when = 'before' if hook == 'before_locked' else 'after'
         if isinstance(reply, dict) and reply.get("nonce") == nonce and isinstance(reply.get("notes"), list):
-            return [str(n) for n in reply["notes"]]
-        what = f"the grader's integrity check could not run {'before' if hook == 'before_locked' else 'after'} this cell"
+            self._raised = reply.get("error")
+            # the guard's snapshot must be as the guard left it at its last call (see guard._seal); once
+            # it is not, every later call fails too (a cell's outputs are reset when it runs, so the
+            # call after it must be the one that fails it)
+            if self._seal is None or reply.get("seal") == self._seal:
+                self._seal = reply.get("sealed")
+                return [str(n) for n in reply["notes"]]
+            what = f"the grader's integrity check found its snapshot changed {when} this cell"
+        else:
+            what = f"the grader's integrity check could not run {when} this cell"
         if not any(o.get("output_type") == "error" and o.get("ename") == "GuardBypassed" for o in cell.outputs):
             cell.outputs.append(error_output("GuardBypassed", f"{what}: code in the notebook replaced or broke it"))
         self._notes.append(f"{REVIEW}{what} ({_label(cell, self._current or 0)}): code in the notebook replaced "
                            f"or broke the grader's guard")
         return []
+
+    def _confirm_error(self, cell, index: int) -> None:
+        """A read-only cell that raised (as IPython saw it, reported by the guard) keeps an error output,
+        even when the kernel's reply said it finished: code in the kernel can send the grader a reply
+        with status ok and an idle status before the check fails (the real error then goes unheard)."""
+        if not self._raised or any(o.get("output_type") == "error" for o in cell.outputs):
+            return
+        ename, _, evalue = str(self._raised).partition(": ")
+        cell.outputs.append(error_output(ename or "Error", f"{evalue} (the kernel reported this cell as finished "
+                                                         f"without an error: its reply was forged or its error hidden)"))
+        self._notes.append(f"{REVIEW}{_label(cell, index)} raised {ename or 'an error'}, but the grader was told it "
+                           f"finished without one: code in the notebook forged or hid the kernel's reply")
 
     async def _check_raise_for_error(self, cell, cell_index, exec_reply):
         # A cell whose code raised always shows an error output, so nbgrader scores a failed test as

@@ -64,6 +64,7 @@ class _State:
         self.alias = ""                                     # this module's random name in that namespace
         self.ipython: dict[str, object] = {}                # IPython hooks learner code could reroute
         self.seen: set[str] = set()
+        self.last_error: str | None = None                  # what the last (non-silent) cell raised
 
 
 _STATE: _State | None = None
@@ -106,6 +107,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
     if ns is not None and alias:
         ns[alias] = sys.modules[__name__]
     state.ipython = _ipython_hooks()
+    _watch_cells()
     for name in _MODULES:
         try:
             mod = importlib.import_module(name)
@@ -236,6 +238,7 @@ def _restore(ns: dict | None = None) -> None:
     except OSError:  # the directory was removed
         os.chdir(state.cwd)
         _note("the working directory had been removed")
+    _stop_tracing()
     if sys.getrecursionlimit() != state.recursion:
         sys.setrecursionlimit(state.recursion)
         _note("the recursion limit had been changed")
@@ -257,6 +260,34 @@ def _restore(ns: dict | None = None) -> None:
 
 
 _MISSING = object()
+
+
+def _stop_tracing() -> None:
+    """Remove trace and profile functions: a trace function can jump over a check's ``raise``
+    (``frame.f_lineno = ...``) or rewrite its locals. Global ones (this thread's, new threads'),
+    those already set on the frames of the current stack, and ``sys.monitoring`` tools (3.12+)."""
+    import threading
+
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        sys.settrace(None)
+        sys.setprofile(None)
+        _note("a trace or profile function (sys.settrace) had been set")
+    if getattr(threading, "_trace_hook", None) is not None or getattr(threading, "_profile_hook", None) is not None:
+        threading.settrace(None)
+        threading.setprofile(None)
+        _note("a trace or profile function for new threads (threading.settrace) had been set")
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_trace is not None:
+            frame.f_trace = None
+            _note("a running function had a trace function (frame.f_trace)")
+        frame = frame.f_back
+    monitoring = getattr(sys, "monitoring", None)
+    for tool in range(6) if monitoring is not None else ():
+        if monitoring.get_tool(tool) is not None:
+            monitoring.set_events(tool, 0)
+            monitoring.free_tool_id(tool)
+            _note("a sys.monitoring tool had been registered")
 
 
 def after_call() -> None:
@@ -295,12 +326,41 @@ def _ipython_hooks() -> dict[str, object]:
             "input_transformers_post": list(getattr(ip, "input_transformers_post", []))}
 
 
+def _post_run_cell(result) -> None:
+    """IPython's post_run_cell event: remember whether the cell raised, as IPython itself saw it.
+
+    The grader asks after each read-only cell (the reply carries its nonce): a cell that raised but
+    reached the grader without an error output had its reply or its error forged or hidden by code
+    in the kernel (a fake ``execute_reply`` with status ok on the shell channel, then ``idle``).
+    """
+    if _STATE is None:
+        return
+    err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+    _STATE.last_error = f"{type(err).__name__}: {err}"[:500] if err is not None else None
+
+
+def _watch_cells() -> bool:
+    """Register :func:`_post_run_cell` unless it is registered; True when it had to be (again)."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is None or _post_run_cell in ip.events.callbacks.get("post_run_cell", []):
+            return False
+        ip.events.register("post_run_cell", _post_run_cell)
+        return True
+    except Exception:  # noqa: BLE001 (no IPython: nothing to watch)
+        return False
+
+
 def _restore_ipython() -> None:
     if _STATE is None or not _STATE.ipython:
         return
     from IPython import get_ipython
 
     ip = get_ipython()
+    if _watch_cells():
+        _note("IPython's post_run_cell callbacks had been changed")
     for key, value in _STATE.ipython.items():
         current = getattr(ip, key, None)
         same = current == value if isinstance(value, list) else current is value
@@ -309,14 +369,33 @@ def _restore_ipython() -> None:
             _note(f"IPython's {key} had been changed (a custom exception handler or code transformer)")
 
 
-def _reply(nonce: str) -> str:
-    """The grader's reply: the repairs made, with the call's nonce (a stand-in guard cannot know it)."""
-    return _dumps({"nonce": nonce, "notes": _take_notes()})
+def _seal() -> str:
+    """A fingerprint of the snapshot (which objects it holds, how many): the snapshot never changes
+    after :func:`install` except where :func:`after_locked` adds names, so the grader compares each
+    reply's fingerprint on entry with the previous reply's on exit; code that empties or edits the
+    snapshot (``attnlab.verify._guard._STATE.attrs.clear()``) then makes the next check fail."""
+    st = _STATE
+    if st is None:
+        return ""
+    h = hash((tuple(map(id, st.modules.values())), len(st.code), sum(id(c[1]) for c in st.code),
+              len(st.names), sum(map(id, st.names.values())), id(st.ns)))
+    for snap in (*st.attrs.values(), *st.classes.values()):
+        h = hash((h, id(snap), len(snap), sum(map(id, snap.values()))))
+    return f"{len(st.attrs)}-{len(st.classes)}-{h}"
+
+
+def _reply(nonce: str, seal: str, **extra) -> str:
+    """The grader's reply: the repairs made, with the call's nonce (a stand-in guard cannot know it)
+    and the snapshot's fingerprint on entry (``seal``) and on exit (``sealed``)."""
+    return _dumps({"nonce": nonce, "notes": _take_notes(), "seal": seal, "sealed": _seal(), **extra})
 
 
 def before_locked(ns: dict | None = None, nonce: str = "") -> str:
     """Before a read-only cell: restore everything, remember the notebook's names; JSON of repairs."""
     ns = _STATE.ns if ns is None and _STATE is not None else ns
+    seal = _seal()
+    if _STATE is not None:
+        _STATE.last_error = None
     try:
         if ns is not None:
             if _STATE is not None and _STATE.alias:
@@ -326,12 +405,15 @@ def before_locked(ns: dict | None = None, nonce: str = "") -> str:
         _restore_ipython()
     except Exception as exc:  # noqa: BLE001
         _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
-    return _reply(nonce)
+    return _reply(nonce, seal)
 
 
 def after_locked(ns: dict | None = None, nonce: str = "") -> str:
     """After a read-only cell: protect the names it bound (functions, classes, modules, course objects)."""
     ns = _STATE.ns if ns is None and _STATE is not None else ns
+    seal = _seal()
+    if _watch_cells() and _STATE is not None:  # removed while the cell ran: whether it raised is unknown
+        _STATE.last_error = "GuardBypassed: the grader's record of whether this cell raised was removed while it ran"
     try:
         if _STATE is not None and ns is not None:
             for key, value in ns.items():
@@ -341,7 +423,7 @@ def after_locked(ns: dict | None = None, nonce: str = "") -> str:
                     _STATE.names[key] = value
     except Exception as exc:  # noqa: BLE001
         _note(f"the grader's integrity check failed: {type(exc).__name__}: {exc}")
-    return _reply(nonce)
+    return _reply(nonce, seal, error=_STATE.last_error if _STATE is not None else None)
 
 
 def drain() -> str:

@@ -34,6 +34,7 @@ shows the learner.
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import os
@@ -42,6 +43,8 @@ import uuid
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
+
+from ..review import PREFIX as REVIEW
 
 _ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 _DEF = re.compile(r"^def\s+(\w+)\s*\(", re.MULTILINE)
@@ -78,10 +81,130 @@ SUSPICIOUS = [
     (r"\bsys\._getframe\b|\binspect\.(?:currentframe|stack|getouterframes|trace|getinnerframes)\b|"
      r"\b(?:f_back|f_locals|f_globals|gi_frame|cr_frame|ag_frame|tb_frame)\b|\bsys\._current_frames\b",
      "reads interpreter frames (could read the checks' expected values)"),
+    (r"\b(?:settrace|setprofile|f_lineno|f_trace|f_code)\b|\bsys\.monitoring\b",
+     "traces running code (could jump over a check's raise)"),
     (r"\bsignal\.(?:signal|pthread_sigmask|setitimer|alarm)\b", "changes signal handling (test time limits)"),
     (r"\bsetrlimit\b", "changes resource limits"),
+    (r"\bget_ipython\s*\(\s*\)\s*\.\s*(?:kernel|display_pub|displayhook)\b|\.kernel\.(?:session|shell|iopub)|"
+     r"\b(?:shell_stream|iopub_socket|iopub_thread|shell_channel_thread|_publish_status|_parent_ident)\b|"
+     r"\bsession\.send\b|^\s*(?:import|from)\s+(?:zmq|ipykernel|jupyter_client)\b",
+     "talks to the grader through the kernel's messages (could forge a cell's result)"),
 ]
 _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
+
+# What the patterns above cannot see (a module alias, code built from strings, work done where the
+# method probe does not look) is found on the cell's syntax tree, after IPython's own rewriting of
+# magics and shell escapes: see :func:`_tree_findings`.
+#: Imports that serve no lesson here but hide code or work from the checks: code built from
+#: strings or bytes, raw memory, other threads or processes (the probe watches the calling thread),
+#: the garbage collector's view of every object.
+_EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
+                              "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
+                              "multiprocessing", "gc", "runpy", "operator", "builtins"})
+#: Builtins that run code given as text or reach a namespace by name.
+_DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
+#: IPython entry points that run text as code, or hand over the notebook's namespace.
+_IPYTHON = frozenset({"run_cell", "run_code", "ex", "ev", "user_ns", "user_global_ns", "push", "system", "events",
+                      "getoutput", "magic", "run_cell_magic", "run_line_magic", "safe_execfile", "safe_run_module"})
+#: Magics whose argument is code run in the notebook (scanned like a cell); any other magic is flagged.
+_CODE_MAGICS = frozenset({"time", "timeit", "capture"})
+_HARMLESS_MAGICS = frozenset({"matplotlib", "pip", "config"})
+
+
+def _root(node):
+    """The name an attribute chain starts from (``v`` in ``v._guard._STATE``), or None."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_shell(node, shells: set[str]) -> bool:
+    """``get_ipython()``, or a name bound to it."""
+    if isinstance(node, ast.Name):
+        return node.id in shells
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") == "get_ipython"
+
+
+def _magic_code(call: ast.Call) -> str | None:
+    """The code a ``%time``/``%%timeit``... magic runs (options dropped), or None for other calls."""
+    args = [a.value if isinstance(a, ast.Constant) else None for a in call.args]
+    if not args or args[0] not in _CODE_MAGICS or any(not isinstance(a, str) for a in args):
+        return None
+    code = args[-1] if call.func.attr == "run_cell_magic" else args[1]
+    return re.sub(r"^\s*(?:-\w+(?:\s+\d+)?\s+)*", "", code) if call.func.attr == "run_line_magic" else code
+
+
+def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
+    """(line, why) for learner code the regular expressions miss: reaching the support package through
+    an alias (``import attnlab.verify as v; v._guard``), running text as code, threads and processes,
+    raw memory, magics and shell escapes. Source IPython cannot parse runs nowhere: nothing to flag."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 (no IPython here: plain Python)
+        pass
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    found: list[tuple[int, str]] = []
+    aliases = {"attnlab"}
+    for node in ast.walk(tree):  # names bound to the support package or anything in it
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "attnlab"}
+            found += [(node.lineno, f"imports {a.name}") for a in node.names
+                      if a.name.split(".")[0] in _EVASIVE_IMPORTS]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            if top == "attnlab":
+                aliases |= {a.asname or a.name for a in node.names}
+            elif top in _EVASIVE_IMPORTS:
+                found.append((node.lineno, f"imports from {node.module}"))
+    for _ in range(2):  # v = attnlab.verify; g = v._guard
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and _root(node.value) in aliases:
+                aliases |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    shells = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_shell(node.value, set())
+              for t in node.targets if isinstance(t, ast.Name)}  # ip = get_ipython()
+    calls = {id(c.func): c for c in ast.walk(tree) if isinstance(c, ast.Call)}  # callee -> its call
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 1)
+        if isinstance(node, ast.Attribute) and _root(node) in aliases:
+            if _private(node.attr):
+                found.append((line, "reaches the support package's private state (through an alias)"))
+            if isinstance(node.ctx, (ast.Store, ast.Del)):
+                found.append((line, "assigns to the support package (through an alias)"))
+        elif isinstance(node, ast.Name) and node.id in _DYNAMIC:
+            found.append((line, f"uses {node.id}() (runs text as code or reaches names indirectly)"))
+        elif isinstance(node, ast.Name) and node.id == "getattr":
+            call = calls.get(id(node))
+            name = call.args[1] if call is not None and len(call.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not _private(name.value)
+                    and _root(call.args[0]) not in aliases):
+                found.append((line, "uses getattr with a computed or private name"))
+        elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "attrgetter",
+                                                               "__subclasses__"):
+            found.append((line, f"reaches attributes through {node.attr}"))
+        elif isinstance(node, ast.Attribute) and node.attr in ("numpy", "data_ptr", "__array_interface__",
+                                                               "__cuda_array_interface__", "untyped_storage"):
+            found.append((line, f"moves tensor data past torch (.{node.attr}: the method checks cannot follow it)"))
+        elif (isinstance(node, ast.Attribute) and node.attr in _IPYTHON and _is_shell(node.value, shells)
+              and id(node) not in calls):
+            found.append((line, f"reaches IPython's {node.attr} (runs text as code or hands over the notebook)"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _IPYTHON
+              and _is_shell(node.func.value, shells)):
+            code = _magic_code(node) if depth < 3 else None
+            magic = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            if code is not None:
+                found += [(line, why) for _, why in _tree_findings(code, depth + 1)]
+            elif not (node.func.attr == "run_line_magic" and magic in _HARMLESS_MAGICS):
+                found.append((line, f"runs code through IPython ({node.func.attr}{f' {magic!r}' if magic else ''})"))
+    return found
 
 
 def _meta(cell) -> dict:
@@ -303,17 +426,33 @@ def _check_functions(nb, release, notes: list[str]) -> None:
                              f"uses the definition that ran last before it")
 
 
+def _clean_answers(nb, notes: list[str]) -> None:
+    """Written answers (and any other learner Markdown) whose rendering holds script are replaced by a
+    cleaned rendering: formgrader shows them in the instructor's Jupyter page (see untrusted_html)."""
+    from .untrusted_html import clean_markdown
+
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or _meta(cell).get("locked"):
+            continue
+        cleaned = clean_markdown(cell.source)
+        if cleaned is not None:
+            cell.source = cleaned
+            notes.append(f"{REVIEW}{_label(cell, i)} held HTML or a link that could run script where the "
+                         f"instructor reads it; it is graded as a cleaned copy")
+
+
 def scan(nb) -> list[str]:
     """Lines of learner code (unlocked code cells) that reach into the grader or the tests' helpers."""
     found = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or _meta(cell).get("locked"):
             continue
-        for pattern, why in _SUSPICIOUS:
-            for m in pattern.finditer(cell.source):
-                line_no = cell.source.count("\n", 0, m.start()) + 1
-                line = cell.source.splitlines()[line_no - 1].strip()
-                found.append(f"{_label(cell, i)}, line {line_no}: `{line[:80]}` ({why})")
+        lines = cell.source.splitlines() or [""]
+        hits = [(cell.source.count("\n", 0, m.start()) + 1, why)
+                for pattern, why in _SUSPICIOUS for m in pattern.finditer(cell.source)]
+        for line_no, why in hits + _tree_findings(cell.source):
+            line = lines[min(line_no, len(lines)) - 1].strip()
+            found.append(f"{_label(cell, i)}, line {line_no}: `{line[:80]}` ({why})")
     return list(dict.fromkeys(found))
 
 
@@ -333,6 +472,7 @@ def repair(nb, release) -> list[str]:
     _dedupe(nb, release_order, notes)
     _restore_missing(nb, release, notes)
     _check_functions(nb, release, notes)
+    _clean_answers(nb, notes)
     flagged = scan(nb)
     if flagged:
         notes.append("flagged for the instructor to review (code that reaches into the tests or the grader; "
