@@ -232,6 +232,13 @@ for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 40
 # The loop body is notebook 05's masked phase: `exp2` with `scale * log2(e)`, the $m = -\infty$ guard,
 # `tl.dot(p.to(v.dtype), v, acc)`. `b * stride_kb` can exceed $2^{31}$ on a large cache: widen to
 # 64 bits first. `BLOCK_M`, `BLOCK_N` and `HEAD_DIM` are powers of two $\ge 16$.
+#
+# **How the method is checked.** Without a GPU the tests of this kernel count its loads, as notebooks
+# 04 and 05 did: a program may read only its own (sequence, KV head), only its slice, nothing at or
+# past `SEQLENS[b]` (K included, even if you mask the scores afterwards), and **each K/V element
+# once**. A kernel that walks its slice once per query head of the group gets the right numbers but
+# reads the cache $g$ times; it fails with a message saying so. Load `q` as one `(BLOCK_M, HEAD_DIM)`
+# tile of all the group's rows, and one load of each K/V tile serves them all.
 
 # %% nbgrader={"grade_id": "_decode_partial_kernel", "solution": true}
 @triton.jit
@@ -336,7 +343,8 @@ if not RUNTIME.interpret:
 # ### Test: a real cache (lengths, GQA, a causal chunk)
 #
 # Ragged lengths in one batch (one sequence empty), $g = H_q / H_{kv}$ of 1, 4 and 8, and chunks of
-# $T_q > 1$ new queries with bottom-right alignment, some shorter than the chunk.
+# $T_q > 1$ new queries with bottom-right alignment, some shorter than the chunk. With $g > 1$ the load
+# count shows whether each K/V tile is loaded once for the whole group.
 
 # %% nbgrader={"grade_id": "test_decode_partial_cache", "grade": true, "locked": true, "points": 3}
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[37, 5, 1, 0], H_q=8, H_kv=2, num_splits=3)

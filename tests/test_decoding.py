@@ -222,3 +222,14 @@ def test_model_solution_passes_every_test_cell_hidden_included():
 def test_each_mistake_fails_every_test_aimed_at_it(mistake):
     failed = _run_cells(_cells(), mistake.cell, mistake.edits, only=set(mistake.fails))
     assert set(failed) == set(mistake.fails), f"{mistake.why}: failed only {sorted(failed)}"
+
+
+@pytest.mark.parametrize("mistake_id, reason", [
+    ("08-per-head-kv-reload", "loaded once for the whole GQA group"),
+    ("08-unmasked-k-load", "Never load a key or value at or past SEQLENS[b]"),
+])
+def test_load_accounting_names_the_rule_a_right_answer_broke(mistake_id, reason):
+    """Both kernels give the right numbers; only the load count of the split kernel's checker fails them."""
+    (mistake,) = [m for m in _mistakes() if m.id == mistake_id]
+    failed = _run_cells(_cells(), mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
+    assert reason in failed["test_decode_partial_cache"]
