@@ -571,6 +571,7 @@ else:
     print(f"copy bandwidth (read + write): {copy_gbs:.0f} GB/s")
     decode_points = bench_decode.decode_sweep(_decode_partial_kernel, _decode_merge_kernel, your_fwd_kernel,
                                               lengths=(4096, 32768, 131072))
+    print(bench_decode.format_table(decode_points, copy_gbs))
     bench_decode.plot_decode(decode_points, copy_gbs, title=f"one decoding step on {RUNTIME.name}, bf16")
 
 # %% [markdown]
