@@ -13,6 +13,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())"
 python3 benchmarks/decode_gpu.py "$OUT" --quick 2>&1 | tee "$OUT/decode_gpu.log"
 NB=source/attention_kernels_beyond/08_flash_decoding.ipynb
+# DEADLINE (epoch seconds): stop the notebook in time for the outputs to come back
+[ -n "${DEADLINE:-}" ] && NB_TIMEOUT_S=$(( DEADLINE - $(date +%s) ))
+echo "notebook 08: up to ${NB_TIMEOUT_S:-600} s"
 timeout "${NB_TIMEOUT_S:-600}" python3 benchmarks/execute_notebooks.py "$OUT/nb" "$NB" 2>&1 | tee "$OUT/notebook08.log"
 [ -f "$OUT/nb/08_flash_decoding.ipynb" ] && mv "$OUT/nb/08_flash_decoding.ipynb" "$OUT/executed_08.ipynb"
 rm -rf "$OUT/nb"
