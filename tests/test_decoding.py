@@ -169,6 +169,9 @@ def test_recorded_h200_measurement_reads_back_plots_and_ships(tmp_path):
     bench_decode.write_csv(points, tmp_path / "again.csv")
     bench_decode.write_csv(bench_decode.read_csv(tmp_path / "again.csv"), tmp_path / "twice.csv")
     assert (tmp_path / "again.csv").read_text() == (tmp_path / "twice.csv").read_text()  # NaN != NaN
+    followup = bench_decode.read_csv(ROOT / "notes" / "gpu" / "2026-11-30" / "08-followup" / "decode_results.csv")
+    assert len(followup) == 30 and all(p.status == "ok" and p.graph_status.startswith("ok") for p in followup)
+    assert "split-K / 05 (graph)" in bench_decode.format_table(followup, 4240.0)
     bench_decode.plot_decode(points, 4265.0, path=tmp_path / "decode.png")
     assert (tmp_path / "decode.png").stat().st_size > 10_000
     assert files("attnlab").joinpath("data", "decode_h200.png").is_file()  # what CPU runs of 08 show
