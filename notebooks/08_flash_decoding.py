@@ -606,6 +606,7 @@ else:
 # two per SM, so every SM streams and it comes within 5 % of split-K: splitting helps only when
 # (sequence, head) pairs are too few to fill the GPU.
 
+# %% [markdown]
 # ## 8. Check yourself
 #
 # Answer in two to four sentences each, in your own words. These are graded by hand.
