@@ -1,6 +1,6 @@
 """GPU figures of notebook 08 (split-K decoding), in one run: correctness, tuning, the sweep, the plot.
 
-    python benchmarks/decode_gpu.py OUT_DIR
+    python benchmarks/decode_gpu.py OUT_DIR [--quick]
 
 From the repository root, with ``PYTHONPATH=src``; needs only torch, triton and matplotlib (no
 jupytext, no nbgrader: the notebooks' percent-format sources are parsed here). Steps:
@@ -12,10 +12,16 @@ jupytext, no nbgrader: the notebooks' percent-format sources are parsed here). S
 3. the sweep with the best configuration: B = 1 and 8, H_kv = 8 and 32, T_k = 4k ... 128k, against
    notebook 05's kernel at T_q = 1 and SDPA at T_q = 1, and the copy bandwidth;
 4. OUT_DIR/decode.png, decode_results.csv, decode_tuning.csv, decode_summary.json, decode_cells.log.
+
+Every step is timed launched from Python and replayed from a CUDA graph (:mod:`attnlab.bench_decode`).
+``--quick`` (a run of a minute or so, beside an execution of the notebook itself, which covers step 1):
+no step 1, no tuning (the configuration chosen by the full run: block_n 64, 4 warps, 4 stages), B = 1,
+T_k = 8k ... 128k.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import datetime
@@ -137,26 +143,32 @@ def sdpa_backend_gqa(q, k, v) -> str:
     return " | ".join(sorted({e.key for e in prof.key_averages()}))[:300]
 
 
-def main(out: Path) -> None:
+#: The kernel configuration the full run of 2026-11-30 chose (notes/gpu-measurements.md), for --quick.
+CHOSEN = dict(block_n=64, num_warps=4, num_stages=4)
+
+
+def main(out: Path, quick: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     init()
     info = versions()
     log(info)
-    summary: dict = {"versions": info, "command": "PYTHONPATH=src python benchmarks/decode_gpu.py OUT_DIR"}
+    summary: dict = {"versions": info, "command": "PYTHONPATH=src python benchmarks/decode_gpu.py OUT_DIR"
+                                                  + (" --quick" if quick else "")}
     try:
-        stages(out, info, summary)
+        stages(out, info, summary, quick)
     finally:  # whatever ran is reported, even when a later stage fails
         (out / "decode_summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
-def stages(out: Path, info: dict, summary: dict) -> None:
+def stages(out: Path, info: dict, summary: dict, quick: bool) -> None:
     # 1. correctness on the GPU: the notebook's tests (hidden GPU cases included), then the correct variants
-    log("notebook 08 test cells, model solution:")
-    summary["cells_reference"] = run_notebook_cells()
-    summary["cells_variants"] = {}
-    for m in correct_variants():
-        log(f"notebook 08 test cells, correct variant {m.id}:")
-        summary["cells_variants"][m.id] = run_notebook_cells(m.cell, m.edits)
+    if not quick:
+        log("notebook 08 test cells, model solution:")
+        summary["cells_reference"] = run_notebook_cells()
+        summary["cells_variants"] = {}
+        for m in correct_variants():
+            log(f"notebook 08 test cells, correct variant {m.id}:")
+            summary["cells_variants"][m.id] = run_notebook_cells(m.cell, m.edits)
 
     kernels = load_cells_as_module(
         [src for meta, src in percent_cells(ROOT / "notebooks" / "08_flash_decoding.py")
@@ -176,15 +188,29 @@ def stages(out: Path, info: dict, summary: dict) -> None:
     step05, _ = bench_decode.fwd05_step(fwd05, q, k, v)
     summary["max_abs_err_vs_fp32_sdpa"] = {"split-K": (step()[0].float() - ref).abs().max().item(),
                                            "05 kernel": (step05()[0].float() - ref).abs().max().item()}
-    summary["sdpa_kernels_gqa"] = sdpa_backend_gqa(q, k, v)
-    summary["sdpa_kernels_mha"] = sdpa_backend_gqa(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
-    log("errors vs fp32 SDPA:", summary["max_abs_err_vs_fp32_sdpa"], "SDPA kernels:", summary["sdpa_kernels_gqa"])
-    del q, k, v, ref, step, step05
+    # the same step captured in a CUDA graph and replayed into a poisoned output computes the same
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph, _ = step()
+    o_graph.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    summary["max_abs_err_vs_fp32_sdpa"]["split-K, CUDA graph replay"] = (o_graph.float() - ref).abs().max().item()
+    if not quick:
+        summary["sdpa_kernels_gqa"] = sdpa_backend_gqa(q, k, v)
+        summary["sdpa_kernels_mha"] = sdpa_backend_gqa(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    log("errors vs fp32 SDPA:", summary["max_abs_err_vs_fp32_sdpa"], "SDPA kernels:", summary.get("sdpa_kernels_gqa"))
+    del q, k, v, ref, step, step05, graph, o_graph
 
     copy_gbs = bench.copy_bandwidth_gbs()
     summary["copy_gbs"] = copy_gbs
     log(f"copy bandwidth (read + write): {copy_gbs:.0f} GB/s")
 
+    if quick:
+        summary["kernel_config"] = CHOSEN
+        sweep(P, M, fwd05, CHOSEN, out, info, summary, copy_gbs, batches=(1,),
+              lengths=(8192, 16384, 32768, 65536, 131072))
+        return
     # 2. tuning at T_k = 32k, B = 1
     tuning = []
     best = {}
@@ -236,15 +262,8 @@ def stages(out: Path, info: dict, summary: dict) -> None:
     log("chosen (auto splits):", summary["chosen_kernel_config_auto_splits"])
 
     # 3. the sweep
-    opts = dict(block_n=chosen[0], num_warps=chosen[1], num_stages=chosen[2])
-    points = bench_decode.decode_sweep(P, M, fwd05, splitk_options=opts, log=log)
-    bench_decode.write_csv(points, out / "decode_results.csv")
-    try:
-        bench_decode.plot_decode(points, copy_gbs, path=out / "decode.png",
-                                 title=f"one decoding step, bf16, {info['device']}, torch {info['torch']}, "
-                                       f"triton {info['triton']} ({info['date'][:10]})")
-    except Exception as exc:  # noqa: BLE001 (the CSV holds every figure; the plot can be redrawn from it)
-        log(f"plot failed: {exc}")
+    sweep(P, M, fwd05, dict(block_n=chosen[0], num_warps=chosen[1], num_stages=chosen[2]), out, info, summary,
+          copy_gbs)
     t_nb = time.time()
     bench_decode.decode_sweep(P, M, fwd05, lengths=(4096, 32768, 131072), log=lambda *a: None)
     summary["notebook_cell_sweep_s"] = time.time() - t_nb
@@ -252,10 +271,28 @@ def stages(out: Path, info: dict, summary: dict) -> None:
     log("done")
 
 
-if __name__ == "__main__":
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/decode_out")
+def sweep(P, M, fwd05, opts: dict, out: Path, info: dict, summary: dict, copy_gbs: float, **shape) -> None:
+    """The sweep (plain and CUDA-graph timings) into decode_results.csv, decode.png and the log's table."""
+    points = bench_decode.decode_sweep(P, M, fwd05, splitk_options=opts, log=log, **shape)
+    bench_decode.write_csv(points, out / "decode_results.csv")
+    log("table (us and GB/s of K and V read, launched from Python; then replayed from a CUDA graph):\n"
+        + bench_decode.format_table(points, copy_gbs))
+    summary["sweep_points"] = len(points)
     try:
-        main(out_dir)
+        bench_decode.plot_decode(points, copy_gbs, path=out / "decode.png",
+                                 title=f"one decoding step, bf16, {info['device']}, torch {info['torch']}, "
+                                       f"triton {info['triton']} ({info['date'][:10]})")
+    except Exception as exc:  # noqa: BLE001 (the CSV holds every figure; the plot can be redrawn from it)
+        log(f"plot failed: {exc}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", default="/tmp/decode_out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="no notebook cells, no tuning; B = 1, T_k = 8k..128k")
+    args = parser.parse_args()
+    try:
+        main(args.out_dir, args.quick)
     except Exception:
         traceback.print_exc()
         sys.exit(1)

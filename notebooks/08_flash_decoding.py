@@ -232,6 +232,13 @@ for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 40
 # The loop body is notebook 05's masked phase: `exp2` with `scale * log2(e)`, the $m = -\infty$ guard,
 # `tl.dot(p.to(v.dtype), v, acc)`. `b * stride_kb` can exceed $2^{31}$ on a large cache: widen to
 # 64 bits first. `BLOCK_M`, `BLOCK_N` and `HEAD_DIM` are powers of two $\ge 16$.
+#
+# **How the method is checked.** Without a GPU the tests of this kernel count its loads, as notebooks
+# 04 and 05 did: a program may read only its own (sequence, KV head), only its slice, nothing at or
+# past `SEQLENS[b]` (K included, even if you mask the scores afterwards), and **each K/V element
+# once**. A kernel that walks its slice once per query head of the group gets the right numbers but
+# reads the cache $g$ times; it fails with a message saying so. Load `q` as one `(BLOCK_M, HEAD_DIM)`
+# tile of all the group's rows, and one load of each K/V tile serves them all.
 
 # %% nbgrader={"grade_id": "_decode_partial_kernel", "solution": true}
 @triton.jit
@@ -336,7 +343,8 @@ if not RUNTIME.interpret:
 # ### Test: a real cache (lengths, GQA, a causal chunk)
 #
 # Ragged lengths in one batch (one sequence empty), $g = H_q / H_{kv}$ of 1, 4 and 8, and chunks of
-# $T_q > 1$ new queries with bottom-right alignment, some shorter than the chunk.
+# $T_q > 1$ new queries with bottom-right alignment, some shorter than the chunk. With $g > 1$ the load
+# count shows whether each K/V tile is loaded once for the whole group.
 
 # %% nbgrader={"grade_id": "test_decode_partial_cache", "grade": true, "locked": true, "points": 3}
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[37, 5, 1, 0], H_q=8, H_kv=2, num_splits=3)
@@ -530,24 +538,38 @@ if not RUNTIME.interpret:
 #
 # Each is scored by the bytes of the cache, $2 B H_{kv} T_k D \cdot 2$, per second, against the
 # device's copy bandwidth (bytes read plus written, per second; a stream of reads alone can beat it
-# slightly). The course's reference kernels on one H200 (2026-11-30, torch 2.11, triton 3.6, medians
-# of `triton.testing.do_bench`; copy bandwidth 4265 GB/s):
+# slightly), and each step is timed twice:
 #
-# | B | $H_{kv}$ | $T_k$ | split-K | × copy | 05 kernel, $T_q = 1$ | SDPA, $T_q = 1$ | split-K / 05 |
-# |---|---|---|---|---|---|---|---|
-# | 1 | 32 | 32k | 3796 GB/s (141 µs) | 0.89 | 747 GB/s | 3876 GB/s | 5.1× |
-# | 1 | 32 | 128k | 4132 GB/s (520 µs) | 0.97 | 765 GB/s | 4384 GB/s | 5.4× |
-# | 1 | 8 | 32k | 1868 GB/s (72 µs) | 0.44 | 186 GB/s | 2660 GB/s | 10.0× |
-# | 1 | 8 | 128k | 3760 GB/s (143 µs) | 0.88 | 191 GB/s | 3853 GB/s | 19.7× |
-# | 8 | 32 | 32k | 4422 GB/s (971 µs) | 1.04 | 4210 GB/s | 4487 GB/s | 1.05× |
+# - **launched from Python** (`triton.testing.do_bench`): what a loop calling `flash_decode` gets. The GPU
+#   cannot start a kernel before the host has issued it, so the host's work per launch is in the time;
+# - **replayed from a CUDA graph** (`triton.testing.do_bench_cudagraph`): the launches are recorded
+#   once and the GPU replays them with no Python in between: the kernels' own time. Inference servers
+#   (vLLM, SGLang, TensorRT-LLM) capture their decode step in CUDA graphs for exactly this reason. The
+#   replay cycles through several copies of the cache, so that a small cache is not served from the
+#   L2 cache (tens of MB).
 #
-# Two things stand out. At $B = 1$ the split-K step never takes less than about 50 to 70 µs, even
-# when its 134 MB of K and V ($H_{kv} = 8$, 32k keys) would stream in 31 µs: that floor is the time
-# Python takes to launch two Triton kernels, which the GPU waits for (SDPA's floor is about 50 µs).
-# Inference engines remove it by capturing the step in a CUDA graph. And notebook 05's kernel is
-# stuck near 750 GB/s with 32 programs, at 190 GB/s with GQA (it reads the cache four times), but
-# at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up. Without a GPU the next cell shows the
-# whole measurement as a plot; with a GPU it measures again with your kernels (about a minute).
+# The course's reference kernels on one H200 (2026-11-30, torch 2.11, triton 3.6, medians; copy
+# bandwidth 4240 GB/s), $B = 1$:
+#
+# | B | $H_{kv}$ | $T_k$ | split-K, from Python | split-K, CUDA graph | × copy (graph) | 05 kernel (graph) | SDPA (graph) | split-K / 05 (graph) |
+# |---|---|---|---|---|---|---|---|---|
+# | 1 | 8 | 32k | 279 µs, 481 GB/s | 40.3 µs, 3328 GB/s | 0.78 | 188 GB/s | 3596 GB/s | 17.7× |
+# | 1 | 8 | 128k | 246 µs, 2183 GB/s | 127.8 µs, 4200 GB/s | 0.99 | 189 GB/s | 4323 GB/s | 22.2× |
+# | 1 | 32 | 32k | 474 µs, 1133 GB/s | 126.5 µs, 4243 GB/s | 1.00 | 753 GB/s | 4388 GB/s | 5.6× |
+# | 1 | 32 | 128k | 513 µs, 4183 GB/s | 501.8 µs, 4279 GB/s | 1.01 | 757 GB/s | 4625 GB/s | 5.7× |
+#
+# Three things stand out. **Launched from Python, a step never takes less than about 250 µs**, whatever
+# its size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 40 µs, and the GPU waits the rest
+# of the time for the host. The course's launcher checks its inputs and, before every launch, that
+# the kernel compiles for the course's GPUs (about 0.2 ms of Python per kernel); Triton's own launch
+# path adds tens of µs (a run without those checks had a floor of 50 to 70 µs, as SDPA's is here).
+# **Replayed from a CUDA graph, that floor is gone**: split-K reads the cache at the copy bandwidth
+# from 32k keys on ($H_{kv} = 32$) and reaches 0.78 of it with GQA at 32k (a 134 MB cache is read
+# in 40 µs, where the two kernels' start-up and tail are no longer negligible), and it is about as
+# fast as SDPA. **Notebook 05's kernel** is stuck near 750 GB/s with 32 programs, at 190 GB/s with
+# GQA (it reads the cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up
+# (4210 GB/s against split-K's 4422 in an earlier run). Without a GPU the next cell shows the whole
+# measurement as a plot; with a GPU it measures again with your kernels (about a minute).
 
 # %% nbgrader={"grade_id": "fwd-kernel-05", "locked": true}
 # Your notebook 05 kernel for the comparison (ungraded), or None: the sweep then leaves it out.
@@ -563,20 +585,25 @@ else:
     print(f"copy bandwidth (read + write): {copy_gbs:.0f} GB/s")
     decode_points = bench_decode.decode_sweep(_decode_partial_kernel, _decode_merge_kernel, your_fwd_kernel,
                                               lengths=(4096, 32768, 131072))
+    print(bench_decode.format_table(decode_points, copy_gbs))
     bench_decode.plot_decode(decode_points, copy_gbs, title=f"one decoding step on {RUNTIME.name}, bf16")
 
 # %% [markdown]
 # **Q1.** From the measurement: how close does split-K come to the copy bandwidth at $B = 1$,
-# $H_q = 32$, $T_k = 32$k, how many times faster is it than the 05 kernel there, and why does the
-# gap shrink at $B = 8$, $H_{kv} = 32$?
+# $H_q = 32$, $T_k = 32$k, launched from Python and replayed from a CUDA graph, and why do the two
+# differ? How many times faster is it than the 05 kernel there, and why does the gap shrink at
+# $B = 8$, $H_{kv} = 32$?
 
 # %% [markdown] nbgrader={"grade_id": "answer-measured", "solution": true, "grade": true, "points": 1}
-# On the H200 the reference split-K kernels read K and V at 0.89 of the copy bandwidth at $B = 1$,
-# $H_{kv} = 32$, $T_k = 32$k (3.8 TB/s), 5× faster than the 05 kernel, which starts only 32 programs
-# and reaches about 750 GB/s; with GQA ($H_{kv} = 8$) the gap is 10× to 20×, since the 05 kernel also
-# reads K and V once per query head. Short caches at $B = 1$ are dominated by the fixed cost of
-# launching two kernels. At $B = 8$, $H_{kv} = 32$ the 05 kernel has 256 programs, about two per SM,
-# so every SM streams and it comes within 5 % of split-K: splitting helps only when
+# Replayed from a CUDA graph, the reference split-K kernels read K and V at 1.00 of the copy
+# bandwidth at $B = 1$, $H_{kv} = 32$, $T_k = 32$k (4243 GB/s, 126.5 µs), and at 0.78 with GQA
+# ($H_{kv} = 8$, 40.3 µs). Launched from Python the same steps take 474 and 279 µs: the GPU waits
+# for the host to issue each launch (the launcher's checks and Triton's launch path), a fixed cost
+# that a CUDA graph removes, which is why inference servers capture their decode step. Split-K is
+# 5.6× faster than the 05 kernel at $H_{kv} = 32$, which starts only 32 programs and reads about
+# 750 GB/s (so about 5.6× is all there is to gain), and 17.7× with GQA, where the 05 kernel also
+# reads K and V once per query head. At $B = 8$, $H_{kv} = 32$ the 05 kernel has 256 programs, about
+# two per SM, so every SM streams and it comes within 5 % of split-K: splitting helps only when
 # (sequence, head) pairs are too few to fill the GPU.
 
 # %% [markdown]

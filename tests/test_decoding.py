@@ -167,7 +167,11 @@ def test_recorded_h200_measurement_reads_back_plots_and_ships(tmp_path):
     points = bench_decode.read_csv(ROOT / "notes" / "gpu" / "2026-11-30" / "decode_results.csv")
     assert len(points) == 72 and all(p.status == "ok" for p in points)
     bench_decode.write_csv(points, tmp_path / "again.csv")
-    assert bench_decode.read_csv(tmp_path / "again.csv") == points
+    bench_decode.write_csv(bench_decode.read_csv(tmp_path / "again.csv"), tmp_path / "twice.csv")
+    assert (tmp_path / "again.csv").read_text() == (tmp_path / "twice.csv").read_text()  # NaN != NaN
+    followup = bench_decode.read_csv(ROOT / "notes" / "gpu" / "2026-11-30" / "08-followup" / "decode_results.csv")
+    assert len(followup) == 30 and all(p.status == "ok" and p.graph_status.startswith("ok") for p in followup)
+    assert "split-K / 05 (graph)" in bench_decode.format_table(followup, 4240.0)
     bench_decode.plot_decode(points, 4265.0, path=tmp_path / "decode.png")
     assert (tmp_path / "decode.png").stat().st_size > 10_000
     assert files("attnlab").joinpath("data", "decode_h200.png").is_file()  # what CPU runs of 08 show
@@ -222,3 +226,14 @@ def test_model_solution_passes_every_test_cell_hidden_included():
 def test_each_mistake_fails_every_test_aimed_at_it(mistake):
     failed = _run_cells(_cells(), mistake.cell, mistake.edits, only=set(mistake.fails))
     assert set(failed) == set(mistake.fails), f"{mistake.why}: failed only {sorted(failed)}"
+
+
+@pytest.mark.parametrize("mistake_id, reason", [
+    ("08-per-head-kv-reload", "loaded once for the whole GQA group"),
+    ("08-unmasked-k-load", "Never load a key or value at or past SEQLENS[b]"),
+])
+def test_load_accounting_names_the_rule_a_right_answer_broke(mistake_id, reason):
+    """Both kernels give the right numbers; only the load count of the split kernel's checker fails them."""
+    (mistake,) = [m for m in _mistakes() if m.id == mistake_id]
+    failed = _run_cells(_cells(), mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
+    assert reason in failed["test_decode_partial_cache"]

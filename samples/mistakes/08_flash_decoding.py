@@ -5,6 +5,9 @@ from the reference (``tl.exp`` instead of ``tl.exp2``; a merge that walks the sp
 with the online-softmax update), which must keep every point.
 """
 
+import textwrap
+from pathlib import Path
+
 from attnlab.grading.samples import Mistake
 
 _NB = "08_flash_decoding"
@@ -46,6 +49,16 @@ _MERGE_LOOP = '''    m = float("-inf")
     lse = tl.where(l > 0.0, m + tl.log(tl.where(l > 0.0, l, 1.0)), float("-inf"))
 '''
 
+# The loop over the keys once per query head of the group, each pass updating that head's rows only:
+# the right numbers, but every K/V tile loaded g times (what a kernel written per query head does).
+_REF_SRC = (Path(__file__).resolve().parents[2] / "notebooks" / f"{_NB}.py").read_text()
+_KEY_LOOP = _REF_SRC[_REF_SRC.index("    for start_n in range(start, end, BLOCK_N):\n"):
+                     _REF_SRC.index("\n    has_keys = l_i > 0.0")]
+_PER_HEAD_LOOP = ("    for hh in range(0, group):  # one pass over the slice per query head\n"
+                  + textwrap.indent(_KEY_LOOP, "    ").replace(
+                      "visible = key_ok[None, :]\n",
+                      "visible = key_ok[None, :] & (offs_r // T_q == hh)[:, None]\n"))
+
 MISTAKES = [
     Mistake(
         id="08-merge-equal-weights", notebook=_NB, cell=_MERGE,
@@ -77,6 +90,13 @@ MISTAKES = [
         edits=(("v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)", "v = tl.load(V + kv_offs)"),),
         fails=_PARTIAL_ALL,
         why="masks the scores past the length but loads V there anyway: 0 * NaN is NaN",
+    ),
+    Mistake(
+        id="08-unmasked-k-load", notebook=_NB, cell=_PARTIAL,
+        edits=(("k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)", "k = tl.load(K + kv_offs)"),),
+        fails=(_SPLITS, _CACHE),
+        why="loads K past cache_seqlens[b] and masks only the scores: right numbers here, but it reads "
+            "memory the cache may not own; only the load accounting catches it",
     ),
     Mistake(
         id="08-wrong-kv-head", notebook=_NB, cell=_PARTIAL,
@@ -115,6 +135,13 @@ MISTAKES = [
         edits=(("* 0.6931471805599453,\n", ",\n"),),
         fails=_PARTIAL_ALL,
         why="stores the partial LSE in base 2 (forgets the factor ln 2 after working with exp2)",
+    ),
+    Mistake(
+        id="08-per-head-kv-reload", notebook=_NB, cell=_PARTIAL,
+        edits=((_KEY_LOOP, _PER_HEAD_LOOP),),
+        fails=(_CACHE,),
+        why="loads each K/V tile once per query head of the GQA group instead of once for the group "
+            "(right numbers, g times the cache traffic): only the load accounting catches it",
     ),
     Mistake(
         id="08-ok-exp", notebook=_NB, cell=_PARTIAL,

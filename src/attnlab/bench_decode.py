@@ -3,11 +3,19 @@
 Decoding reads the whole KV cache for a handful of FLOPs per byte, so every implementation is scored
 by the same figure: bytes of K and V in the cache, 2 · B · H_kv · T_k · D · 2 (bf16), divided by its
 time. That is an effective bandwidth to hold against the device's copy bandwidth.
+
+Each step is timed twice: as Python launches it (``triton.testing.do_bench``: the GPU also waits for
+the host to issue the launches, a floor of tens of µs per step), and replayed from a CUDA graph
+(``triton.testing.do_bench_cudagraph``: the kernels' own time, as an inference server that captures
+its decode step sees it). The graph replays the step on several copies of the inputs in turn, enough
+to exceed the L2 cache several times over, so a small cache is not served from L2 (``do_bench``
+flushes L2 before each run; ``do_bench_cudagraph`` does not).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -17,8 +25,8 @@ from . import launch_decode
 from .bench import gb_per_s, median_ms, show_recorded_plot
 from .reference_decode import kv_bytes
 
-__all__ = ["DecodePoint", "splitk_step", "fwd05_step", "sdpa_step", "time_point", "decode_sweep",
-           "write_csv", "read_csv", "plot_decode", "show_recorded", "IMPLS"]
+__all__ = ["DecodePoint", "splitk_step", "fwd05_step", "sdpa_step", "time_point", "graph_ms", "rotation_sets",
+           "decode_sweep", "write_csv", "read_csv", "format_table", "plot_decode", "show_recorded", "IMPLS"]
 
 #: Implementations compared, in plotting order.
 IMPLS = ("split-K", "05 kernel, T_q=1", "SDPA, T_q=1")
@@ -26,7 +34,9 @@ IMPLS = ("split-K", "05 kernel, T_q=1", "SDPA, T_q=1")
 
 @dataclass
 class DecodePoint:
-    """One timed decoding step. ``status`` is ``ok``, ``oom`` or ``error: ...``."""
+    """One timed decoding step. ``ms``/``gbs``: launched from Python (``do_bench``); ``graph_ms``/
+    ``graph_gbs``: replayed from a CUDA graph (NaN when not measured). ``status`` is ``ok``, ``oom``
+    or ``error: ...``; ``graph_status`` likewise for the graph timing."""
 
     impl: str
     B: int
@@ -38,6 +48,9 @@ class DecodePoint:
     gbs: float = float("nan")
     status: str = "ok"
     config: str = ""
+    graph_ms: float = float("nan")
+    graph_gbs: float = float("nan")
+    graph_status: str = ""
 
 
 def splitk_step(partial_kernel, merge_kernel, q, k_cache, v_cache, cache_seqlens, *, causal=True,
@@ -95,58 +108,106 @@ def sdpa_step(q, k_cache, v_cache):
     return (lambda: sdpa(q, k_cache, v_cache, enable_gqa=gqa)), "default backend"
 
 
-def time_point(impl: str, step, config: str, B, H_q, H_kv, T_k, D, element_size=2) -> DecodePoint:
-    """Time ``step`` (median of do_bench) and score it by the bytes of the KV cache it must read."""
+def graph_ms(steps, rep_ms: float = 30) -> float:
+    """Median time in ms of one call of a step, the ``steps`` (the same step on different inputs) replayed
+    in turn from one CUDA graph by ``triton.testing.do_bench_cudagraph`` (no Python between launches).
+
+    Raises:
+        whatever capturing raises (a step that synchronises or allocates on the host, for instance).
+    """
+    from triton.testing import do_bench_cudagraph
+
+    def all_steps():
+        for step in steps:
+            step()
+
+    return float(do_bench_cudagraph(all_steps, rep=rep_ms, return_mode="median")) / len(steps)
+
+
+def rotation_sets(nbytes: int, *, times_l2: int = 4, most: int = 16) -> int:
+    """How many copies of a step's inputs (``nbytes`` each) the graph timing cycles through so that
+    together they exceed the L2 cache ``times_l2`` times (at most ``most``; 1 for large inputs)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = getattr(props, "L2_cache_size", 0) or 64 * 2**20
+    return max(1, min(most, math.ceil(times_l2 * l2 / max(1, nbytes))))
+
+
+def time_point(impl: str, step, config: str, B, H_q, H_kv, T_k, D, element_size=2, graph_steps=None) -> DecodePoint:
+    """Time ``step`` (median of do_bench) and, with ``graph_steps`` (the same step on rotated inputs),
+    also from a CUDA graph (:func:`graph_ms`); score both by the bytes of the KV cache it must read."""
     point = DecodePoint(impl, B, H_q, H_kv, T_k, D, config=config)
+    nbytes = kv_bytes(B, H_kv, T_k, D, element_size)
     try:
         point.ms = median_ms(step)
-        point.gbs = gb_per_s(kv_bytes(B, H_kv, T_k, D, element_size), point.ms)
+        point.gbs = gb_per_s(nbytes, point.ms)
     except torch.cuda.OutOfMemoryError:
         point.status = "oom"
     except Exception as exc:  # noqa: BLE001 (a failed point is a result, reported in the table)
         point.status = f"error: {type(exc).__name__}: {exc}"[:200]
+    if graph_steps:
+        try:
+            point.graph_ms = graph_ms(graph_steps)
+            point.graph_gbs = gb_per_s(nbytes, point.graph_ms)
+            point.graph_status = f"ok ({len(graph_steps)} input sets)"
+        except torch.cuda.OutOfMemoryError:
+            point.graph_status = "oom"
+        except Exception as exc:  # noqa: BLE001
+            point.graph_status = f"error: {type(exc).__name__}: {exc}"[:200]
     return point
+
+
+def _random_cache(B, H_q, H_kv, T_k, D, dtype, seed):
+    """q (B, H_q, 1, D), full caches (B, H_kv, T_k, D) of random values, and their lengths (all T_k)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, H_q, 1, D, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
+    return q, k, v, torch.full((B,), T_k, device="cuda", dtype=torch.int32)
 
 
 def decode_sweep(partial_kernel, merge_kernel, fwd_kernel=None, *, batches=(1, 8), kv_heads=(8, 32), H_q=32,
                  D=128, lengths=(4096, 8192, 16384, 32768, 65536, 131072), dtype=torch.bfloat16,
-                 splitk_options=None, log=print) -> list[DecodePoint]:
+                 splitk_options=None, cuda_graph: bool = True, log=print) -> list[DecodePoint]:
     """Time split-K, notebook 05's kernel (when ``fwd_kernel`` is given) and SDPA on full caches.
 
     Every sequence of the batch holds T_k keys (``cache_seqlens`` = T_k), T_q = 1, random inputs.
+    With ``cuda_graph`` each step is also timed replayed from a CUDA graph, cycling through
+    :func:`rotation_sets` copies of the inputs.
     Returns one :class:`DecodePoint` per implementation, batch, KV-head count and length.
     """
     splitk_options = splitk_options or {}
+    makers = [("split-K", lambda q, k, v, lens: splitk_step(partial_kernel, merge_kernel, q, k, v, lens,
+                                                            **splitk_options)),
+              ("05 kernel, T_q=1", lambda q, k, v, lens: fwd05_step(fwd_kernel, q, k, v)),
+              ("SDPA, T_q=1", lambda q, k, v, lens: sdpa_step(q, k, v))]
+    if fwd_kernel is None:
+        del makers[1]
     points = []
     for B in batches:
         for H_kv in kv_heads:
             for T_k in lengths:
-                g = torch.Generator(device="cuda").manual_seed(T_k + B + H_kv)
+                n_sets = rotation_sets(kv_bytes(B, H_kv, T_k, D, dtype.itemsize)) if cuda_graph else 1
                 try:
-                    q = torch.randn(B, H_q, 1, D, device="cuda", dtype=dtype, generator=g)
-                    k = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
-                    v = torch.randn(B, H_kv, T_k, D, device="cuda", dtype=dtype, generator=g)
+                    sets = [_random_cache(B, H_q, H_kv, T_k, D, dtype, seed=T_k + B + H_kv + 1000 * i)
+                            for i in range(n_sets)]
                 except torch.cuda.OutOfMemoryError:
-                    points += [DecodePoint(i, B, H_q, H_kv, T_k, D, status="oom") for i in IMPLS]
+                    points += [DecodePoint(impl, B, H_q, H_kv, T_k, D, status="oom") for impl, _ in makers]
+                    torch.cuda.empty_cache()
                     continue
-                lens = torch.full((B,), T_k, device="cuda", dtype=torch.int32)
-                steps = [("split-K", lambda: splitk_step(partial_kernel, merge_kernel, q, k, v, lens,
-                                                         **splitk_options)),
-                         ("SDPA, T_q=1", lambda: sdpa_step(q, k, v))]
-                if fwd_kernel is not None:
-                    steps.insert(1, ("05 kernel, T_q=1", lambda: fwd05_step(fwd_kernel, q, k, v)))
-                for impl, make in steps:
+                for impl, make in makers:
                     try:
-                        step, config = make()
-                        point = time_point(impl, step, config, B, H_q, H_kv, T_k, D, q.element_size())
-                        del step
+                        built = [make(*inputs) for inputs in sets]
+                        point = time_point(impl, built[0][0], built[0][1], B, H_q, H_kv, T_k, D, dtype.itemsize,
+                                           graph_steps=[step for step, _ in built] if cuda_graph else None)
+                        del built
                     except torch.cuda.OutOfMemoryError:
                         point = DecodePoint(impl, B, H_q, H_kv, T_k, D, status="oom")
                     points.append(point)
-                    log(f"{impl:<18} B={B} H_kv={H_kv:<3} T_k={T_k:<7} {point.ms:9.4f} ms "
-                        f"{point.gbs:8.0f} GB/s  {point.status}  {point.config}")
+                    log(f"{impl:<18} B={B} H_kv={H_kv:<3} T_k={T_k:<7} {point.ms * 1e3:7.1f} us {point.gbs:6.0f} GB/s"
+                        f" | CUDA graph {point.graph_ms * 1e3:7.1f} us {point.graph_gbs:6.0f} GB/s  {point.status}"
+                        f" {point.graph_status}  {point.config}")
                     torch.cuda.empty_cache()
-                del q, k, v
+                del sets
                 torch.cuda.empty_cache()
     return points
 
@@ -167,13 +228,43 @@ def read_csv(path) -> list[DecodePoint]:
         for row in csv.DictReader(f):
             out.append(DecodePoint(row["impl"], *(int(row[k]) for k in ("B", "H_q", "H_kv", "T_k", "D")),
                                    ms=float(row["ms"]), gbs=float(row["gbs"]), status=row["status"],
-                                   config=row["config"]))
+                                   config=row["config"], graph_ms=float(row.get("graph_ms") or "nan"),
+                                   graph_gbs=float(row.get("graph_gbs") or "nan"),
+                                   graph_status=row.get("graph_status") or ""))
     return out
 
 
+def format_table(points, copy_gbs: float | None = None) -> str:
+    """One line per (B, H_kv, T_k): each implementation's µs and GB/s launched from Python, then replayed
+    from a CUDA graph; split-K's fraction of ``copy_gbs`` and its speed-up over the 05 kernel (both ways)."""
+    by = {(p.impl, p.B, p.H_kv, p.T_k): p for p in points}
+    impls = [i for i in IMPLS if any(p.impl == i for p in points)]
+    short = {"split-K": "split-K", "05 kernel, T_q=1": "05 kernel", "SDPA, T_q=1": "SDPA"}
+    head = f"{'B':>2} {'H_kv':>4} {'T_k':>6} " + "".join(f"| {short[i] + ' us, GB/s; graph':<33}" for i in impls)
+    if copy_gbs:
+        head += "| split-K x copy (graph) "
+    if "05 kernel, T_q=1" in impls:
+        head += "| split-K / 05 (graph)"
+    lines = [head]
+    for B, H_kv, T_k in sorted({(p.B, p.H_kv, p.T_k) for p in points}):
+        line = f"{B:>2} {H_kv:>4} {T_k:>6} "
+        for i in impls:
+            p = by.get((i, B, H_kv, T_k))
+            line += (f"| {p.ms * 1e3:7.1f} {p.gbs:5.0f}; {p.graph_ms * 1e3:7.1f} {p.graph_gbs:5.0f}        " if p
+                     else "| " + " " * 32)
+        sk, f5 = by.get(("split-K", B, H_kv, T_k)), by.get(("05 kernel, T_q=1", B, H_kv, T_k))
+        if copy_gbs:
+            line += f"| {sk.gbs / copy_gbs:.2f} ({sk.graph_gbs / copy_gbs:.2f})          " if sk else "| " + " " * 22
+        if sk and f5:
+            line += f"| {f5.ms / sk.ms:4.1f}x ({f5.graph_ms / sk.graph_ms:4.1f}x)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def plot_decode(points, copy_gbs: float | None = None, title: str = "", path: str | Path | None = None):
-    """GB/s of K and V read against T_k: one panel per batch size, a line per implementation and H_kv,
-    and the copy bandwidth (read + write) as the ceiling. Returns the matplotlib figure."""
+    """GB/s of K and V read against T_k: one panel per batch size, a line per implementation and H_kv
+    (split-K also replayed from a CUDA graph, where measured), and the copy bandwidth (read + write)
+    as the ceiling. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
     batches = sorted({p.B for p in points})
@@ -188,6 +279,10 @@ def plot_decode(points, copy_gbs: float | None = None, title: str = "", path: st
                 if pts:
                     ax.plot([p.T_k for p in pts], [p.gbs for p in pts], style, marker=marker, color=colors[impl],
                             label=f"{impl}, H_kv={H_kv}")
+                graphed = [p for p in pts if impl == "split-K" and math.isfinite(p.graph_gbs)]
+                if graphed:  # the kernels' own time: no Python launch floor
+                    ax.plot([p.T_k for p in graphed], [p.graph_gbs for p in graphed], style, marker="x",
+                            color="tab:purple", label=f"{impl}, CUDA graph, H_kv={H_kv}")
         if copy_gbs:
             ax.axhline(copy_gbs, color="black", lw=1, ls="-.", label=f"copy bandwidth (read + write), {copy_gbs:.0f} GB/s")
         ax.set_xscale("log", base=2)

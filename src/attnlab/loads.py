@@ -1,8 +1,9 @@
 """Load accounting: which tensor elements each program of an interpreted Triton launch reads and writes.
 
-Notebooks 04 and 05 teach a *method* (one program per softmax row reading it once; FlashAttention
+Notebooks 04, 05 and 08 teach a *method* (one program per softmax row reading it once; FlashAttention
 streaming K and V in tiles of at most ``BLOCK_N`` keys, each key once, skipping causal tiles past
-the diagonal), and a kernel can produce the right numbers without it. Under ``TRITON_INTERPRET=1``
+the diagonal; split-K decoding loading each K/V tile once for a whole GQA group), and a kernel can
+produce the right numbers without it. Under ``TRITON_INTERPRET=1``
 every ``tl.load`` and ``tl.store`` of a kernel goes through one object, Triton's
 ``interpreter_builder`` (``create_masked_load`` / ``create_masked_store``; unmasked and descriptor
 accesses are routed through them too). :func:`record` wraps those for the duration of one launch and
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["Access", "Ledger", "available", "record", "check_softmax_reads", "check_flash_reads", "interpreter_internals"]
+__all__ = ["Access", "Ledger", "available", "record", "check_softmax_reads", "check_flash_reads", "check_decode_reads",
+           "interpreter_internals"]
 
 #: Builder methods that touch memory; atomics count as stores (they write).
 _WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
@@ -165,7 +167,7 @@ def _span(values) -> str:
 
 
 def _program(p, dims: int) -> str:
-    return f"program {p[0]}" if dims == 1 else f"program ({p[0]}, {p[1]})"
+    return f"program {p[0]}" if dims == 1 else f"program ({', '.join(str(i) for i in p[:dims])})"
 
 
 def _strays(ledger: Ledger, dims: int, names: str) -> str | None:
@@ -300,3 +302,60 @@ def check_flash_reads(ledger: Ledger, *, BH: int, T: int, D: int, causal: bool, 
                 f"{key} of {name} {int(counts.max())} times. Keep a running max and rescale l and acc "
                 f"by exp(m_old - m_new) as it grows (the online softmax), instead of a first pass for "
                 f"the max and a second for the sum.")
+
+
+# ---------------------------------------------------------------------------------------------- 08
+def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int, group: int,
+                       keys_per_split: int, where: str) -> None:
+    """Notebook 08's rules for the K and V caches (contiguous (B, H_kv, T_max, D) buffers named ``K``
+    and ``V``), for a split kernel launched on (B·H_kv, num_splits, row_blocks): program
+    (bkv, split, rb) reads keys of sequence ``bkv // H_kv``, KV head ``bkv % H_kv`` only, inside its
+    slice ``[split·keys_per_split, (split+1)·keys_per_split)`` and below that sequence's length
+    (``seqlens[b]``); and it loads each K/V element **at most once**, so that one load serves all
+    ``group`` query heads of the KV head (FlashDecoding's GQA packing: the group's g·T_q query rows
+    are the BLOCK_M rows of the tile). Hence each element is read at most ``row_blocks`` times per
+    launch, once in decoding (T_q = 1).
+
+    Raises:
+        AssertionError: naming the program, the rule and what it did instead.
+    """
+    problem = _strays(ledger, 3, "Q, K, V, SEQLENS, O_PART and LSE_PART")
+    if problem:
+        raise AssertionError(f"{where}: {problem}")
+    seen: dict[tuple, list[np.ndarray]] = {}
+    for name in ("K", "V"):
+        for a in ledger.of(name):
+            (bkv, split, _), who = a.program, _program(a.program, 3)
+            key = a.index // D - bkv * T_max          # position inside this program's (sequence, KV head)
+            if (key < 0).any():
+                raise AssertionError(
+                    f"{where}: {who} loaded {name} of another (sequence, KV head): program (bkv, split, rb) "
+                    f"reads sequence bkv // H_kv, KV head bkv % H_kv, at b * stride_kb + kvh * stride_kh.")
+            b, lo = bkv // H_kv, split * keys_per_split
+            past = key >= int(seqlens[b])
+            if past.any():
+                raise AssertionError(
+                    f"{where}: {who} loaded {name} at positions {_span(key[past])} of sequence {b}, whose "
+                    f"length is {int(seqlens[b])} (the cache holds {T_max}). Never load a key or value at "
+                    f"or past SEQLENS[b]: mask the K and V loads (masking the scores does not stop the "
+                    f"read; there the cache holds stale data, NaN, or nothing at all).")
+            outside = (key < lo) | (key >= lo + keys_per_split)
+            if outside.any():
+                raise AssertionError(
+                    f"{where}: {who} loaded keys {_span(key[outside])} of {name}, outside its slice "
+                    f"{lo}..{lo + keys_per_split - 1}: each split's program reads its own slice of the "
+                    f"keys only (split-K), so every key is read by one program.")
+            seen.setdefault((name, a.program), []).append(a.index)
+    for (name, program), parts in seen.items():
+        counts = np.bincount(np.concatenate(parts) - program[0] * T_max * D)
+        n = int(counts.max(initial=0))
+        if n > 1:
+            key = int(np.argmax(counts)) // D
+            why = (f"one pass over the slice per query head of the group (g = {group})" if n == group > 1
+                   else "more than one pass over the slice")
+            raise AssertionError(
+                f"{where}: notebook 08 asks for each K/V tile to be loaded once for the whole GQA group: "
+                f"{_program(program, 3)} loaded key {key} of {name} {n} times, as {why} does. Make the "
+                f"g·T_q (query head, query) rows of the group the BLOCK_M rows of one Q tile, so that one "
+                f"tl.load of each K/V tile and one tl.dot serve every head of the group: decoding time is "
+                f"the time to read the cache, and each extra pass reads it again.")

@@ -7,18 +7,26 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
   it must not see) gets NaN in its output;
 - outputs and partials start as NaN and are followed by guard values: an element never written
   stays NaN, a store past the end changes a guard;
-- rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails).
+- rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails);
+- under Triton's interpreter the split kernel's loads are accounted
+  (:func:`attnlab.loads.check_decode_reads`): each program reads its own (sequence, KV head) and
+  slice, nothing at or past the sequence's length, and each K/V element once, for all query heads
+  of its GQA group. Only the split kernel's checker does this, so a kernel that reloads K/V per
+  query head loses that checker's points, not the end-to-end ones as well.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
+from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
-from .verify import _GUARD, _call
+from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode"]
 
@@ -58,7 +66,8 @@ def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, to
 
 
 def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spare):
-    """q, k_cache, v_cache (NaN past each length, NaN-tailed) on ``device`` and their float64 CPU copies."""
+    """q, k_cache, v_cache (NaN past each length, NaN-tailed) on ``device``, their float64 CPU copies,
+    the lengths, and the three whole buffers (for the load accounting)."""
     B = len(seqlens)
     lens = torch.tensor(list(seqlens), dtype=torch.int32)
     q = randn(B, H_q, T_q, D, seed=seed)
@@ -66,9 +75,9 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     v = randn(B, H_kv, T_max, D, seed=seed + 2)
     past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
     k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
-    dev = tuple(tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v))
+    dev, bufs = zip(*(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v)))
     exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
-    return dev, exact, lens
+    return dev, exact, lens, bufs
 
 
 def _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits_given):
@@ -83,10 +92,11 @@ def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype
     B = len(seqlens)
     cfg = launch_decode.decode_config(torch.empty(B, H_q, T_q, D, device=device),
                                torch.empty(B, H_kv, T_max, D, device="meta"), num_splits, block_n)
-    (q, k, v), exact, lens = _cache_inputs(seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, seed=seed,
-                                           dtype=dtype, device=device, spare=cfg.keys_per_split * D)
+    (q, k, v), exact, lens, bufs = _cache_inputs(seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D,
+                                                 seed=seed, dtype=dtype, device=device,
+                                                 spare=cfg.keys_per_split * D)
     case = _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits is not None)
-    return device, T_max, cfg, (q, k, v), exact, lens, case
+    return device, T_max, cfg, (q, k, v), exact, lens.to(device), case, bufs
 
 
 def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1, D: int = 16,
@@ -101,26 +111,38 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         H_q, H_kv: query and KV heads (H_q a multiple of H_kv); T_q: new queries per sequence.
         num_splits, block_n: as the launcher takes them (None: its own choice).
 
+    Under the interpreter every load is accounted (:func:`attnlab.loads.check_decode_reads`).
+
     Raises:
-        AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong index.
+        AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong
+            index, or the load rule broken (a K/V element loaded twice by one program: not once per
+            GQA group; a key past the sequence's length or outside the program's slice).
     """
-    device, T_max, cfg, (q, k, v), exact, lens, case = _setup(
+    device, accounted = _kernel_device(device)
+    device, T_max, cfg, (q, k, v), exact, lens, case, bufs = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
-    o_ref, lse_ref = reference_decode.decode_partials_reference(*exact, lens, causal=causal, num_splits=cfg.num_splits,
-                                                      keys_per_split=cfg.keys_per_split)
+    o_ref, lse_ref = reference_decode.decode_partials_reference(*exact, lens.cpu(), causal=causal,
+                                                                num_splits=cfg.num_splits,
+                                                                keys_per_split=cfg.keys_per_split)
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
     o_part, o_buf = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
     lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
-    _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens.to(device), o_part,
-          lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
+    buffers = dict(zip(("Q", "K", "V"), bufs), SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
+    with record(buffers) if accounted else contextlib.nullcontext() as ledger:
+        _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
+              lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
     _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)
     _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
     _check_inputs_kept(before, (q, k, v), "_decode_partial_kernel", case, ("Q", "K", "V"))
+    if ledger is not None:
+        _flag_internals(kernel, "_decode_partial_kernel", "08")
+        check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
+                           keys_per_split=cfg.keys_per_split, where=f"_decode_partial_kernel [{case}]")
     tol = tolerance(dtype, device)
     assert_close_or_empty(lse_part, lse_ref, name="lse_part (natural-log LSE of each row over each split's keys)",
                           case=case, tol=max(tol, 1e-5))
@@ -185,9 +207,9 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     Arguments as :func:`check_decode_partial_kernel`. Rows with no visible key (a length-0 sequence,
     or more new queries than keys with ``causal``) must give O = 0 and LSE = -inf.
     """
-    device, T_max, cfg, (q, k, v), exact, lens, case = _setup(
+    device, T_max, cfg, (q, k, v), exact, lens, case, _ = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
-    o_ref, lse_ref = reference_decode.decode_attention_reference(*exact, lens, causal=causal)
+    o_ref, lse_ref = reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal)
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
@@ -195,7 +217,7 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     lse_part, _ = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     o, o_buf = guarded((B, H_q, T_q, D), D, dtype, device)
     lse, lse_buf = guarded((B, H_q, T_q), 1, torch.float32, device)
-    _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens.to(device),
+    _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens,
           o_part, lse_part, o, lse, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages,
           _key=partial_kernel)
     if device == "cuda":
