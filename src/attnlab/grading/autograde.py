@@ -287,6 +287,8 @@ class _Slot:
                     msg = json.loads(line)
                 except ValueError:
                     continue
+                if not isinstance(msg, dict):
+                    continue
                 if msg.get("start") == job:
                     started, began = True, time.perf_counter()
                 elif msg.get("done") == job:

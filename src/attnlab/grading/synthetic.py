@@ -145,8 +145,7 @@ def format_class(course: Course, written: list[Synthetic]) -> str:
                      + " ".join(f"{k}={v}" for k, v in SHORT_LIMITS.items())
                      + "); with the course's limits a merely slow case may keep points")
     lines.append(f"grade them: attnlab autograde --assignment {course.assignment} --jobs N "
-                 + " ".join(f"--student {s.student}" for s in written[:2]) + (" ..." if len(written) > 2 else "")
-                 + "  (or without --student: every submission in submitted/)")
+                 f"(every submission in submitted/; --student S for some)")
     return "\n".join(lines)
 
 
