@@ -46,9 +46,11 @@ build: install
 check: install
 	$(BIN)/attnlab build --check
 
-# The main job: build, write the sample submissions, autograde them, print one table per assignment, export grades.csv
+# The main job: build, write the sample submissions, autograde them, print one table per assignment, export grades.csv.
+# Grading workers side by side: JOBS=N (default: one per core, capped by memory and at 8 per GPU; printed).
+JOBS ?=
 grade: install
-	$(BIN)/attnlab grade-samples
+	$(BIN)/attnlab grade-samples $(if $(JOBS),--jobs $(JOBS))
 
 test: install browser postgres
 	$(BIN)/python -m pytest

@@ -300,7 +300,7 @@ def _help(*args: str) -> str:
 
 
 COMMANDS = ("build", "samples", "autograde", "collect", "export", "feedback", "grade-samples", "lab",
-            "selfcheck", "doctor")
+            "selfcheck", "doctor", "synthetic-class")
 
 
 def test_help_is_plain_text_and_every_command_has_a_description():
@@ -315,7 +315,8 @@ def test_help_is_plain_text_and_every_command_has_a_description():
     sub = next(a for a in parser._actions if a.dest == "command")
     for name in COMMANDS:
         assert len(sub.choices[name].description or "") > 40, name
-    for name in ("build", "samples", "autograde", "collect", "export", "feedback", "grade-samples"):
+    for name in ("build", "samples", "autograde", "collect", "export", "feedback", "grade-samples",
+                 "synthetic-class"):
         assert "--course" in sub.choices[name].format_help(), name
     # --course before or after the command; a later default does not undo an earlier value
     assert parser.parse_args(["--course", "/a", "build"]).course == "/a"

@@ -14,6 +14,7 @@ or with the reason it was not, even when a worker or a kernel is killed.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import queue
@@ -158,28 +159,156 @@ def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple
                          g.max_score) for g in sub.grades}
 
 
-def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None) -> dict[str, tuple[str, str, float]]:
+def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
+                workers=1) -> dict[str, tuple[str, str, float]]:
     """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds), one
     entry for every job.
 
+    ``workers`` (a :class:`.parallel.Plan`, or a worker count) slots run side by side. A slot takes
+    the next student and grades that student's notebooks one after the other, in ``jobs``' order,
+    so each student's autograded folder and gradebook entries are written by one process only.
     status is ``ok`` (nbgrader finished), ``failed`` (nbgrader reported an error, or the worker
     died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
     and a new worker carries on with the notebooks left). A worker that dies between notebooks is
-    replaced; one that dies twice in a row before starting a notebook fails the notebooks left.
+    replaced; when a slot's worker dies twice in a row before starting a notebook, that notebook
+    and every one the slot takes after it fail with the reason.
     """
-    from .execute import PIDFILE_ENV
+    from . import parallel
 
-    env = tool_env()
-    pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
-    pidfile.close()
-    env[PIDFILE_ENV] = pidfile.name
+    plan = workers if isinstance(workers, parallel.Plan) else parallel.plan(workers)
+    by_student: dict[str, list[str]] = {}
+    for job in jobs:
+        by_student.setdefault(job.split("/")[0], []).append(job)
+    todo = collections.deque(by_student.values())
     outcomes: dict[str, tuple[str, str, float]] = {}
-    remaining = list(jobs)
-    try:
-        _run_workers(course, remaining, limit_s, on_done, env, outcomes, Path(pidfile.name))
-    finally:
-        os.unlink(pidfile.name)
+    lock = threading.Lock()
+
+    def take() -> list[str] | None:
+        with lock:
+            return todo.popleft() if todo else None
+
+    def done(job: str, outcome) -> None:
+        with lock:  # one at a time: the callback reads the gradebook and prints
+            outcomes[job] = outcome
+            if on_done:
+                on_done(job, outcome)
+
+    base = tool_env()
+    slots = [_Slot(course, plan.env(i, base), limit_s, done) for i in range(min(plan.jobs, len(todo)))]
+    threads = [threading.Thread(target=slot.run, args=(take,), daemon=True) for slot in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return outcomes
+
+
+class _Slot:
+    """One grading worker at a time (replaced when it dies or overruns), fed jobs on its stdin."""
+
+    def __init__(self, course: Course, env: dict, limit_s: float, done) -> None:
+        from .execute import PIDFILE_ENV
+
+        self.course, self.limit_s, self.done = course, limit_s, done
+        pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
+        pidfile.close()
+        self.pidfile = Path(pidfile.name)  # this slot's kernels only: killing them spares other slots'
+        self.env = {**env, PIDFILE_ENV: pidfile.name}
+        self.proc = self.lines = self.errfile = None
+        self.broken = ""  # why this slot's worker cannot start, once it failed twice in a row
+
+    def run(self, take) -> None:
+        try:
+            while (student_jobs := take()) is not None:
+                for job in student_jobs:
+                    if self.broken:
+                        self.done(job, ("failed", self.broken, 0.0))
+                    else:
+                        self._grade(job)
+        finally:
+            self._stop()
+            self.pidfile.unlink(missing_ok=True)
+
+    def _start(self) -> None:
+        self.errfile = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(self.course.root), "-"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile, text=True,
+                                     env=self.env, start_new_session=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=lambda out, q: ([q.put(ln) for ln in out], q.put(None)),
+                         args=(self.proc.stdout, self.lines), daemon=True).start()
+
+    def _stop(self, kill: bool = False) -> None:
+        """End the worker: close its stdin (it exits after its notebook) or kill its process group."""
+        if self.proc is None:
+            return
+        if kill:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=120)  # it finishes its notebook's clean-up, then exits
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if kill or self.proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
+            _kill_kernels(self.pidfile)
+        self.errfile.close()
+        self.proc = None
+
+    def _tail(self, n: int) -> str:
+        self.errfile.seek(0)
+        return self.errfile.read()[-n:]
+
+    def _grade(self, job: str) -> None:
+        deaths = 0  # workers in a row that died before starting this job
+        while True:
+            if self.proc is None:
+                self._start()
+            started, began = False, time.perf_counter()
+            try:
+                self.proc.stdin.write(job + "\n")
+                self.proc.stdin.flush()
+            except OSError:  # gone already: its stdout closes too, handled below
+                pass
+            while True:
+                try:
+                    line = self.lines.get(timeout=max(self.limit_s - (time.perf_counter() - began), 0.1))
+                except queue.Empty:
+                    self._stop(kill=True)
+                    self.done(job, ("timeout", "", time.perf_counter() - began))
+                    return
+                if line is None:  # the worker exited
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if msg.get("start") == job:
+                    started, began = True, time.perf_counter()
+                elif msg.get("done") == job:
+                    self.done(job, ("ok" if msg["success"] else "failed", msg["log"], time.perf_counter() - began))
+                    return
+            tail = self._tail(3000)
+            self.proc.wait()
+            code = self.proc.returncode
+            self._stop()
+            if started:
+                self.done(job, ("failed", "the grading process died\n" + tail, time.perf_counter() - began))
+                return
+            deaths += 1
+            if deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)
+                self.broken = (f"the grading worker exited (status {code}) before grading this notebook\n"
+                               + tail[-2000:])
+                self.done(job, ("failed", self.broken, 0.0))
+                return
 
 
 def _kill_kernels(pidfile: Path) -> None:
@@ -203,66 +332,6 @@ def _kill_kernels(pidfile: Path) -> None:
         for folder in folders:
             if folder.startswith(scratch):
                 shutil.rmtree(folder, ignore_errors=True)
-
-
-def _run_workers(course, remaining, limit_s, on_done, env, outcomes, pidfile: Path) -> None:
-    idle_deaths = 0  # workers in a row that died without starting a notebook
-    while remaining:
-        with tempfile.TemporaryFile("w+") as errfile:
-            proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(course.root),
-                                     *remaining], stdout=subprocess.PIPE, stderr=errfile, text=True, env=env,
-                                    start_new_session=True)
-            lines: queue.Queue = queue.Queue()
-            threading.Thread(target=lambda: ([lines.put(ln) for ln in proc.stdout], lines.put(None)),
-                             daemon=True).start()
-            current, started = None, time.perf_counter()
-            while True:
-                wait = limit_s - (time.perf_counter() - started)
-                try:
-                    line = lines.get(timeout=max(wait, 0.1))
-                except queue.Empty:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    _kill_kernels(pidfile)
-                    job = current or next(j for j in remaining if j not in outcomes)
-                    outcomes[job] = ("timeout", "", time.perf_counter() - started)
-                    if on_done:
-                        on_done(job, outcomes[job])
-                    break
-                if line is None:  # the worker exited
-                    if current is not None:
-                        errfile.seek(0)
-                        outcomes[current] = ("failed", "the grading process died\n" + errfile.read()[-3000:],
-                                             time.perf_counter() - started)
-                        if on_done:
-                            on_done(current, outcomes[current])
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if "start" in msg:
-                    current, started = msg["start"], time.perf_counter()
-                elif "done" in msg and msg["done"] == current:
-                    outcomes[current] = ("ok" if msg["success"] else "failed", msg["log"],
-                                         time.perf_counter() - started)
-                    if on_done:
-                        on_done(current, outcomes[current])
-                    current = None
-            proc.wait()
-            if proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
-                _kill_kernels(pidfile)
-            progressed = any(n in outcomes for n in remaining)
-            idle_deaths = 0 if progressed else idle_deaths + 1
-            if idle_deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)
-                errfile.seek(0)
-                tail = errfile.read()[-2000:]
-                for n in remaining:
-                    if n not in outcomes:
-                        outcomes[n] = ("failed", f"the grading worker exited (status {proc.returncode}) "
-                                                 f"before grading this notebook\n" + tail, 0.0)
-                        if on_done:
-                            on_done(n, outcomes[n])
-        remaining = [n for n in remaining if n not in outcomes]
 
 
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
@@ -294,8 +363,11 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
 
 
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
-                   progress=None, allow_unsafe: bool = False) -> list[NotebookResult]:
+                   progress=None, allow_unsafe: bool = False, workers=1) -> list[NotebookResult]:
     """Autograde (student, notebook) pairs, each on its own; never raises for a bad submission.
+
+    ``workers`` grading workers (a count, or a :class:`.parallel.Plan`) run side by side, each on
+    one student at a time; the results are those of a serial run, in ``jobs``' order.
 
     Every kernel runs in the sandbox (:mod:`.sandbox`); ``allow_unsafe`` (the instructor's
     ``--unsafe-no-sandbox``) grades without it where bubblewrap is missing.
@@ -322,9 +394,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         by_assignment.setdefault(a, []).append((s, n))
     if set(by_assignment) - {course.assignment}:  # notebooks of several assignments: each in its own course view
         return [r for a, mine in by_assignment.items()
-                for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe)]
+                for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe, workers)]
+
+    from .parallel import wait_for_gradebook_locks
 
     warning = require(allow_unsafe)
+    wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
     results: dict[str, NotebookResult] = {}
@@ -365,7 +440,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         else:
             finish(f"{s}/{n}", None)
     if present:
-        outcomes = _run_worker(course, present, limit_s, on_done=finish)
+        outcomes = _run_worker(course, present, limit_s, on_done=finish, workers=workers)
         for job in present:  # nothing goes unreported, whatever happened to the workers
             if job not in results:
                 finish(job, outcomes.get(job, ("failed", "never graded: the grading process stopped "
@@ -393,11 +468,11 @@ def submitted_students(course: Course) -> list[str]:
 
 
 def autograde(course: Course, students: list[str] | None = None, notebooks: list[str] | None = None,
-              progress=print, allow_unsafe: bool = False) -> list[NotebookResult]:
-    """Autograde every submission in submitted/ (or ``students``), one notebook at a time."""
+              progress=print, allow_unsafe: bool = False, workers=1) -> list[NotebookResult]:
+    """Autograde every submission in submitted/ (or ``students``), one notebook at a time per worker."""
     notebooks = notebooks or course.notebook_names()
     jobs = [(s, n) for s in students or submitted_students(course) for n in notebooks]
-    return autograde_jobs(course, jobs, progress=progress, allow_unsafe=allow_unsafe)
+    return autograde_jobs(course, jobs, progress=progress, allow_unsafe=allow_unsafe, workers=workers)
 
 
 def format_report(results: list[NotebookResult]) -> str:

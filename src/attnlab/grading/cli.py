@@ -9,10 +9,11 @@ Instructors (run in the course repository, or name it with --course):
     attnlab build [--check]        notebooks/ -> source/ -> release/, both assignments (or only report staleness)
     attnlab samples                write the bundled sample submissions into submitted/
     attnlab grade-samples          the main job: build, samples, autograde both assignments, grades.csv
+    attnlab synthetic-class N      N made-up submissions in submitted/, with their expected totals
 
 Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab collect EXPORT.zip     an LMS export -> submitted/<student>/ (nbgrader zip_collect)
-    attnlab autograde [options]    grade submitted/ one notebook at a time, print the report
+    attnlab autograde [options]    grade submitted/ (--jobs N workers side by side), print the report
                                    (--shard I/N: one shard of the class, for several machines)
     attnlab report                 merge the shards' reports into the class report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
@@ -75,12 +76,14 @@ def _cmd_samples(args) -> int:
 
 
 def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None,
-                      report_json: Path | None = None, allow_unsafe: bool = False):
+                      report_json: Path | None = None, allow_unsafe: bool = False, jobs: int | None = 1):
     from .autograde import autograde, export_grades, format_report, write_report_csv, write_report_json
+    from .parallel import plan
 
     start = time.perf_counter()
-    print("Autograding, one notebook at a time:")
-    results = autograde(course, students, notebooks, allow_unsafe=allow_unsafe)
+    workers = plan(jobs)
+    print(f"Autograding, one notebook at a time per worker: {workers.describe()}")
+    results = autograde(course, students, notebooks, allow_unsafe=allow_unsafe, workers=workers)
     elapsed = time.perf_counter() - start
     print()
     print(format_report(results))
@@ -159,7 +162,7 @@ def _cmd_autograde(args) -> int:
         return 0
     try:
         results = _grade_and_report(course, students, args.notebook or None, args.export,
-                                    args.report_csv, args.report_json, args.unsafe_no_sandbox)
+                                    args.report_csv, args.report_json, args.unsafe_no_sandbox, args.jobs)
     except SandboxUnavailable as exc:
         print(f"attnlab autograde: {exc}")
         return 2
@@ -245,7 +248,7 @@ def _cmd_grade_samples(args) -> int:
         report = course.root / ("grading_report.csv" if i == 0 else f"grading_report_{each.assignment}.csv")
         try:
             results += _grade_and_report(each, students, None, course.root / "grades.csv" if last else None,
-                                         report, allow_unsafe=args.unsafe_no_sandbox)
+                                         report, allow_unsafe=args.unsafe_no_sandbox, jobs=args.jobs)
         except SandboxUnavailable as exc:
             print(f"attnlab grade-samples: {exc}")
             return 2
@@ -294,6 +297,12 @@ def _assignment_option(p) -> None:
                    help=f"the assignment to work on (default {ASSIGNMENT}; notebooks 07 on: {ASSIGNMENTS[1]})")
 
 
+def _jobs_option(p) -> None:
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help="grading workers side by side, one student at a time each (default: one per core, "
+                        "capped by memory and at 8 per GPU; printed); on a GPU host worker i gets GPU i mod #GPUs")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnlab", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -328,6 +337,7 @@ def _parser() -> argparse.ArgumentParser:
     _assignment_option(p)
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
     gradebook.add_db_option(p)
+    _jobs_option(p)
 
     p = command("collect", "collect an LMS zip export into submitted/ (nbgrader zip_collect)", _cmd_collect)
     p.add_argument("archive", type=Path, help="the zip file downloaded from the LMS")
@@ -349,10 +359,13 @@ def _parser() -> argparse.ArgumentParser:
     p = command("grade-samples", "the main job: build, write samples, autograde, export grades.csv",
                 _cmd_grade_samples)
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
+    _jobs_option(p)
 
     from .. import doctor, lab, selfcheck  # the learner's commands live in their own modules
+    from . import synthetic
 
     shards.add_report_parser(sub, parents=[course])
+    synthetic.add_parser(sub, parents=[course])
     lab.add_parser(sub, parents=[course])
     selfcheck.add_parser(sub)
     doctor.add_parser(sub)

@@ -1,14 +1,17 @@
 """Grade a list of (student, notebook) jobs in one process, one nbgrader run per notebook.
 
-Started by :mod:`attnlab.grading.autograde` as
-``python -m attnlab.grading.worker ROOT STUDENT/NOTEBOOK ...``. Loading nbgrader once for many
+Started by :mod:`attnlab.grading.autograde` as ``python -m attnlab.grading.worker ROOT -``,
+then fed one ``STUDENT/NOTEBOOK`` job per line on stdin until it is closed (``ROOT JOB ...``
+grades the jobs given instead). Loading nbgrader once for many
 notebooks instead of once per notebook saves ~3 s each; running each notebook separately
 (``CourseDirectory.notebook_id``) keeps a dead kernel from costing the other notebooks. Protocol
 on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
 ``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
 this process group if a notebook overruns. The protocol goes through a private, non-inheritable
 copy of stdout (fd 1 itself is pointed at stderr): kernels never hold it, so they cannot write
-fake results into it, and the parent sees the pipe close the moment this process dies.
+fake results into it, and the parent sees the pipe close the moment this process dies. The job
+pipe is private the same way (fd 0 is pointed at /dev/null): a kernel cannot read the next job,
+another student's notebook, out of it.
 
 ``python -m attnlab.grading.worker --feedback ROOT ASSIGNMENT STUDENT ...`` generates feedback for several
 students in one process instead.
@@ -24,14 +27,26 @@ from .course import tool_env
 
 
 _PROTOCOL = None  # the private copy of stdout that carries the protocol
+_JOBS = None  # the private copy of stdin that carries the jobs
 
 
 def _private_stdout() -> None:
-    global _PROTOCOL
+    global _PROTOCOL, _JOBS
     if _PROTOCOL is None:
         _PROTOCOL = os.fdopen(os.dup(1), "w")  # os.dup's copy is not inherited by child processes
         sys.stdout.flush()
         os.dup2(2, 1)
+    if _JOBS is None:
+        _JOBS = os.fdopen(os.dup(0), "r")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+
+
+def _stdin_jobs():
+    for line in _JOBS:
+        if line.strip():
+            yield line.strip()
 
 
 def _emit(obj) -> None:
@@ -65,6 +80,9 @@ def main(argv: list[str]) -> int:
     root = os.path.abspath(root)
     os.chdir(root)
     os.environ.update(tool_env())  # alembic must be findable when nbgrader touches the gradebook
+    from .parallel import wait_for_gradebook_locks
+
+    wait_for_gradebook_locks()  # other workers write to the same gradebook
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
@@ -73,7 +91,7 @@ def main(argv: list[str]) -> int:
 
     # NbGraderAPI does not read nbgrader_config.py by itself.
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
-    for job in jobs:
+    for job in (_stdin_jobs() if jobs == ["-"] else jobs):
         student, name = job.split("/")
         _emit({"start": job})
         coursedir = CourseDirectory(config=config, root=root)
