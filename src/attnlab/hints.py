@@ -120,15 +120,16 @@ def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     """
     scale = q.shape[-1] ** -0.5
     q, k, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v))
-    for factor, cause in ((1 / LOG2E, "exp2 of scores that were not multiplied by log2(e): multiply the "
-                                      "scale by log2(e) = 1.4427 before exp2 (and turn the base-2 LSE back "
-                                      "to natural log with ln 2)"),
-                          (LOG2E, "exp of scores that were already multiplied by log2(e): with qk_scale = "
-                                  "scale * log2(e) every exponential must be tl.exp2")):
+    for factor, text in (
+            (1 / LOG2E, "Your O is softmax of the scores times ln 2 = 0.693: exp2 taken of scores that were not "
+                        "multiplied by log2(e). Multiply the scale by log2(e) = 1.4427 (qk_scale) before exp2, "
+                        "and turn the base-2 LSE back into a natural log with a factor ln 2."),
+            (LOG2E, "Your O is softmax of the scores times log2(e) = 1.443: exp taken of scores that were "
+                    "already multiplied by log2(e). With qk_scale = scale * log2(e), every exponential in the "
+                    "loop must be tl.exp2.")):
         want, _ = naive_attention(q, k, v, causal=causal, scale=scale * factor)
         if _matches(o, want, tol):
-            return (f"Your O is softmax with every score multiplied by {factor:.4g} (base {'2' if factor < 1 else 'e'} "
-                    f"where the other was meant): that is what {cause} gives.")
+            return text
     return ""
 
 
@@ -164,8 +165,10 @@ def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         ds = p * (dp - d_wrong)
         want = scale * (ds @ k if name == "dq" else ds.transpose(-1, -2) @ q)
         if _matches(got, want, tol):
+            where = ("the preprocess kernel computes it once, as rowsum(dO ∘ O)_i, and both kernels load it"
+                     if symbol == "Δ" else "compute it once, before the tile loops, as rowsum(dO ∘ O)_i")
             return (f"Your {name} is what dS = P ∘ (dP − {symbol}) gives with {cause}. {symbol}_i is a sum over "
-                    f"every key of row i: compute it once, before the tile loops, as rowsum(dO ∘ O)_i.")
+                    f"every key of row i: {where}.")
     return ""
 
 
