@@ -197,17 +197,20 @@ def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, i
     """A sentence naming the row stride that explains stray stores, or "" when none does.
 
     Args:
-        positions: element offsets (from the output's start) the kernel wrote but should not have.
+        positions: element offsets (from the output's start) the kernel wrote but should not have;
+            a stride is named only when they are exactly the stray stores it would make.
         strides: the correct ``{"output_row_stride": s}`` first, then the wrong strides a kernel may
             have used instead (``{"n_cols": n_cols, "input_row_stride": ...}``).
     """
     (right_name, right), *wrong = strides.items()
-    pos = torch.as_tensor(positions)
+    got = set(torch.as_tensor(positions).flatten().tolist())
     for name, stride in wrong:
         if stride == right:
             continue
-        row, col = pos // stride, pos % stride
-        if ((row < n_rows) & (col < n_cols)).all():
+        # exactly the stores of rows stepped by `stride` that fall outside the rows stepped by `right`
+        stray = {r * stride + c for r in range(n_rows) for c in range(n_cols)}
+        stray = {p for p in stray if not (p < n_rows * right and p % right < n_cols)}
+        if stray and stray == got:
             return (f"Every stray store lands where row r starts at r * {name} = r * {stride}: the output's "
                     f"rows are {right} elements apart, so step rows by {right_name}.")
     return ""
