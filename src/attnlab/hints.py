@@ -7,6 +7,8 @@ that mistake.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .reference import naive_attention
@@ -15,6 +17,17 @@ __all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint", "d
            "padding_zero_hint", "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
+
+
+def _quiet(hint):
+    """A diagnosis must never replace the failure it explains: any error inside it gives ""."""
+    @functools.wraps(hint)
+    def wrapper(*args, **kwargs) -> str:
+        try:
+            return hint(*args, **kwargs)
+        except Exception:  # noqa: BLE001 (odd dtypes or devices of a learner's output: no hint)
+            return ""
+    return wrapper
 
 #: The two ways a causal mask is placed when T_q != T_k, and who uses each.
 ALIGNMENTS = {
@@ -108,6 +121,7 @@ def _matches(got, want: torch.Tensor, tol: float) -> bool:
     return (got - want).norm().item() <= tol * want.norm().item()
 
 
+@_quiet
 def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, tol: float) -> str:
     """A sentence to append when a kernel's ``o`` is attention with its scores off by a factor log2(e); "" otherwise.
 
@@ -133,6 +147,7 @@ def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     return ""
 
 
+@_quiet
 def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
                causal: bool, scale: float | None, block_k: int, tol: float, symbol: str = "D") -> str:
     """A sentence to append when ``dq`` or ``dk`` is the backward without the row term D_i; "" otherwise.
@@ -172,6 +187,7 @@ def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return ""
 
 
+@_quiet
 def padding_zero_hint(y, x: torch.Tensor, block: int, tol: float) -> str:
     """A sentence to append when a softmax ``y`` counts the padded columns as 0; "" otherwise.
 
@@ -193,6 +209,7 @@ def padding_zero_hint(y, x: torch.Tensor, block: int, tol: float) -> str:
             f"as -inf (other=-float(\"inf\")), so that exp gives them 0.")
 
 
+@_quiet
 def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, int]) -> str:
     """A sentence naming the row stride that explains stray stores, or "" when none does.
 
@@ -216,6 +233,7 @@ def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, i
     return ""
 
 
+@_quiet
 def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                   scale: float | None) -> str:
     """A sentence to append when ``o``'s non-finite rows are those where a running max started at 0
@@ -225,7 +243,7 @@ def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     below about -745, every exp(s − m) underflows to 0 in float64 (about -103 in float32), so l = 0 and
     O = 0 / 0. Rows with a score near or above 0 come out right, so only such rows show it.
     """
-    if type(o) is not torch.Tensor or o.shape != q.shape:
+    if type(o) is not torch.Tensor or o.shape != q.shape or not o.is_floating_point():
         return ""
     q, k, v = (t.detach().to(device="cpu", dtype=o.dtype) for t in (q, k, v))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
