@@ -32,17 +32,19 @@ _HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n"
 _LOADED: dict[tuple, object] = {}
 
 
-def solution(notebook: str, cell: str, mistake_id: str | None = None):
-    """The reference solution cell of ``notebooks/<notebook>.py`` (a mistake's edits applied),
-    imported from a file: ``@triton.jit`` reads a kernel's source from its file."""
-    key = (notebook, cell, mistake_id)
+def solution(notebook: str, cell: str, mistake=None):
+    """The reference solution cell of ``notebooks/<notebook>.py`` (with the edits of a mistake, given
+    as a samples/mistakes id or a Mistake), imported from a file: ``@triton.jit`` reads a kernel's
+    source from its file."""
+    mistake = MISTAKES[mistake] if isinstance(mistake, str) else mistake
+    key = (notebook, cell, mistake and mistake.id)
     if key not in _LOADED:
         nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
         for c in nb.cells:
             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code":
                 c.source = strip_markers(c.source)
-        if mistake_id:
-            nb = apply_mistake(nb, MISTAKES[mistake_id])
+        if mistake:
+            nb = apply_mistake(nb, mistake)
         src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
         path = Path(tempfile.mkdtemp(prefix="attnlab-hints-")) / f"hint_{len(_LOADED)}.py"
         path.write_text(_HEADER + src)
@@ -161,3 +163,28 @@ def test_log2e_hint_both_ways_and_only_on_a_match():
     o, _ = naive_attention(q, k, v, causal=True)
     assert log2e_hint(o, q, k, v, causal=True, tol=1e-5) == ""
     assert log2e_hint(o * 1.1, q, k, v, causal=True, tol=1e-5) == ""
+
+
+# ---------------------------------------------------------------------------------------- 07
+def _visible_part(notebook: str, grade_id: str) -> str:
+    nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
+    src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return src.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
+    # with BLOCK_M == BLOCK_N the first query tile at or after start_n is the one holding it: only
+    # unequal tiles (BLOCK_M > BLOCK_N) tell the two apart, and every visible check used 16/16
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_backward import check_flash_backward_kernels
+
+    lo_late = Mistake(
+        id="07-lo-after-key-tile", notebook="07_triton_backward", cell="_bwd_dkdv_kernel",
+        edits=(("lo = (start_n // BLOCK_M) * BLOCK_M", "lo = tl.cdiv(start_n, BLOCK_M) * BLOCK_M"),),
+        fails=(), why="starts the causal query loop at the first tile at or after the key tile")
+    kernels = tuple(solution("07_triton_backward", cell, lo_late)
+                    for cell in ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"))
+    with pytest.raises(AssertionError, match=r"dk \[B=1, H=2, T=32, D=16, causal=True, block_m=32, block_n=16"):
+        exec(_visible_part("07_triton_backward", "test_flash_backward_matches_reference"),
+             {"KERNELS": kernels, "check_flash_backward_kernels": check_flash_backward_kernels,
+              "_bwd_preprocess_kernel": kernels[0], "_bwd_dkdv_kernel": kernels[1], "_bwd_dq_kernel": kernels[2]})
