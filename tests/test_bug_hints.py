@@ -61,6 +61,13 @@ def _message(check, *args, **kw) -> str:
     return str(info.value)
 
 
+def _visible_part(notebook: str, grade_id: str) -> str:
+    """The visible checks of a test cell of ``notebooks/<notebook>.py`` (its hidden part cut off)."""
+    nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
+    src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return src.split("### BEGIN HIDDEN TESTS")[0]
+
+
 def _qkv(t_q=12, t_k=12, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(1, 2, t, d, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k, t_q))
@@ -73,6 +80,17 @@ def test_max_started_at_zero_is_named_as_underflow(causal, t_k):
     msg = _message(check_flash_forward, fwd, T_q=40, T_k=t_k, causal=causal, regime="far_negative")
     assert "underflows to 0" in msg and "m started at 0" in msg and "l = 0" in msg, msg
     assert "NaN usually means" not in msg, msg  # the general guesses (never written, -inf - -inf) are gone
+
+
+def test_02_visible_checks_show_the_max_started_at_zero():
+    # it used to pass every visible check and lose points only in hidden far-negative cases
+    fwd = solution("02_flash_forward", "flash_attention_forward", "02-m-init-zero")
+    with pytest.raises(AssertionError, match="m started at 0"):
+        exec(_visible_part("02_flash_forward", "test_flash_forward_matches_naive"),
+             {"flash_attention_forward": fwd, "check_flash_forward": check_flash_forward})
+    exec(_visible_part("02_flash_forward", "test_flash_forward_matches_naive"),
+         {"flash_attention_forward": solution("02_flash_forward", "flash_attention_forward"),
+          "check_flash_forward": check_flash_forward})
 
 
 def test_other_non_finite_outputs_get_no_underflow_hint():
@@ -166,10 +184,6 @@ def test_log2e_hint_both_ways_and_only_on_a_match():
 
 
 # ---------------------------------------------------------------------------------------- 07
-def _visible_part(notebook: str, grade_id: str) -> str:
-    nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
-    src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return src.split("### BEGIN HIDDEN TESTS")[0]
 
 
 def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
