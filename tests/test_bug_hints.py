@@ -82,6 +82,12 @@ def test_max_started_at_zero_is_named_as_underflow(causal, t_k):
     assert "NaN usually means" not in msg, msg  # the general guesses (never written, -inf - -inf) are gone
 
 
+def test_05_max_started_at_zero_is_named_as_underflow():
+    msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-max-init-zero"),
+                   T=37, offset=-1000.0)
+    assert "not finite" in msg and "m started at 0" in msg and "NaN usually means" not in msg, msg
+
+
 def test_02_visible_checks_show_the_max_started_at_zero():
     # it used to pass every visible check and lose points only in hidden far-negative cases
     fwd = solution("02_flash_forward", "flash_attention_forward", "02-m-init-zero")

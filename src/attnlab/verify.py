@@ -651,5 +651,8 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
         hint = log2e_hint(o.cpu(), *inputs, causal=causal, tol=tol)
         if hint:
             raise AssertionError(f"{exc} {hint}") from None
+        hint = zero_max_hint(o.cpu(), *inputs, causal=causal, scale=None)
+        if hint:  # as in 02: the cause is known
+            raise AssertionError(f"{str(exc).split(' NaN usually means')[0]} {hint}") from None
         raise
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
