@@ -245,7 +245,9 @@ def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     """
     if type(o) is not torch.Tensor or o.shape != q.shape or not o.is_floating_point():
         return ""
-    q, k, v = (t.detach().to(device="cpu", dtype=o.dtype) for t in (q, k, v))
+    # the precision the learner's statistics live in (kernels keep half-precision inputs' in float32)
+    work = torch.promote_types(o.dtype, torch.float32)
+    q, k, v = (t.detach().to(device="cpu", dtype=work) for t in (q, k, v))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     s = q @ k.transpose(-1, -2) * scale
     if causal:
