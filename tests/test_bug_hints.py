@@ -124,6 +124,19 @@ def test_missing_or_per_tile_d_is_named(mistake_id, cause):
     assert cause in msg and "rowsum(dO ∘ O)" in msg, msg
 
 
+def test_missing_d_is_named_end_to_end_too():
+    from attnlab.verify import check_autograd_attention
+
+    nb = jupytext.read(ROOT / "notebooks" / "03_flash_backward.py")
+    given = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "autograd_function")
+    ns = {"flash_attention_backward": solution("03_flash_backward", "flash_attention_backward", "03-d-dropped"),
+          "naive_attention": naive_attention}
+    exec("import torch\n" + given, ns)
+    attn = ns["flash_attention"]
+    msg = _message(check_autograd_attention, attn, T_q=37, causal=True)
+    assert msg.startswith("q.grad") and "D_i left out" in msg, msg
+
+
 @pytest.mark.parametrize("mistake_id", ["03-p-exp2", "03-dq-no-scale", "03-no-mask-backward"])
 def test_other_backward_mistakes_are_not_blamed_on_d(mistake_id):
     bwd = solution("03_flash_backward", "flash_attention_backward", mistake_id)

@@ -13,10 +13,27 @@ import torch
 
 from .reference import naive_attention
 
-__all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint", "delta_hint", "log2e_hint",
-           "padding_zero_hint", "row_stride_hint", "zero_max_hint"]
+__all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint", "delta_hint", "diagnosed",
+           "log2e_hint", "padding_zero_hint", "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
+
+
+def diagnosed(check, *hints) -> None:
+    """Run ``check()`` (an assertion); when it fails, append the first sentence one of ``hints``
+    (callables returning a hint or "", tried in order, only on failure) gives.
+
+    A hint that explains non-finite values replaces ``assert_finite``'s general guesses (never written,
+    exp(-inf - (-inf)), overflow) with the cause.
+    """
+    try:
+        check()
+    except AssertionError as exc:
+        for hint in hints:
+            sentence = hint()
+            if sentence:
+                raise AssertionError(f"{str(exc).split(' NaN usually means')[0]} {sentence}") from None
+        raise
 
 
 def _quiet(hint):
