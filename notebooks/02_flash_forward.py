@@ -295,11 +295,13 @@ def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale
 #
 # Each check draws seeded random float64 inputs, calls your function on copies, and compares `o`
 # and `lse` with `naive_attention` (relative error within 1e-10). Failure messages name the case
-# and the first wrong index.
+# and the first wrong index. The third check puts every other query row's scores near -1000: far
+# below 0, where `exp` underflows to 0 unless the row's own maximum is subtracted.
 
 # %% nbgrader={"grade_id": "test_flash_forward_matches_naive", "grade": true, "locked": true, "points": 3}
 check_flash_forward(flash_attention_forward, T_q=40, block_q=16, block_k=16)
 check_flash_forward(flash_attention_forward, T_q=40, block_q=16, block_k=16, causal=True)
+check_flash_forward(flash_attention_forward, T_q=32, block_q=16, block_k=16, regime="far_negative", seed=5)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 for seed, (T, bq, bk) in enumerate([(50, 7, 11), (50, 11, 7), (33, 16, 32), (64, 32, 16), (20, 32, 32)]):

@@ -198,7 +198,7 @@ points = sweep.run_sweep(impls, T_VALUES, causal=True, **SHAPE)
 results_csv = sweep.write_csv(points, "sweep_results.csv")
 for p in points:
     print(f"{p.impl:>6}  T={p.T:>6}  {p.ms:9.3f} ms  {p.tflops:7.1f} TFLOP/s  "
-          f"{p.peak_mem_gib:6.2f} GiB  {p.status}")
+          f"{p.peak_mem_text()}  {p.status}")
 print("table written to", results_csv)
 
 # %% [markdown]

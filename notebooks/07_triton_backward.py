@@ -513,6 +513,8 @@ KERNELS = (_bwd_preprocess_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel)
 for causal in (False, True):
     check_flash_backward_kernels(KERNELS, T=16, D=32, causal=causal)
 check_flash_backward_kernels(KERNELS, B=2, H=3, T=32, D=16, causal=True, seed=1)  # six heads, two tiles
+# BLOCK_M != BLOCK_N: key tile 16..31 must start its causal loop at the query tile holding row 16
+check_flash_backward_kernels(KERNELS, T=32, D=16, causal=True, block_m=32, block_n=16, seed=8)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 for causal in (False, True):

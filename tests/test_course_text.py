@@ -258,6 +258,18 @@ def test_05_answers_quote_its_bench():
     assert diff in cell("05_triton_flash", "answer-bf16-difference") or diff in markdown("05_triton_flash")
 
 
+def test_05_cpu_table_quotes_its_bench():
+    """Without a GPU, 05's bench cell prints the H200 figures Q1 is answered from: the measured ones."""
+    section = log_section("notebook 05")
+    yours = [float(r) for r in re.findall(r"^yours .*?([\d.]+) TFLOP/s", section, re.M)]
+    sdpa = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(SDPA .*?):.*?([\d.]+) TFLOP/s", section, re.M)}
+    src = cell("05_triton_flash", "bench-flash")
+    recorded = re.search(r"zip\(CONFIGS, \(([\d, ]+)\)\)", src).group(1)
+    assert [int(r) for r in recorded.split(",")] == [round(r) for r in yours]
+    for label, rate in sdpa.items():
+        assert f'("{label}", {rate:.0f})' in src, label
+
+
 # ------------------------------------------------------------------------ notebook 08 (issue 13)
 def test_decode_table_and_answer_quote_the_h200_follow_up_run():
     """Notebook 08's table (split-K launched from Python and from a CUDA graph, the 05 kernel, SDPA) and

@@ -208,10 +208,12 @@ def test_selfcheck_report_of_full_marks():
     from attnlab.selfcheck import NotebookReport, TestReport, format_report
 
     rep = NotebookReport(Path("mine.ipynb"), "02_flash_forward", "graded", seconds=3.0, tests=[
-        TestReport("test_a", 3.0, 3.0, "test"), TestReport("answer-b", None, 1.0, "written answer", answered=True)])
+        TestReport("test_a", 3.0, 3.0, "test"), TestReport("answer-b", None, 1.0, "written answer", answered=True),
+        TestReport("answer-c", None, 2.0, "written answer", answered=False)])
     text = format_report([rep])
     assert "mine.ipynb (as 02_flash_forward): 3/3 autograded points" in text
-    assert "PASS  test_a" in text and "graded by hand: answered" in text
+    assert "PASS  test_a" in text and "1 pt, graded by hand: answered" in text
+    assert "2 pts, graded by hand: NOT ANSWERED YET" in text, text
     assert "Every test passes, hidden ones included." in text
     dead = NotebookReport(Path("x.ipynb"), "01_online_softmax", "failed", reason="the kernel died")
     assert "NOT GRADED: the kernel died" in format_report([dead])
@@ -312,3 +314,14 @@ def test_interpreter_results_like_log_of_zero_print_no_numpy_warning():
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 0, run.stderr
     assert "-inf" in run.stdout and "RuntimeWarning" not in run.stderr, run.stderr
+
+
+def test_sweep_table_shows_no_nan_memory():
+    from attnlab.sweep import Point
+
+    point = Point("yours", 64, 1, 2, 16, True, "float32", ms=1.0, tflops=0.1)  # timed on a CPU: no GPU memory
+    assert point.peak_mem_text().strip() == "n/a (CPU)"
+    point.status = "oom"
+    assert point.peak_mem_text().strip() == "n/a"
+    point.peak_mem_gib = 1.5
+    assert point.peak_mem_text() == "    1.50 GiB"

@@ -239,6 +239,21 @@ def test_load_notebook_module_takes_given_and_solution_cells_only(tmp_path):
     assert mod.f(16) == 4
 
 
+def test_loading_another_notebook_does_not_repeat_the_mode_banner(tmp_path, capsys):
+    # 06 and 07 load 05's cells, whose set-up calls init(): the banner was printed a second time
+    from attnlab.device import init
+
+    init()
+    banner = capsys.readouterr().out.strip()
+    assert banner.startswith(("No GPU in use", "GPU: ")), banner
+    path = _notebook(tmp_path, [("from attnlab import init\nRUNTIME = init()", {"grade_id": "setup", "locked": True}),
+                                ("def k():\n    return RUNTIME", {"grade_id": "k", "solution": True})])
+    assert load_notebook_module(path, required=("k",)).k().device in ("cpu", "cuda")
+    assert banner not in capsys.readouterr().out
+    init()  # a notebook's own set-up cell still says it
+    assert banner in capsys.readouterr().out
+
+
 def test_load_notebook_module_errors_are_clear(tmp_path):
     with pytest.raises(NotebookLoadError, match="not found"):
         load_notebook_module(tmp_path / "missing.ipynb")

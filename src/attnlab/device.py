@@ -11,14 +11,15 @@ depend on import order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["Runtime", "init", "runtime", "interpreter_problem", "require_interpreter", "runnable_kernel",
-           "is_kernel", "is_interpreted", "FORCE_ENV"]
+__all__ = ["Runtime", "init", "quiet_init", "runtime", "interpreter_problem", "require_interpreter",
+           "runnable_kernel", "is_kernel", "is_interpreted", "FORCE_ENV"]
 
 #: Set to ``cpu`` to force the interpreter on a machine that has a GPU (handy when debugging a kernel).
 FORCE_ENV = "ATTNLAB_DEVICE"
@@ -206,6 +207,21 @@ def runnable_kernel(kernel):
     return kernel
 
 
+_QUIET = False  # set while another notebook's set-up cell runs (quiet_init)
+
+
+@contextlib.contextmanager
+def quiet_init():
+    """Within this block :func:`init` does not print the mode: the notebook that loads another
+    notebook's cells (:mod:`attnlab.nbload`) has printed it already. Warnings still print."""
+    global _QUIET
+    before, _QUIET = _QUIET, True
+    try:
+        yield
+    finally:
+        _QUIET = before
+
+
 def init(verbose: bool = True) -> Runtime:
     """Pick GPU or interpreter mode, switch Triton accordingly, and say which one is active.
 
@@ -231,7 +247,8 @@ def init(verbose: bool = True) -> Runtime:
         except Exception:  # noqa: BLE001 (reported below, in words)
             pass
     if verbose:
-        print(rt.describe())
+        if not _QUIET:
+            print(rt.describe())
         problem = interpreter_problem()
         if problem:
             print(f"WARNING: Triton kernels cannot run in this session. {problem}")

@@ -7,11 +7,44 @@ that mistake.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .reference import naive_attention
 
-__all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint"]
+__all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint", "delta_hint", "diagnosed",
+           "log2e_hint", "padding_zero_hint", "row_stride_hint", "zero_max_hint"]
+
+LOG2E = 1.4426950408889634
+
+
+def diagnosed(check, *hints) -> None:
+    """Run ``check()`` (an assertion); when it fails, append the first sentence one of ``hints``
+    (callables returning a hint or "", tried in order, only on failure) gives.
+
+    A hint that explains non-finite values replaces ``assert_finite``'s general guesses (never written,
+    exp(-inf - (-inf)), overflow) with the cause.
+    """
+    try:
+        check()
+    except AssertionError as exc:
+        for hint in hints:
+            sentence = hint()
+            if sentence:
+                raise AssertionError(f"{str(exc).split(' NaN usually means')[0]} {sentence}") from None
+        raise
+
+
+def _quiet(hint):
+    """A diagnosis must never replace the failure it explains: any error inside it gives ""."""
+    @functools.wraps(hint)
+    def wrapper(*args, **kwargs) -> str:
+        try:
+            return hint(*args, **kwargs)
+        except Exception:  # noqa: BLE001 (odd dtypes or devices of a learner's output: no hint)
+            return ""
+    return wrapper
 
 #: The two ways a causal mask is placed when T_q != T_k, and who uses each.
 ALIGNMENTS = {
@@ -91,3 +124,156 @@ def causal_alignment_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return (f"Your output is causal attention aligned at the {other} corner ({ALIGNMENTS[other]}). "
             f"This check asks for the {expected} alignment: {ALIGNMENTS[expected]}. "
             f"The two differ only when T_q != T_k.")
+
+
+def _matches(got, want: torch.Tensor, tol: float) -> bool:
+    """``got`` (a plain tensor: methods of a subclass would run learner code) equals ``want`` within
+    relative error ``tol`` on every element, both finite; False when the reference is all zeros."""
+    if type(got) is not torch.Tensor or got.shape != want.shape:
+        return False
+    got = got.detach().to(device="cpu", dtype=torch.float64)
+    want = want.to(torch.float64)
+    if not torch.isfinite(got).all() or not torch.isfinite(want).all() or want.norm().item() == 0:
+        return False
+    return (got - want).norm().item() <= tol * want.norm().item()
+
+
+@_quiet
+def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, tol: float) -> str:
+    """A sentence to append when a kernel's ``o`` is attention with its scores off by a factor log2(e); "" otherwise.
+
+    A base-2 kernel multiplies the scores by log2(e) and takes ``exp2``. Forgetting the factor
+    (``exp2`` of natural-log scores) computes softmax(S · ln 2); taking ``exp`` of scores that already
+    carry it computes softmax(S · log2(e)) (exactly so when one key tile holds the whole row).
+
+    Args:
+        o: the learner's (B, H, T, D) output; q, k, v: the inputs (copies), default scale D ** -0.5.
+    """
+    scale = q.shape[-1] ** -0.5
+    q, k, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v))
+    for factor, text in (
+            (1 / LOG2E, "Your O is softmax of the scores times ln 2 = 0.693: exp2 taken of scores that were not "
+                        "multiplied by log2(e). Multiply the scale by log2(e) = 1.4427 (qk_scale) before exp2, "
+                        "and turn the base-2 LSE back into a natural log with a factor ln 2."),
+            (LOG2E, "Your O is softmax of the scores times log2(e) = 1.443: exp taken of scores that were "
+                    "already multiplied by log2(e). With qk_scale = scale * log2(e), every exponential in the "
+                    "loop must be tl.exp2.")):
+        want, _ = naive_attention(q, k, v, causal=causal, scale=scale * factor)
+        if _matches(o, want, tol):
+            return text
+    return ""
+
+
+@_quiet
+def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
+               causal: bool, scale: float | None, block_k: int, tol: float, symbol: str = "D") -> str:
+    """A sentence to append when ``dq`` or ``dk`` is the backward without the row term D_i; "" otherwise.
+
+    dS = P ∘ (dP − D) with D_i = Σ_j P_ij dP_ij = rowsum(dO ∘ O)_i (FlashAttention-2, Dao 2023, Alg. 2).
+    Two mistakes are recognised: D left at 0, and D summed over the current key tile only
+    (Σ over the block_k keys of the tile instead of the whole row).
+
+    Args:
+        name: ``"dq"`` or ``"dk"`` (dv does not involve D: anything else gives "").
+        got: the learner's gradient; q (B, H, T_q, D), k, v (B, H, T_k, D), do like q: the inputs.
+        block_k: key tile size of the learner's loop; symbol: how the notebook writes D ("D" or "Δ").
+    """
+    if name not in ("dq", "dk"):
+        return ""
+    q, k, v, do = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v, do))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    _, lse = naive_attention(q, k, v, causal=causal, scale=scale)
+    s = q @ k.transpose(-1, -2) * scale
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    dp = do @ v.transpose(-1, -2)
+    pdp = p * dp
+    tile_sums = torch.cat([pdp[..., j:j + block_k].sum(-1, keepdim=True).expand_as(pdp[..., j:j + block_k])
+                           for j in range(0, pdp.shape[-1], block_k)], dim=-1)
+    for d_wrong, cause in ((torch.zeros_like(lse)[..., None], f"{symbol}_i left out (taken as 0)"),
+                           (tile_sums, f"{symbol}_i summed over the current key tile only")):
+        ds = p * (dp - d_wrong)
+        want = scale * (ds @ k if name == "dq" else ds.transpose(-1, -2) @ q)
+        if _matches(got, want, tol):
+            where = ("the preprocess kernel computes it once, as rowsum(dO ∘ O)_i, and both kernels load it"
+                     if symbol == "Δ" else "compute it once, before the tile loops, as rowsum(dO ∘ O)_i")
+            return (f"Your {name} is what dS = P ∘ (dP − {symbol}) gives with {cause}. {symbol}_i is a sum over "
+                    f"every key of row i: {where}.")
+    return ""
+
+
+@_quiet
+def padding_zero_hint(y, x: torch.Tensor, block: int, tol: float) -> str:
+    """A sentence to append when a softmax ``y`` counts the padded columns as 0; "" otherwise.
+
+    A row of n_cols < ``block`` values loaded with ``other=0.0`` takes part in the max and the sum
+    with block − n_cols extra zeros: y = exp(x − m') / (Σ exp(x − m') + (block − n_cols) exp(−m')).
+
+    Args:
+        y: the learner's (n_rows, n_cols) output; x: the input; block: the kernel's BLOCK_SIZE.
+    """
+    n_rows, n_cols = x.shape
+    if block <= n_cols:
+        return ""
+    x = x.detach().to(device="cpu", dtype=torch.float64)
+    padded = torch.cat([x, x.new_zeros(n_rows, block - n_cols)], dim=1)
+    if not _matches(y, torch.softmax(padded, dim=-1)[:, :n_cols], tol):
+        return ""
+    return (f"Your output is the softmax of each row padded with {block - n_cols} zeros up to BLOCK_SIZE = {block}: "
+            f"the masked-off columns were loaded as 0 and took part in the max and the sum. Load them "
+            f"as -inf (other=-float(\"inf\")), so that exp gives them 0.")
+
+
+@_quiet
+def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, int]) -> str:
+    """A sentence naming the row stride that explains stray stores, or "" when none does.
+
+    Args:
+        positions: element offsets (from the output's start) the kernel wrote but should not have;
+            a stride is named only when they are exactly the stray stores it would make.
+        strides: the correct ``{"output_row_stride": s}`` first, then the wrong strides a kernel may
+            have used instead (``{"n_cols": n_cols, "input_row_stride": ...}``).
+    """
+    (right_name, right), *wrong = strides.items()
+    got = set(torch.as_tensor(positions).flatten().tolist())
+    for name, stride in wrong:
+        if stride == right:
+            continue
+        # exactly the stores of rows stepped by `stride` that fall outside the rows stepped by `right`
+        stray = {r * stride + c for r in range(n_rows) for c in range(n_cols)}
+        stray = {p for p in stray if not (p < n_rows * right and p % right < n_cols)}
+        if stray and stray == got:
+            return (f"Every stray store lands where row r starts at r * {name} = r * {stride}: the output's "
+                    f"rows are {right} elements apart, so step rows by {right_name}.")
+    return ""
+
+
+@_quiet
+def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                  scale: float | None) -> str:
+    """A sentence to append when ``o``'s non-finite rows are those where a running max started at 0
+    makes every exp underflow; "" otherwise.
+
+    With m starting at 0 instead of -inf, m ends as max(0, row max): for a row whose scores all lie
+    below about -745, every exp(s − m) underflows to 0 in float64 (about -103 in float32), so l = 0 and
+    O = 0 / 0. Rows with a score near or above 0 come out right, so only such rows show it.
+    """
+    if type(o) is not torch.Tensor or o.shape != q.shape or not o.is_floating_point():
+        return ""
+    # the precision the learner's statistics live in (kernels keep half-precision inputs' in float32)
+    work = torch.promote_types(o.dtype, torch.float32)
+    q, k, v = (t.detach().to(device="cpu", dtype=work) for t in (q, k, v))
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = q @ k.transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(s - s.amax(-1, keepdim=True).clamp(min=0))
+    want_bad = (p.sum(-1) == 0)
+    got_bad = ~torch.isfinite(o.detach().cpu()).all(-1)
+    if not want_bad.any() or not torch.equal(got_bad, want_bad):
+        return ""
+    return ("These rows are the ones whose scores all lie far below 0: with the running max m started at 0 "
+            "instead of -inf, every exp(s − m) there underflows to 0, so l = 0 and O = 0 / 0. Start m at "
+            "-inf, so that the first tile's own max is subtracted.")

@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from .device import quiet_init
+
 __all__ = ["load_notebook_module", "load_earlier_kernel", "NotebookLoadError"]
 
 
@@ -68,7 +70,8 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
     spec = importlib.util.spec_from_file_location(mod_name, mod_file)
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with quiet_init():  # the loading notebook has said which mode is in use
+            spec.loader.exec_module(module)
     except Exception as exc:
         raise NotebookLoadError(f"running the code of {path.name} failed: {type(exc).__name__}: {exc}") from exc
     missing = [n for n in required if not hasattr(module, n)]

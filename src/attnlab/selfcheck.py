@@ -338,7 +338,7 @@ def format_report(reports: list[NotebookReport]) -> str:
                     out += _wrap(t.error or "no points (the cell did not pass)", "          ")
             else:
                 state = "answered" if t.answered else "NOT ANSWERED YET"
-                out.append(f"  ----  {t.grade_id:<48} {t.max_points:g} pt, graded by hand: {state}")
+                out.append(f"  ----  {t.grade_id:<48} {t.max_points:g} {'pt' if t.max_points == 1 else 'pts'}, graded by hand: {state}")
         if rep.advice:
             out.append("  GPU advice (compiled for real GPUs; not graded):")
             for line in rep.advice:

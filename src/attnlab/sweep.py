@@ -36,6 +36,12 @@ class Point:
     status: str = "ok"
     config: str = ""
 
+    def peak_mem_text(self) -> str:
+        """The peak memory for a table, 12 characters: "  1.23 GiB", or why there is none."""
+        if self.peak_mem_gib == self.peak_mem_gib:  # not NaN
+            return f"{self.peak_mem_gib:8.2f} GiB"
+        return "   n/a (CPU)" if self.status == "ok" else "         n/a"  # timed on a CPU, or not timed
+
 
 def naive_unfused(q, k, v, causal):
     """Attention as three library calls in the input dtype: matmul, softmax, matmul.

@@ -18,7 +18,8 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
                      tolerance)
 from .device import require_interpreter, runtime
 from .grading import guard as _guard
-from .hints import causal_alignment_hint
+from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint,
+                    zero_max_hint)
 from .loads import available as loads_available
 from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
@@ -272,13 +273,9 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
                         block_q=block_q, block_k=block_k, inputs=args)
     o, lse = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("o", "lse"))
     o_ref, lse_ref = naive_attention(q, k, v, causal=causal, scale=scale)
-    try:
-        assert_close(o, o_ref, name="o", case=case)
-    except AssertionError as exc:
-        hint = causal_alignment_hint(o, q, k, v, scale=scale, tol=tolerance(dtype)) if causal else ""
-        if hint:
-            raise AssertionError(f"{exc} {hint}") from None
-        raise
+    diagnosed(lambda: assert_close(o, o_ref, name="o", case=case),
+              lambda: causal and causal_alignment_hint(o, q, k, v, scale=scale, tol=tolerance(dtype)),
+              lambda: zero_max_hint(o, q, k, v, causal=causal, scale=scale))
     if o.dtype != dtype:
         raise AssertionError(f"o [{case}]: dtype {o.dtype}, expected q's dtype {dtype}. Accumulate in a wider "
                              f"dtype if you like, but cast o back.")
@@ -324,7 +321,9 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
                         block_q=block_q, block_k=block_k, inputs=args, autograd="forbid")
     grads = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("dq", "dk", "dv"))
     for gname, got, ref in zip(("dq", "dk", "dv"), grads, reference_gradients(q, k, v, do, causal, scale)):
-        assert_close(got, ref, name=gname, case=case, tol=tolerance(dtype))
+        diagnosed(lambda: assert_close(got, ref, name=gname, case=case, tol=tolerance(dtype)),
+                  lambda: delta_hint(gname, got, q, k, v, do, causal=causal, scale=scale, block_k=block_k,
+                                     tol=tolerance(dtype)))
         if got.dtype != dtype:
             raise AssertionError(f"{gname} [{case}]: dtype {got.dtype}, expected q's dtype {dtype}. "
                                  f"Compute in a wider dtype if you like, but cast the result back.")
@@ -353,7 +352,9 @@ def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int =
     for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), reference_gradients(*copies, causal)):
         if t.grad is None:
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
-        assert_close(t.grad, ref, name=gname, case=case)
+        diagnosed(lambda: assert_close(t.grad, ref, name=gname, case=case),
+                  lambda: delta_hint("d" + gname[0], t.grad, *copies,
+                                     causal=causal, scale=None, block_k=block, tol=tolerance(torch.float64)))
 
 
 def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: int = 1, H: int = 1, D: int = 3,
@@ -517,15 +518,19 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         row, col = divmod(pos, width)
         where = (f"past the last row (element {pos - n_rows * width} after it)" if row >= n_rows
                  else f"in row {row}, column {col} >= n_cols")
-        raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. "
-                             f"Mask the store with the columns < n_cols, and step rows by output_row_stride.")
+        advice = (row_stride_hint(touched.nonzero().flatten().cpu(), n_rows=n_rows, n_cols=n_cols,
+                                  strides={"output_row_stride": width, "n_cols": n_cols,
+                                           "input_row_stride": x_width})
+                  or "Mask the store with the columns < n_cols, and step rows by output_row_stride.")
+        raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. {advice}")
     if ledger is not None:
         _flag_internals(kernel, "_softmax_kernel", "04")
         check_softmax_reads(ledger, n_rows=n_rows, n_cols=n_cols, x_width=x_width, y_width=width,
                             block_size=block, where=f"_softmax_kernel [{case}]")
     # no dot product here, so no tf32: float32 is held to 1e-5 on a GPU too
-    assert_close(y.cpu(), expected, name="softmax", case=case,
-                 tol=1e-5 if dtype == torch.float32 else tolerance(dtype, device))
+    tol = 1e-5 if dtype == torch.float32 else tolerance(dtype, device)
+    diagnosed(lambda: assert_close(y.cpu(), expected, name="softmax", case=case, tol=tol),
+              lambda: padding_zero_hint(y.cpu(), x, block, tol))
 
 
 # ---------------------------------------------------------------------------------------------- 05
@@ -626,5 +631,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
         tol = 5e-2
     if offset:
         tol = max(tol, 1e-4)
-    assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol)
+    diagnosed(lambda: assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol),
+              lambda: log2e_hint(o.cpu(), *inputs, causal=causal, tol=tol),
+              lambda: zero_max_hint(o.cpu(), *inputs, causal=causal, scale=None))
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))

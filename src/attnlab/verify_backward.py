@@ -19,6 +19,7 @@ import torch
 
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
+from .hints import delta_hint, diagnosed
 from .device import runtime
 from .poisoned import guarded, tail_room
 from .reference import naive_attention, reference_gradients
@@ -199,7 +200,10 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
                                  f"only store to DELTA, DQ, DK, DV and DQ_ACC")
     tol = _tolerance(dtype, device)
     for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
-        assert_close(out.cpu(), ref, name=name, case=case, tol=tol)
+        q_, k_, v_, *_, do_ = inputs
+        diagnosed(lambda: assert_close(out.cpu(), ref, name=name, case=case, tol=tol),
+                  lambda: delta_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, scale=None, block_k=block_n,
+                                     tol=tol, symbol="Δ"))
 
 
 def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16, causal: bool = False,

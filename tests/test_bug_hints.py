@@ -1,0 +1,223 @@
+"""Wrong results that a common mistake explains get a sentence naming it (attnlab.hints).
+
+Found by a tester working through notebooks 01-07: the row term D dropped or summed per key tile
+(03, 07), exp against exp2 without log2(e) (05), padding loaded as 0 (04), a row stride of n_cols
+(04: the message led with the store mask), and a running max started at 0 (02: blamed on
+exp(-inf - (-inf)) or an overflow, while the cause is underflow to l = 0). Each mistake comes from
+samples/mistakes applied to the notebook's reference, and is checked in-process; correct results
+and other mistakes must get no such sentence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+
+import jupytext
+import pytest
+import torch
+
+from attnlab import device
+from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
+from attnlab.hints import LOG2E, delta_hint, log2e_hint, padding_zero_hint, row_stride_hint, zero_max_hint
+from attnlab.reference import naive_attention, reference_gradients
+from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
+
+from .conftest import ROOT, Course
+
+RT = device.init(verbose=False)
+MISTAKES = {m.id: m for m in load_mistakes(Course(ROOT))[0]}
+_HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n"
+_LOADED: dict[tuple, object] = {}
+
+
+def solution(notebook: str, cell: str, mistake=None):
+    """The reference solution cell of ``notebooks/<notebook>.py`` (with the edits of a mistake, given
+    as a samples/mistakes id or a Mistake), imported from a file: ``@triton.jit`` reads a kernel's
+    source from its file."""
+    mistake = MISTAKES[mistake] if isinstance(mistake, str) else mistake
+    key = (notebook, cell, mistake and mistake.id)
+    if key not in _LOADED:
+        nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
+        for c in nb.cells:
+            if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code":
+                c.source = strip_markers(c.source)
+        if mistake:
+            nb = apply_mistake(nb, mistake)
+        src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
+        path = Path(tempfile.mkdtemp(prefix="attnlab-hints-")) / f"hint_{len(_LOADED)}.py"
+        path.write_text(_HEADER + src)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _LOADED[key] = getattr(mod, cell)
+    return _LOADED[key]
+
+
+def _message(check, *args, **kw) -> str:
+    with pytest.raises(AssertionError) as info:
+        check(*args, **kw)
+    return str(info.value)
+
+
+def _visible_part(notebook: str, grade_id: str) -> str:
+    """The visible checks of a test cell of ``notebooks/<notebook>.py`` (its hidden part cut off)."""
+    nb = jupytext.read(ROOT / "notebooks" / f"{notebook}.py")
+    src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return src.split("### BEGIN HIDDEN TESTS")[0]
+
+
+def _qkv(t_q=12, t_k=12, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, 2, t, d, generator=g, dtype=torch.float64) for t in (t_q, t_k, t_k, t_q))
+
+
+# ---------------------------------------------------------------------------------------- 02
+@pytest.mark.parametrize("causal, t_k", [(False, 48), (True, 64)])
+def test_max_started_at_zero_is_named_as_underflow(causal, t_k):
+    fwd = solution("02_flash_forward", "flash_attention_forward", "02-m-init-zero")
+    msg = _message(check_flash_forward, fwd, T_q=40, T_k=t_k, causal=causal, regime="far_negative")
+    assert "underflows to 0" in msg and "m started at 0" in msg and "l = 0" in msg, msg
+    assert "NaN usually means" not in msg, msg  # the general guesses (never written, -inf - -inf) are gone
+
+
+def test_05_max_started_at_zero_is_named_as_underflow():
+    msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-max-init-zero"),
+                   T=37, offset=-1000.0)
+    assert "not finite" in msg and "m started at 0" in msg and "NaN usually means" not in msg, msg
+
+
+def test_02_visible_checks_show_the_max_started_at_zero():
+    # it used to pass every visible check and lose points only in hidden far-negative cases
+    fwd = solution("02_flash_forward", "flash_attention_forward", "02-m-init-zero")
+    with pytest.raises(AssertionError, match="m started at 0"):
+        exec(_visible_part("02_flash_forward", "test_flash_forward_matches_naive"),
+             {"flash_attention_forward": fwd, "check_flash_forward": check_flash_forward})
+    exec(_visible_part("02_flash_forward", "test_flash_forward_matches_naive"),
+         {"flash_attention_forward": solution("02_flash_forward", "flash_attention_forward"),
+          "check_flash_forward": check_flash_forward})
+
+
+def test_other_non_finite_outputs_get_no_underflow_hint():
+    q, k, v, _ = _qkv()
+    o, _ = naive_attention(q, k, v)
+    assert zero_max_hint(o, q, k, v, causal=False, scale=None) == ""  # nothing underflows
+    k[..., 0] = 1.0
+    q[..., 0, 0] = -2000 / 8 ** -0.5  # row 0's scores near -2000
+    o, _ = naive_attention(q, k, v)
+    assert zero_max_hint(o, q, k, v, causal=False, scale=None) == ""  # finite: right
+    o[0, 0, 0, 0] = float("nan")
+    assert zero_max_hint(o, q, k, v, causal=False, scale=None) == ""  # NaN in row 0 of head 0 only
+    o[:, :, 0] = float("nan")
+    assert "m started at 0" in zero_max_hint(o, q, k, v, causal=False, scale=None)
+    o[:, :, 1] = float("nan")  # a row whose scores are not far negative
+    assert zero_max_hint(o, q, k, v, causal=False, scale=None) == ""
+
+
+# ---------------------------------------------------------------------------------------- 03
+@pytest.mark.parametrize("mistake_id, cause", [("03-d-dropped", "D_i left out"),
+                                               ("03-d-from-tile", "D_i summed over the current key tile only")])
+def test_missing_or_per_tile_d_is_named(mistake_id, cause):
+    bwd = solution("03_flash_backward", "flash_attention_backward", mistake_id)
+    msg = _message(check_flash_backward, bwd, T_q=33, causal=True, block_q=7, block_k=11)
+    assert cause in msg and "rowsum(dO ∘ O)" in msg, msg
+
+
+def test_missing_d_is_named_end_to_end_too():
+    from attnlab.verify import check_autograd_attention
+
+    nb = jupytext.read(ROOT / "notebooks" / "03_flash_backward.py")
+    given = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "autograd_function")
+    ns = {"flash_attention_backward": solution("03_flash_backward", "flash_attention_backward", "03-d-dropped"),
+          "naive_attention": naive_attention}
+    exec("import torch\n" + given, ns)
+    attn = ns["flash_attention"]
+    msg = _message(check_autograd_attention, attn, T_q=37, causal=True)
+    assert msg.startswith("q.grad") and "D_i left out" in msg, msg
+
+
+@pytest.mark.parametrize("mistake_id", ["03-p-exp2", "03-dq-no-scale", "03-no-mask-backward"])
+def test_other_backward_mistakes_are_not_blamed_on_d(mistake_id):
+    bwd = solution("03_flash_backward", "flash_attention_backward", mistake_id)
+    msg = _message(check_flash_backward, bwd, T_q=33, causal=True, block_q=7, block_k=11)
+    assert "rowsum(dO ∘ O)" not in msg, msg
+
+
+def test_delta_hint_speaks_of_the_preprocess_kernel_in_07_and_needs_a_match():
+    q, k, v, do = _qkv(8, 20)
+    dq, dk, _ = reference_gradients(q, k, v, do)
+    s = q @ k.transpose(-1, -2) * 8 ** -0.5
+    p = torch.softmax(s, dim=-1)
+    dk_no_d = 8 ** -0.5 * (p * (do @ v.transpose(-1, -2))).transpose(-1, -2) @ q
+    hint = delta_hint("dk", dk_no_d, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10, symbol="Δ")
+    assert "Δ_i left out" in hint and "preprocess kernel" in hint, hint
+    assert delta_hint("dk", dk, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10) == ""
+    assert delta_hint("dv", dk_no_d, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10) == ""
+
+
+# ---------------------------------------------------------------------------------------- 04
+def test_padding_zero_is_named():
+    msg = _message(check_softmax_kernel, solution("04_triton_softmax", "_softmax_kernel", "04-pad-zero"),
+                   n_rows=3, n_cols=37)
+    assert "padded with 27 zeros up to BLOCK_SIZE = 64" in msg and "-inf" in msg, msg
+
+
+def test_padding_zero_hint_needs_a_match():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    assert padding_zero_hint(torch.softmax(x, -1), x, 8, 1e-5) == ""  # right
+    assert padding_zero_hint(torch.softmax(x, -1), x, 5, 1e-5) == ""  # no padding at all
+    assert padding_zero_hint(torch.softmax(x, -1) * 0.9, x, 8, 1e-5) == ""  # wrong another way
+
+
+def test_row_stride_bug_points_at_the_stride():
+    msg = _message(check_softmax_kernel, solution("04_triton_softmax", "_softmax_kernel", "04-n-cols-as-stride"),
+                   n_rows=4, n_cols=37, padded=True)
+    assert "step rows by output_row_stride" in msg and "r * n_cols" in msg, msg
+    assert "Mask the store" not in msg, msg
+    # an unmasked store is still told to mask
+    msg = _message(check_softmax_kernel, solution("04_triton_softmax", "_softmax_kernel", "04-unmasked-store"),
+                   n_rows=4, n_cols=37, padded=True)
+    assert "Mask the store with the columns < n_cols" in msg, msg
+    strides = {"output_row_stride": 40, "n_cols": 37}
+    assert row_stride_hint([37, 38, 39, 77, 78, 79, 117, 118, 119], n_rows=4, n_cols=37, strides=strides)
+    assert row_stride_hint([37, 38, 39], n_rows=4, n_cols=37, strides=strides) == ""  # part of it only
+    assert row_stride_hint([37, 77, 117, 157], n_rows=4, n_cols=37, strides=strides) == ""  # one column too many
+
+
+# ---------------------------------------------------------------------------------------- 05
+def test_exp2_without_log2e_is_named():
+    msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-exp2-without-log2e"),
+                   T=16)
+    assert "times ln 2" in msg and "log2(e)" in msg, msg
+
+
+def test_log2e_hint_both_ways_and_only_on_a_match():
+    q, k, v, _ = _qkv(d=32)
+    for factor, words in ((1 / LOG2E, "times ln 2"), (LOG2E, "must be tl.exp2")):
+        o, _ = naive_attention(q, k, v, causal=True, scale=32 ** -0.5 * factor)
+        assert words in log2e_hint(o, q, k, v, causal=True, tol=1e-5)
+    o, _ = naive_attention(q, k, v, causal=True)
+    assert log2e_hint(o, q, k, v, causal=True, tol=1e-5) == ""
+    assert log2e_hint(o * 1.1, q, k, v, causal=True, tol=1e-5) == ""
+
+
+# ---------------------------------------------------------------------------------------- 07
+
+
+def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
+    # with BLOCK_M == BLOCK_N the first query tile at or after start_n is the one holding it: only
+    # unequal tiles (BLOCK_M > BLOCK_N) tell the two apart, and every visible check used 16/16
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_backward import check_flash_backward_kernels
+
+    lo_late = Mistake(
+        id="07-lo-after-key-tile", notebook="07_triton_backward", cell="_bwd_dkdv_kernel",
+        edits=(("lo = (start_n // BLOCK_M) * BLOCK_M", "lo = tl.cdiv(start_n, BLOCK_M) * BLOCK_M"),),
+        fails=(), why="starts the causal query loop at the first tile at or after the key tile")
+    kernels = tuple(solution("07_triton_backward", cell, lo_late)
+                    for cell in ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"))
+    with pytest.raises(AssertionError, match=r"dk \[B=1, H=2, T=32, D=16, causal=True, block_m=32, block_n=16"):
+        exec(_visible_part("07_triton_backward", "test_flash_backward_matches_reference"),
+             {"KERNELS": kernels, "check_flash_backward_kernels": check_flash_backward_kernels,
+              "_bwd_preprocess_kernel": kernels[0], "_bwd_dkdv_kernel": kernels[1], "_bwd_dq_kernel": kernels[2]})
