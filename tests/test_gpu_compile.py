@@ -120,6 +120,27 @@ def test_a_correct_kernel_compiles_for_every_target_and_is_cached(monkeypatch, c
     assert len(calls) == 1 and calls[0][2] == gc.TARGETS[0]
 
 
+def test_a_launch_that_passed_skips_the_signature_and_a_new_one_does_not(monkeypatch):
+    """The gate runs before every launch of a bench loop: a launch seen before must not rebuild its
+    signature (that cost ~150 us a launch on the H200), and anything that changes the signature must."""
+    kernel = triton.jit(_copy.fn)  # a kernel of its own: no launch of the other tests counts
+    args, consts = _args()
+    gc.ensure_compiles(kernel, args, consts, what="_copy")
+    built = []
+    real = gc.signature_of
+    monkeypatch.setattr(gc, "signature_of", lambda *a: built.append(a) or real(*a))
+    monkeypatch.setattr(gc, "_compile", lambda *a, **k: None)
+    out, x, _ = args
+    gc.ensure_compiles(kernel, (out, x, 50), consts, what="_copy")  # another n, same specialisation
+    assert built == []
+    for changed in ((out, x.to(torch.float16), 37), (out, torch.zeros(65)[1:], 37), (out, x, 1), (out, x, 48),
+                    (out, x, 2**40)):
+        gc.ensure_compiles(kernel, changed, consts, what="_copy")
+    gc.ensure_compiles(kernel, args, {"BLOCK": 128}, what="_copy")
+    gc.ensure_compiles(kernel, args, consts, what="_copy", num_warps=8)
+    assert len(built) == 7
+
+
 def test_break_fails_with_the_line_the_construct_and_every_target():
     args, consts = _args()
     with pytest.raises(gc.GpuCompileError) as info:
