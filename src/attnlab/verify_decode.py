@@ -24,6 +24,7 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
+from .hints import alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -91,6 +92,16 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     return dev, exact, lens, bufs
 
 
+def _top_left_hint(reference, outputs, tol: float):
+    """A hint (for :func:`attnlab.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
+    (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right."""
+    def hint() -> str:
+        if all(matches_with_empty(got, want, tol) for got, want in zip(outputs, reference(align="top-left"))):
+            return alignment_sentence("top-left", "bottom-right", "Your kernel's result")
+        return ""
+    return hint
+
+
 def _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits_given):
     return Case(B=len(seqlens), H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, seqlens=list(seqlens),
                 causal=causal, num_splits=cfg.num_splits if num_splits_given else f"None->{cfg.num_splits}",
@@ -138,9 +149,11 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     device, accounted = _kernel_device(device)
     device, T_max, cfg, (q, k, v), exact, lens, case, bufs = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device, kv_layout)
-    o_ref, lse_ref = reference_decode.decode_partials_reference(*exact, lens.cpu(), causal=causal,
-                                                                num_splits=cfg.num_splits,
-                                                                keys_per_split=cfg.keys_per_split)
+    def reference(align="bottom-right"):
+        return reference_decode.decode_partials_reference(*exact, lens.cpu(), causal=causal, align=align,
+                                                          num_splits=cfg.num_splits,
+                                                          keys_per_split=cfg.keys_per_split)
+    o_ref, lse_ref = reference()
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
@@ -162,10 +175,12 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
                            keys_per_split=cfg.keys_per_split, where=f"_decode_partial_kernel [{case}]",
                            strides=k.stride()[:3])
     tol = tolerance(dtype, device)
-    assert_close_or_empty(lse_part, lse_ref, name="lse_part (natural-log LSE of each row over each split's keys)",
-                          case=case, tol=max(tol, 1e-5))
-    assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                          case=case, tol=tol)
+    top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
+    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=max(tol, 1e-5),
+                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
+              top_left)
+    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                            case=case, tol=tol), top_left)
 
 
 def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2, T_q: int = 1, D: int = 16,
@@ -203,7 +218,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
     _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
-    assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol)
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol),
+              lambda: merge_overflow_hint(o, lse_part32))
     assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
                           tol=1e-5)
 
@@ -227,7 +243,9 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     """
     device, T_max, cfg, (q, k, v), exact, lens, case, _ = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
-    o_ref, lse_ref = reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal)
+    def reference(align="bottom-right"):
+        return reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal, align=align)
+    o_ref, lse_ref = reference()
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
@@ -244,6 +262,7 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
     _check_inputs_kept(before, (q, k, v), "flash_decode", case, ("Q", "K_CACHE", "V_CACHE"))
     tol = tolerance(dtype, device)
-    assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol)
+    top_left = _top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left)
     assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
                           case=case, tol=max(tol, 1e-5))
