@@ -3,7 +3,8 @@
 Found by a tester working through notebooks 01-07: the row term D dropped or summed per key tile
 (03, 07), exp against exp2 without log2(e) (05), padding loaded as 0 (04), a row stride of n_cols
 (04: the message led with the store mask), and a running max started at 0 (02: blamed on
-exp(-inf - (-inf)) or an overflow, while the cause is underflow to l = 0). Each mistake comes from
+exp(-inf - (-inf)) or an overflow, while the cause is underflow to l = 0); in 08 a top-left causal
+mask and a merge without the max LSE (both got the NaN guess). Each mistake comes from
 samples/mistakes applied to the notebook's reference, and is checked in-process; correct results
 and other mistakes must get no such sentence.
 """

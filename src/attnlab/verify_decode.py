@@ -8,6 +8,9 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
 - outputs and partials start as NaN and are followed by guard values: an element never written
   stays NaN, a store past the end changes a guard;
 - rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails);
+- the split kernel's checker can hand over a transposed cache (``kv_layout="bthd"``), so a kernel
+  that assumes contiguous strides fails;
+- a top-left causal mask, and a merge that overflows exp(LSE_s), are named (:mod:`attnlab.hints`);
 - under Triton's interpreter the split kernel's loads are accounted
   (:func:`attnlab.loads.check_decode_reads`): each program reads its own (sequence, KV head) and
   slice, nothing at or past the sequence's length, and each K/V element once, for all query heads
