@@ -344,12 +344,16 @@ if not RUNTIME.interpret:
 #
 # Ragged lengths in one batch (one sequence empty), $g = H_q / H_{kv}$ of 1, 4 and 8, and chunks of
 # $T_q > 1$ new queries with bottom-right alignment, some shorter than the chunk. With $g > 1$ the load
-# count shows whether each K/V tile is loaded once for the whole group.
+# count shows whether each K/V tile is loaded once for the whole group. One cache is stored
+# $(B, T_{max}, H_{kv}, D)$ and handed over transposed (`kv_layout="bthd"`: `stride_kt` $= H_{kv} D$,
+# `stride_kh` $= D$), as many inference engines keep it: only the three strides reach each element.
 
 # %% nbgrader={"grade_id": "test_decode_partial_cache", "grade": true, "locked": true, "points": 3}
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[37, 5, 1, 0], H_q=8, H_kv=2, num_splits=3)
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[37, 20], H_q=4, H_kv=2, T_q=4, num_splits=3,
                             seed=1)
+check_decode_partial_kernel(_decode_partial_kernel, seqlens=[21, 9], H_q=4, H_kv=2, num_splits=2, seed=2,
+                            kv_layout="bthd")
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[30, 17], H_q=16, H_kv=2, num_splits=2, seed=11)
@@ -359,6 +363,8 @@ check_decode_partial_kernel(_decode_partial_kernel, seqlens=[40, 2, 0], H_q=6, H
                             seed=13)
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[40, 12], H_q=8, H_kv=2, T_q=8, num_splits=2,
                             causal=False, seed=14)
+check_decode_partial_kernel(_decode_partial_kernel, seqlens=[33, 3, 18], H_q=6, H_kv=3, T_q=3, num_splits=3,
+                            seed=17, kv_layout="bthd")
 if not RUNTIME.interpret:
     for dtype in (torch.bfloat16, torch.float16):
         check_decode_partial_kernel(_decode_partial_kernel, seqlens=[3000, 1, 777, 0], H_q=32, H_kv=8, D=128,

@@ -3,7 +3,8 @@
 Found by a tester working through notebooks 01-07: the row term D dropped or summed per key tile
 (03, 07), exp against exp2 without log2(e) (05), padding loaded as 0 (04), a row stride of n_cols
 (04: the message led with the store mask), and a running max started at 0 (02: blamed on
-exp(-inf - (-inf)) or an overflow, while the cause is underflow to l = 0). Each mistake comes from
+exp(-inf - (-inf)) or an overflow, while the cause is underflow to l = 0); in 08 a top-left causal
+mask and a merge without the max LSE (both got the NaN guess). Each mistake comes from
 samples/mistakes applied to the notebook's reference, and is checked in-process; correct results
 and other mistakes must get no such sentence.
 """
@@ -221,3 +222,65 @@ def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
         exec(_visible_part("07_triton_backward", "test_flash_backward_matches_reference"),
              {"KERNELS": kernels, "check_flash_backward_kernels": check_flash_backward_kernels,
               "_bwd_preprocess_kernel": kernels[0], "_bwd_dkdv_kernel": kernels[1], "_bwd_dq_kernel": kernels[2]})
+
+
+# ---------------------------------------------------------------------------------------- 08
+def _dec(cell, mistake=None):
+    return solution("08_flash_decoding", cell, mistake)
+
+
+def test_08_top_left_causal_mask_is_named():
+    """The tester's top-left mask got the NaN guess ("got -inf ... NaN usually means")."""
+    from attnlab.verify_decode import check_decode_partial_kernel, check_flash_decode
+
+    kernel = _dec("_decode_partial_kernel", "08-top-left-causal")
+    for check, args in ((check_decode_partial_kernel, (kernel,)),
+                        (check_flash_decode, (kernel, _dec("_decode_merge_kernel")))):
+        msg = _message(check, *args, seqlens=[37, 20], H_q=4, H_kv=2, T_q=4, num_splits=3)
+        assert "aligned at the top-left corner" in msg and "bottom-right alignment" in msg, msg
+        assert "NaN usually means" not in msg, msg
+    # wrong another way (every query sees the whole cache): no alignment hint
+    msg = _message(check_decode_partial_kernel, _dec("_decode_partial_kernel", "08-chunk-sees-whole-cache"),
+                   seqlens=[37, 20], H_q=4, H_kv=2, T_q=4, num_splits=3)
+    assert "top-left" not in msg, msg
+
+
+def test_08_merge_without_the_max_is_named_as_overflow():
+    from attnlab.hints import merge_overflow_hint
+    from attnlab.verify_decode import check_decode_merge_kernel
+
+    msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-no-max"), num_splits=7,
+                   offset=100.0, spread=5.0, seed=2)
+    assert "overflows float32" in msg and "Subtract the max LSE before exponentiating" in msg, msg
+    # NaN from the all-empty row (exp(-inf - (-inf))) is not an overflow
+    msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-all-empty-nan"), num_splits=5,
+                   B=2, H=3)
+    assert "overflow" not in msg, msg
+    lse = torch.tensor([[100.0, 1.0], [1.0, 2.0]])
+    nan_row0 = torch.tensor([[float("nan")], [0.5]])
+    assert merge_overflow_hint(nan_row0, lse)
+    assert merge_overflow_hint(nan_row0.flip(0), lse) == ""  # the NaN row is not the overflowing one
+
+
+def test_08_keys_read_past_the_length_get_the_load_rule_not_the_nan_guess():
+    from attnlab.verify_decode import check_decode_partial_kernel
+
+    for mistake in ("08-unmasked-v-load", "08-ignores-seqlen"):
+        msg = _message(check_decode_partial_kernel, _dec("_decode_partial_kernel", mistake), seqlens=[40],
+                       num_splits=3, causal=False)
+        assert "Never load a key or value at or past SEQLENS[b]" in msg, msg
+        assert "NaN usually means" not in msg, msg
+
+
+@pytest.mark.parametrize("mistake", ["08-kv-base-contiguous", "08-kv-row-stride-head-dim"])
+def test_08_strides_assumed_contiguous_fail_on_a_transposed_cache(mistake):
+    """Both passed every check while all caches were contiguous (B, H_kv, T_max, D)."""
+    from attnlab.verify_decode import check_decode_partial_kernel
+
+    kernel = _dec("_decode_partial_kernel", mistake)
+    check_decode_partial_kernel(kernel, seqlens=[21, 9], H_q=4, H_kv=2, num_splits=2)  # contiguous: passes
+    msg = _message(check_decode_partial_kernel, kernel, seqlens=[21, 9], H_q=4, H_kv=2, num_splits=2,
+                   kv_layout="bthd")
+    assert "Use the three strides the launcher passes" in msg, msg
+    check_decode_partial_kernel(_dec("_decode_partial_kernel"), seqlens=[21, 9], H_q=4, H_kv=2, num_splits=2,
+                                kv_layout="bthd")

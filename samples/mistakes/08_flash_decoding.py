@@ -99,6 +99,20 @@ MISTAKES = [
             "memory the cache may not own; only the load accounting catches it",
     ),
     Mistake(
+        id="08-kv-base-contiguous", notebook=_NB, cell=_PARTIAL,
+        edits=(("kv_base = b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh",
+                "kv_base = (b * H_kv + kvh).to(tl.int64) * stride_kh"),),
+        fails=(_CACHE,),
+        why="finds the (sequence, KV head) at (b·H_kv + kvh)·stride_kh: right only for a contiguous cache",
+    ),
+    Mistake(
+        id="08-kv-row-stride-head-dim", notebook=_NB, cell=_PARTIAL,
+        edits=(("kv_offs = offs_n[:, None] * stride_kt + offs_d[None, :]",
+                "kv_offs = offs_n[:, None] * HEAD_DIM + offs_d[None, :]"),),
+        fails=(_CACHE,),
+        why="steps keys by HEAD_DIM instead of stride_kt: right only while positions are contiguous",
+    ),
+    Mistake(
         id="08-wrong-kv-head", notebook=_NB, cell=_PARTIAL,
         edits=(("head = kvh * group + offs_r // T_q", "head = kvh + (offs_r // T_q) * H_kv"),),
         fails=(_CACHE, _GQA, _CHUNK),

@@ -13,8 +13,9 @@ import torch
 
 from .reference import naive_attention
 
-__all__ = ["ALIGNMENTS", "causal_attention_aligned", "causal_alignment_hint", "delta_hint", "diagnosed",
-           "log2e_hint", "padding_zero_hint", "row_stride_hint", "zero_max_hint"]
+__all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
+           "diagnosed", "log2e_hint", "matches_with_empty", "merge_overflow_hint", "padding_zero_hint",
+           "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
 
@@ -121,9 +122,52 @@ def causal_alignment_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         return ""
     if (got - want).norm().item() > tol * max(want.norm().item(), 1e-300):
         return ""
-    return (f"Your output is causal attention aligned at the {other} corner ({ALIGNMENTS[other]}). "
+    return alignment_sentence(other, expected)
+
+
+def alignment_sentence(got: str, expected: str, what: str = "Your output") -> str:
+    """The sentence naming a causal mask aligned at the ``got`` corner where ``expected`` was asked."""
+    return (f"{what} is causal attention aligned at the {got} corner ({ALIGNMENTS[got]}). "
             f"This check asks for the {expected} alignment: {ALIGNMENTS[expected]}. "
             f"The two differ only when T_q != T_k.")
+
+
+def matches_with_empty(got, want: torch.Tensor, tol: float) -> bool:
+    """``got`` (a plain tensor) is -inf exactly where ``want`` is, finite elsewhere and within relative
+    error ``tol`` there: an output or LSE with rows (or splits) that see no key."""
+    if type(got) is not torch.Tensor or got.shape != want.shape:
+        return False
+    got = got.detach().to(device="cpu", dtype=torch.float64)
+    want = want.to(torch.float64)
+    empty = torch.isneginf(want)
+    if not torch.equal(torch.isneginf(got), empty) or not torch.isfinite(got[~empty]).all():
+        return False
+    got, want = got.masked_fill(empty, 0.0), want.masked_fill(empty, 0.0)
+    return (got - want).norm().item() <= tol * max(want.norm().item(), 1e-300)
+
+
+@_quiet
+def merge_overflow_hint(o, lse_part: torch.Tensor) -> str:
+    """A sentence to append when a split-K merge's non-finite rows of ``o`` are exactly those whose
+    Σ_s exp(LSE_s) overflows float32; "" otherwise.
+
+    Args:
+        o: the learner's merged (..., D) output; lse_part: the (..., S) float32 partial LSEs it was given.
+
+    exp(LSE_s) passes float32's largest value once LSE_s > 88.7: inf / inf = NaN. The merge weights
+    exp(LSE_s − max_s LSE_s) ≤ 1 cannot overflow (FlashDecoding's reduction, as log-sum-exp).
+    """
+    if type(o) is not torch.Tensor or not o.is_floating_point():
+        return ""
+    lse_part = lse_part.detach().to(device="cpu", dtype=torch.float32)
+    want_bad = torch.isinf(torch.exp(lse_part).sum(-1))
+    got_bad = ~torch.isfinite(o.detach().cpu()).all(-1)
+    if not want_bad.any() or not torch.equal(got_bad, want_bad):
+        return ""
+    top = lse_part.masked_fill(~want_bad[..., None], float("-inf")).max().item()
+    return (f"These rows are the ones with a partial LSE above 88.7 (up to {top:.4g} here): exp(LSE_s) overflows "
+            f"float32 to inf there, and inf / inf = NaN. Subtract the max LSE before exponentiating: weight "
+            f"split s by exp(LSE_s − max_s LSE_s) (at most 1) and add the max back to the merged LSE.")
 
 
 def _matches(got, want: torch.Tensor, tol: float) -> bool:

@@ -305,10 +305,18 @@ def check_flash_reads(ledger: Ledger, *, BH: int, T: int, D: int, causal: bool, 
 
 
 # ---------------------------------------------------------------------------------------------- 08
+def _cache_position(index: np.ndarray, base: int, stride_kt: int, D: int):
+    """Position t of flat element offsets in the (sequence, KV head) that starts at ``base``, and
+    whether each offset lies in one of its rows (element d < D of a row ``stride_kt`` apart)."""
+    rel = index - base
+    return rel // stride_kt, rel % stride_kt < D
+
+
 def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int, group: int,
-                       keys_per_split: int, where: str) -> None:
-    """Notebook 08's rules for the K and V caches (contiguous (B, H_kv, T_max, D) buffers named ``K``
-    and ``V``), for a split kernel launched on (B·H_kv, num_splits, row_blocks): program
+                       keys_per_split: int, where: str, strides: tuple[int, int, int] | None = None) -> None:
+    """Notebook 08's rules for the K and V caches ((B, H_kv, T_max, D) buffers named ``K`` and ``V``,
+    at (batch, head, position) ``strides``, contiguous by default), for a split kernel launched on
+    (B·H_kv, num_splits, row_blocks): program
     (bkv, split, rb) reads keys of sequence ``bkv // H_kv``, KV head ``bkv % H_kv`` only, inside its
     slice ``[split·keys_per_split, (split+1)·keys_per_split)`` and below that sequence's length
     (``seqlens[b]``); and it loads each K/V element **at most once**, so that one load serves all
@@ -322,15 +330,19 @@ def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int
     problem = _strays(ledger, 3, "Q, K, V, SEQLENS, O_PART and LSE_PART")
     if problem:
         raise AssertionError(f"{where}: {problem}")
+    strides = (H_kv * T_max * D, T_max * D, D) if strides is None else tuple(strides)
     seen: dict[tuple, list[np.ndarray]] = {}
     for name in ("K", "V"):
         for a in ledger.of(name):
             (bkv, split, _), who = a.program, _program(a.program, 3)
-            key = a.index // D - bkv * T_max          # position inside this program's (sequence, KV head)
-            if (key < 0).any():
+            base = (bkv // H_kv) * strides[0] + (bkv % H_kv) * strides[1]
+            key, in_row = _cache_position(a.index, base, strides[2], D)  # key: position in the sequence
+            if (key < 0).any() or not in_row.all():
                 raise AssertionError(
                     f"{where}: {who} loaded {name} of another (sequence, KV head): program (bkv, split, rb) "
-                    f"reads sequence bkv // H_kv, KV head bkv % H_kv, at b * stride_kb + kvh * stride_kh.")
+                    f"reads sequence bkv // H_kv, KV head bkv % H_kv, element (b, h, t, d) at b * stride_kb + "
+                    f"h * stride_kh + t * stride_kt + d. Use the three strides the launcher passes: the "
+                    f"cache need not be contiguous (here its (stride_kb, stride_kh, stride_kt) are {strides}).")
             b, lo = bkv // H_kv, split * keys_per_split
             past = key >= int(seqlens[b])
             if past.any():
@@ -347,10 +359,11 @@ def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int
                     f"keys only (split-K), so every key is read by one program.")
             seen.setdefault((name, a.program), []).append(a.index)
     for (name, program), parts in seen.items():
-        counts = np.bincount(np.concatenate(parts) - program[0] * T_max * D)
+        index, counts = np.unique(np.concatenate(parts), return_counts=True)
         n = int(counts.max(initial=0))
         if n > 1:
-            key = int(np.argmax(counts)) // D
+            base = (program[0] // H_kv) * strides[0] + (program[0] % H_kv) * strides[1]
+            key = int(_cache_position(index[np.argmax(counts)], base, strides[2], D)[0])
             why = (f"one pass over the slice per query head of the group (g = {group})" if n == group > 1
                    else "more than one pass over the slice")
             raise AssertionError(

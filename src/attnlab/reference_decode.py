@@ -71,18 +71,20 @@ def validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, *, where: str = "
         raise ValueError(f"{where}: cache_seqlens must lie in [0, T_max={T_max}], got values from {lo} to {hi}")
 
 
-def decode_visible(T_q: int, T_max: int, cache_seqlens: torch.Tensor, causal: bool) -> torch.Tensor:
+def decode_visible(T_q: int, T_max: int, cache_seqlens: torch.Tensor, causal: bool,
+                   align: str = "bottom-right") -> torch.Tensor:
     """(B, 1, T_q, T_max) bool: True where query i of sequence b may attend key j.
 
     Key j is visible when j < cache_seqlens[b] and, if causal, j <= cache_seqlens[b] - T_q + i
-    (bottom-right alignment: the last query is the newest token and sees the whole cache).
+    (bottom-right alignment: the last query is the newest token and sees the whole cache). With
+    ``align="top-left"`` (a mistake the checkers recognise) causal means j <= i instead.
     """
     L = cache_seqlens.to(torch.int64)[:, None, None]
     i = torch.arange(T_q, device=L.device)[None, :, None]
     j = torch.arange(T_max, device=L.device)[None, None, :]
     visible = j < L
     if causal:
-        visible = visible & (j <= L - T_q + i)
+        visible = visible & (j <= (L - T_q + i if align == "bottom-right" else i))
     return visible[:, None]
 
 
@@ -103,7 +105,7 @@ def _masked_attention(q, k, v, visible, valid_keys, scale):
 
 
 def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, causal: bool = True,
-                               scale: float | None = None):
+                               scale: float | None = None, *, align: str = "bottom-right"):
     """Attention of new queries against a KV cache, by materialising every score (the course's reference).
 
     Args:
@@ -112,6 +114,8 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, causal: bool 
         cache_seqlens: int32 (B,), valid keys per sequence (the T_q new tokens included).
         causal: bottom-right aligned: query i sees keys j <= cache_seqlens[b] - T_q + i.
         scale: multiplies the scores; defaults to D ** -0.5.
+        align: ``"bottom-right"`` (the contract) or ``"top-left"`` (query i sees keys j <= i: what a
+            kernel with notebook 02's mask computes, for diagnosing it).
 
     Returns:
         o: (B, H_q, T_q, D) in ``lse_dtype(q.dtype)`` (float64 for float64 inputs), 0 for rows with no
@@ -126,16 +130,16 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, causal: bool 
     validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, where="decode_attention_reference")
     T_q, T_max = q.shape[2], k_cache.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    visible = decode_visible(T_q, T_max, cache_seqlens, causal)
+    visible = decode_visible(T_q, T_max, cache_seqlens, causal, align)
     valid = decode_visible(1, T_max, cache_seqlens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
     return _masked_attention(q, k_cache, v_cache, visible, valid, scale)
 
 
 def decode_partials_reference(q, k_cache, v_cache, cache_seqlens, *, causal: bool, num_splits: int,
-                              keys_per_split: int, scale: float | None = None):
+                              keys_per_split: int, scale: float | None = None, align: str = "bottom-right"):
     """What each split-K program must write: attention over keys [s·keys_per_split, (s+1)·keys_per_split) only.
 
-    Args: as :func:`decode_attention_reference`, plus the split layout.
+    Args: as :func:`decode_attention_reference` (``align`` included), plus the split layout.
 
     Returns:
         o_part: (B, H_q, T_q, num_splits, D), the softmax-weighted mean of V over the split's visible
@@ -145,7 +149,7 @@ def decode_partials_reference(q, k_cache, v_cache, cache_seqlens, *, causal: boo
     validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, where="decode_partials_reference")
     T_q, T_max = q.shape[2], k_cache.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    visible = decode_visible(T_q, T_max, cache_seqlens, causal)
+    visible = decode_visible(T_q, T_max, cache_seqlens, causal, align)
     valid = decode_visible(1, T_max, cache_seqlens, False).transpose(-1, -2)
     j = torch.arange(T_max, device=q.device)
     outs, lses = [], []

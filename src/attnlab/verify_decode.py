@@ -8,6 +8,9 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
 - outputs and partials start as NaN and are followed by guard values: an element never written
   stays NaN, a store past the end changes a guard;
 - rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails);
+- the split kernel's checker can hand over a transposed cache (``kv_layout="bthd"``), so a kernel
+  that assumes contiguous strides fails;
+- a top-left causal mask, and a merge that overflows exp(LSE_s), are named (:mod:`attnlab.hints`);
 - under Triton's interpreter the split kernel's loads are accounted
   (:func:`attnlab.loads.check_decode_reads`): each program reads its own (sequence, KV head) and
   slice, nothing at or past the sequence's length, and each K/V element once, for all query heads
@@ -24,6 +27,7 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
+from .hints import alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -65,9 +69,15 @@ def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, to
                  name=name, case=case, tol=tol)
 
 
-def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spare):
-    """q, k_cache, v_cache (NaN past each length, NaN-tailed) on ``device``, their float64 CPU copies,
-    the lengths, and the three whole buffers (for the load accounting)."""
+#: How a checker may store the caches: (B, H_kv, T_max, D) contiguous, or a (B, T_max, H_kv, D) buffer
+#: seen as (B, H_kv, T_max, D) by a transpose (as many inference engines keep it). The launcher passes
+#: both without a copy, so only the second shows a kernel that assumes contiguous strides.
+KV_LAYOUTS = ("bhtd", "bthd")
+
+
+def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spare, kv_layout="bhtd"):
+    """q, k_cache, v_cache (NaN past each length, NaN-tailed; laid out as ``kv_layout``) on ``device``,
+    their float64 CPU copies, the lengths, and the three whole buffers (for the load accounting)."""
     B = len(seqlens)
     lens = torch.tensor(list(seqlens), dtype=torch.int32)
     q = randn(B, H_q, T_q, D, seed=seed)
@@ -75,9 +85,24 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     v = randn(B, H_kv, T_max, D, seed=seed + 2)
     past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
     k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
-    dev, bufs = zip(*(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, k, v)))
+    if kv_layout not in KV_LAYOUTS:
+        raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
+    # "bthd": stored as (B, T_max, H_kv, D), handed over as its (B, H_kv, T_max, D) transpose
+    swap = (lambda t: t.transpose(1, 2)) if kv_layout == "bthd" else (lambda t: t)
+    dev, bufs = zip(*(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, swap(k), swap(v))))
+    dev = (dev[0], swap(dev[1]), swap(dev[2]))
     exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
     return dev, exact, lens, bufs
+
+
+def _top_left_hint(reference, outputs, tol: float):
+    """A hint (for :func:`attnlab.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
+    (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right."""
+    def hint() -> str:
+        if all(matches_with_empty(got, want, tol) for got, want in zip(outputs, reference(align="top-left"))):
+            return alignment_sentence("top-left", "bottom-right", "Your kernel's result")
+        return ""
+    return hint
 
 
 def _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits_given):
@@ -86,7 +111,8 @@ def _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits_give
                 keys_per_split=cfg.keys_per_split, block_n=cfg.block_n, dtype=_dtype_name(dtype))
 
 
-def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device):
+def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device,
+           kv_layout="bhtd"):
     device = device or runtime().device
     T_max = max(seqlens) + 3 if T_max is None else T_max
     B = len(seqlens)
@@ -94,15 +120,18 @@ def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype
                                torch.empty(B, H_kv, T_max, D, device="meta"), num_splits, block_n)
     (q, k, v), exact, lens, bufs = _cache_inputs(seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D,
                                                  seed=seed, dtype=dtype, device=device,
-                                                 spare=cfg.keys_per_split * D)
+                                                 spare=cfg.keys_per_split * D, kv_layout=kv_layout)
     case = _case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, dtype, num_splits is not None)
+    if kv_layout != "bhtd":
+        case = Case(case, kv_layout=f"{kv_layout} (strides {tuple(k.stride())[:3]})")
     return device, T_max, cfg, (q, k, v), exact, lens.to(device), case, bufs
 
 
 def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1, D: int = 16,
                                 T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
                                 block_n: int | None = None, dtype=torch.float32, seed: int = 0,
-                                num_warps: int = 4, num_stages: int = 3, device: str | None = None):
+                                num_warps: int = 4, num_stages: int = 3, device: str | None = None,
+                                kv_layout: str = "bhtd"):
     """Check a ``_decode_partial_kernel`` alone: every (query row, split) partial O and LSE.
 
     Args:
@@ -110,6 +139,8 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
             every sequence has NaN keys after its end.
         H_q, H_kv: query and KV heads (H_q a multiple of H_kv); T_q: new queries per sequence.
         num_splits, block_n: as the launcher takes them (None: its own choice).
+        kv_layout: ``"bhtd"`` (contiguous caches) or ``"bthd"`` (a (B, T_max, H_kv, D) buffer seen through a
+            transpose: stride_kt = H_kv·D, stride_kh = D), which the launcher passes without a copy.
 
     Under the interpreter every load is accounted (:func:`attnlab.loads.check_decode_reads`).
 
@@ -120,10 +151,12 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     """
     device, accounted = _kernel_device(device)
     device, T_max, cfg, (q, k, v), exact, lens, case, bufs = _setup(
-        seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
-    o_ref, lse_ref = reference_decode.decode_partials_reference(*exact, lens.cpu(), causal=causal,
-                                                                num_splits=cfg.num_splits,
-                                                                keys_per_split=cfg.keys_per_split)
+        seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device, kv_layout)
+    def reference(align="bottom-right"):
+        return reference_decode.decode_partials_reference(*exact, lens.cpu(), causal=causal, align=align,
+                                                          num_splits=cfg.num_splits,
+                                                          keys_per_split=cfg.keys_per_split)
+    o_ref, lse_ref = reference()
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
@@ -142,12 +175,15 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     if ledger is not None:
         _flag_internals(kernel, "_decode_partial_kernel", "08")
         check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
-                           keys_per_split=cfg.keys_per_split, where=f"_decode_partial_kernel [{case}]")
+                           keys_per_split=cfg.keys_per_split, where=f"_decode_partial_kernel [{case}]",
+                           strides=k.stride()[:3])
     tol = tolerance(dtype, device)
-    assert_close_or_empty(lse_part, lse_ref, name="lse_part (natural-log LSE of each row over each split's keys)",
-                          case=case, tol=max(tol, 1e-5))
-    assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                          case=case, tol=tol)
+    top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
+    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=max(tol, 1e-5),
+                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
+              top_left)
+    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                            case=case, tol=tol), top_left)
 
 
 def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2, T_q: int = 1, D: int = 16,
@@ -185,7 +221,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
     _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
-    assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol)
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol),
+              lambda: merge_overflow_hint(o, lse_part32))
     assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
                           tol=1e-5)
 
@@ -209,7 +246,9 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     """
     device, T_max, cfg, (q, k, v), exact, lens, case, _ = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device)
-    o_ref, lse_ref = reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal)
+    def reference(align="bottom-right"):
+        return reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal, align=align)
+    o_ref, lse_ref = reference()
     before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
@@ -226,6 +265,7 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
     _check_inputs_kept(before, (q, k, v), "flash_decode", case, ("Q", "K_CACHE", "V_CACHE"))
     tol = tolerance(dtype, device)
-    assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol)
+    top_left = _top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left)
     assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
                           case=case, tol=max(tol, 1e-5))
