@@ -365,10 +365,10 @@ for _tma in (False, True):
 _KEY = ["T", "HEAD_DIM", "CAUSAL", "USE_TMA", "WARP_SPEC", "PERSISTENT"]
 attn_fwd_autotuned = triton.autotune(configs=launch_tuning.autotune_configs(), key=_KEY,
                                      prune_configs_by={"early_config_prune": prune_configs},
-                                     warmup=5, rep=25)(_attn_fwd_tuned)
+                                     do_bench=launch_tuning.autotune_bench)(_attn_fwd_tuned)
 attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_tuning.HOPPER_SPACE), key=_KEY,
                                   prune_configs_by={"early_config_prune": prune_configs},
-                                  warmup=5, rep=25)(_attn_fwd_tuned)
+                                  do_bench=launch_tuning.autotune_bench)(_attn_fwd_tuned)
 
 # %% [markdown]
 # ## 4. Hopper features, one step at a time

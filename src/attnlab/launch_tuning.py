@@ -71,6 +71,15 @@ def autotune_configs(space=CONFIG_SPACE):
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in space]
 
 
+def autotune_bench(kernel_call, quantiles):
+    """How ``triton.autotune(do_bench=...)`` times each config here: ``triton.testing.do_bench`` with
+    5 ms of warm-up and 25 ms of repetitions (Triton's defaults, 25 and 100 ms, make a full search of
+    ~50 configs take minutes). Returns what do_bench returns for ``quantiles``."""
+    import triton.testing
+
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
 def _tma_allocator(device) -> None:
     # tl.make_tensor_descriptor inside a kernel needs a small global scratch buffer per program
     # (128 bytes per descriptor); Triton asks for it through this hook.
