@@ -4,9 +4,6 @@ in test_grading.py; this runs in seconds and without a gradebook)."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import math
 from pathlib import Path
 
@@ -17,6 +14,8 @@ from attnlab import init, launch_decode
 from attnlab.reference import naive_attention
 from attnlab.reference_decode import (decode_attention_reference, decode_partials_reference,
                                       merge_partials_reference, validate_decode_inputs)
+
+from .notebook_runner import code_cells, mistakes_of, run_cells
 
 # Interpreter mode must be chosen before anything imports triton (the notebook's set-up cell does
 # it too, but another test may import triton first).
@@ -178,53 +177,17 @@ def test_recorded_h200_measurement_reads_back_plots_and_ships(tmp_path):
 
 
 # ------------------------------------------------- the notebook's test cells, model solution and mistakes
-def _cells():
-    import jupytext
+GIVEN = ("setup", "flash_decode")
 
-    return [c for c in jupytext.read(NOTEBOOK).cells if c.cell_type == "code"]
-
-
-def _run_cells(cells, edits_cell=None, edits=(), only=None) -> dict[str, str]:
-    """Run the notebook's code cells in order in one namespace (solutions edited as a sample mistake
-    would); returns {grade_id: error} of the test cells that raised. ``only``: the test cells to run,
-    and then of the other cells only the set-up, the solutions and the launcher."""
-    ns: dict = {"__name__": "__main__"}
-    failed = {}
-    for cell in cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid, src = meta.get("grade_id"), cell.source
-        if only is not None and gid not in only and not (gid in ("setup", "flash_decode")
-                                                         or (meta.get("solution") and not meta.get("grade"))):
-            continue
-        if gid == edits_cell:
-            for old, new in edits:
-                assert src.count(old) == 1, f"edit anchor not unique in {gid}: {old!r}"
-                src = src.replace(old, new)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                # a "<name>" file name lets Triton find the kernel's source through linecache
-                exec(compile(src, f"<{gid}>", "exec"), ns)
-        except Exception as exc:  # noqa: BLE001
-            if not meta.get("grade"):
-                raise
-            failed[gid] = f"{type(exc).__name__}: {exc}"
-    return failed
-
-
-def _mistakes():
-    spec = importlib.util.spec_from_file_location("mistakes_08", ROOT / "samples" / "mistakes" / "08_flash_decoding.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.MISTAKES
 
 
 def test_model_solution_passes_every_test_cell_hidden_included():
-    assert _run_cells(_cells()) == {}
+    assert run_cells(code_cells(NOTEBOOK), GIVEN)[0] == {}
 
 
-@pytest.mark.parametrize("mistake", [m for m in _mistakes() if m.fails], ids=lambda m: m.id)
+@pytest.mark.parametrize("mistake", [m for m in mistakes_of(ROOT / "samples" / "mistakes" / "08_flash_decoding.py") if m.fails], ids=lambda m: m.id)
 def test_each_mistake_fails_every_test_aimed_at_it(mistake):
-    failed = _run_cells(_cells(), mistake.cell, mistake.edits, only=set(mistake.fails))
+    failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, mistake.cell, mistake.edits, only=set(mistake.fails))
     assert set(failed) == set(mistake.fails), f"{mistake.why}: failed only {sorted(failed)}"
 
 
@@ -234,6 +197,6 @@ def test_each_mistake_fails_every_test_aimed_at_it(mistake):
 ])
 def test_load_accounting_names_the_rule_a_right_answer_broke(mistake_id, reason):
     """Both kernels give the right numbers; only the load count of the split kernel's checker fails them."""
-    (mistake,) = [m for m in _mistakes() if m.id == mistake_id]
-    failed = _run_cells(_cells(), mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
+    (mistake,) = [m for m in mistakes_of(ROOT / "samples" / "mistakes" / "08_flash_decoding.py") if m.id == mistake_id]
+    failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
     assert reason in failed["test_decode_partial_cache"]

@@ -5,10 +5,7 @@ this runs in seconds)."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import importlib.util
-import io
 import json
 from pathlib import Path
 
@@ -16,6 +13,8 @@ import pytest
 import torch
 
 from attnlab import init, launch_tuning
+
+from .notebook_runner import code_cells, mistakes_of, run_cells
 
 init(verbose=False)  # interpreter mode before anything imports triton
 
@@ -25,48 +24,9 @@ RECORDED = ROOT / "notes" / "gpu" / "2026-11-30" / "09"
 GIVEN = ("setup", "tuned-kernel", "autotuned")
 
 
-def _cells():
-    import jupytext
-
-    return [c for c in jupytext.read(NOTEBOOK).cells if c.cell_type == "code"]
-
-
-def _run_cells(cells, edits_cell=None, edits=(), only=None) -> tuple[dict[str, str], dict]:
-    """Run the notebook's code cells in order in one namespace (a solution edited as a sample mistake
-    would); returns ({grade_id: error} of the test cells that raised, the namespace). ``only``: the
-    test cells to run, and then of the other cells only the given set-up, kernel and solutions."""
-    ns: dict = {"__name__": "__main__"}
-    failed = {}
-    for cell in cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid, src = meta.get("grade_id"), cell.source
-        needed = gid in GIVEN or (meta.get("solution") and not meta.get("grade"))
-        if only is not None and gid not in only and not needed:
-            continue
-        if gid == edits_cell:
-            for old, new in edits:
-                assert src.count(old) == 1, f"edit anchor not unique in {gid}: {old!r}"
-                src = src.replace(old, new)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(src, f"<{gid}>", "exec"), ns)  # a "<name>" file lets Triton read the source
-        except Exception as exc:  # noqa: BLE001
-            if not meta.get("grade"):
-                raise
-            failed[gid] = f"{type(exc).__name__}: {exc}"
-    return failed, ns
-
-
-def _mistakes():
-    spec = importlib.util.spec_from_file_location("mistakes_09", ROOT / "samples" / "mistakes" / "09_tuning_and_fp8.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.MISTAKES
-
-
 @pytest.fixture(scope="module")
 def model():
-    failed, ns = _run_cells(_cells())
+    failed, ns = run_cells(code_cells(NOTEBOOK), GIVEN)
     return failed, ns
 
 
@@ -74,10 +34,10 @@ def test_model_solution_passes_every_test_cell_hidden_included(model):
     assert model[0] == {}
 
 
-@pytest.mark.parametrize("mistake", _mistakes(), ids=lambda m: m.id)
+@pytest.mark.parametrize("mistake", mistakes_of(ROOT / "samples" / "mistakes" / "09_tuning_and_fp8.py"), ids=lambda m: m.id)
 def test_each_mistake_fails_exactly_the_tests_aimed_at_it(mistake):
-    failed, _ = _run_cells(_cells(), mistake.cell, mistake.edits,
-                           only={"test_fp8_scales", "test_quantize_fp8", "test_smem_estimate", "test_prune_configs"})
+    failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, mistake.cell, mistake.edits,
+                          only={"test_fp8_scales", "test_quantize_fp8", "test_smem_estimate", "test_prune_configs"})
     assert set(failed) == set(mistake.fails), f"{mistake.why}: failed {sorted(failed)}"
 
 
