@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU session behind notebook 09's figures (notes/gpu/2026-11-30/09/), run through the device tool
+# The GPU sessions behind notebook 09's figures (notes/gpu/2026-11-30/09/, 2026-12-01/09/), run through the device tool
 # from a copy of the repository (carry .gpu: wheels of nbclient/ipykernel, see notes/gpu-measurements.md).
 #   bash benchmarks/run_gpu_tuning.sh measure [BUDGET_S] [--checks]  # benchmarks/tuning_gpu.py
 #   bash benchmarks/run_gpu_tuning.sh notebook             # executes source/.../09_tuning_and_fp8.ipynb

@@ -552,25 +552,44 @@ with time_limit(call_limit_s(), "fp8_scales / quantize_fp8"):
 # ## 6. Measured on an H200
 #
 # bf16, causal, $B = 8$, $H = 16$; medians of `triton.testing.do_bench`; causal forward FLOPs counted
-# as half of $4 B H T^2 D$ for every implementation, FP8 included (2026-11-30, torch 2.11, triton 3.6,
-# cuDNN 9.19; `notes/gpu/2026-11-30/09/`). TFLOP/s, with the ratio to SDPA's default in brackets:
+# as half of $4 B H T^2 D$ for every implementation, FP8 included (2026-12-01, torch 2.11, triton 3.6,
+# cuDNN 9.19; `notes/gpu/2026-12-01/09/`, one run of `benchmarks/run_gpu_tuning.sh`). TFLOP/s, with the
+# ratio to SDPA's default in brackets; "FP8 + quantise" adds your two quantisation functions, run in
+# PyTorch before the kernel:
 #
-# | D | T | SDPA default (cuDNN) | SDPA flash (FA2) | fixed 64×64 | autotuned | + TMA | + persistent | FP8 $QK^\top$ |
-# |---|---|---|---|---|---|---|---|---|
-# | 64 | 4096 | 434 | 283 (0.65) | 354 (0.82) | 343 (0.79) | 334 (0.77) | 291 (0.67) | |
-# | 64 | 16384 | 449 | 312 (0.69) | 380 (0.85) | 409 (0.91) | 388 (0.86) | 320 (0.71) | |
-# | 128 | 8192 | 548 | 339 (0.62) | 403 (0.74) | 457 (0.83) | 472 (0.86) | 369 (0.67) | 604 (1.10) |
+# | D | T | SDPA default (cuDNN) | SDPA flash (FA2) | fixed 64×64 | autotuned | + TMA | + persistent | FP8 $QK^\top$ | FP8 + quantise |
+# |---|---|---|---|---|---|---|---|---|---|
+# | 64 | 1024 | 283 | 179 (0.63) | 206 (0.73) | 204 (0.72) | 170 (0.60) | 165 (0.58) | | |
+# | 64 | 2048 | 372 | 244 (0.66) | 293 (0.79) | 310 (0.83) | 260 (0.70) | 237 (0.64) | | |
+# | 64 | 4096 | 433 | 280 (0.65) | 357 (0.82) | 364 (0.84) | 338 (0.78) | 287 (0.66) | | |
+# | 64 | 8192 | 446 | 285 (0.64) | 344 (0.77) | 386 (0.87) | 388 (0.87) | 309 (0.69) | | |
+# | 64 | 16384 | 446 | 308 (0.69) | 375 (0.84) | 403 (0.90) | 406 (0.91) | 299 (0.67) | | |
+# | 128 | 1024 | 388 | 220 (0.57) | 233 (0.60) | 259 (0.67) | 233 (0.60) | 226 (0.58) | 285 (0.74) | 63 (0.16) |
+# | 128 | 2048 | 510 | 272 (0.53) | 315 (0.62) | 336 (0.66) | 347 (0.68) | 307 (0.60) | 434 (0.85) | 125 (0.25) |
+# | 128 | 4096 | 584 | 303 (0.52) | 366 (0.63) | 410 (0.70) | 422 (0.72) | 348 (0.60) | 535 (0.92) | 222 (0.38) |
+# | 128 | 8192 | 565 | 333 (0.59) | 398 (0.70) | 449 (0.80) | 467 (0.83) | 361 (0.64) | 593 (1.05) | 350 (0.62) |
+# | 128 | 16384 | 572 | 339 (0.59) | 410 (0.72) | 481 (0.84) | 471 (0.82) | 377 (0.66) | 628 (1.10) | 456 (0.80) |
 #
-# The autotuner's winners, with the compiled kernels' resources: $D = 128$, $T = 8192$: 128×128,
-# 8 warps, 3 stages (208 registers per thread, 224 KiB shared memory: the largest tile that fits);
-# $D = 64$, $T = 16384$: 128×64, 8 warps, 4 stages (115 registers, 80 KiB); at $D = 64$,
-# $T = 4096$ it picked 64×64 with 3 stages, 3 % *slower* than the fixed 64×64 with 2: the configs
-# there are within the noise of a short timing (the measurement timed each config for 12 ms).
+# The autotuner's winner at each $T$, with the compiled kernel's registers per thread, bytes spilled
+# and shared memory:
+#
+# | D | T = 1024, 2048 | T = 4096, 8192 | T = 16384 |
+# |---|---|---|---|
+# | 64 | 64×64, 4 warps, 3 stages (116 regs, 56 KiB) | 128×64, 8 warps, 3 stages (118 regs, 64 KiB) | 128×128, 4 warps, 3 stages (255 regs, 112 KiB) |
+# | 128 | 64×64, 4 warps, 3 stages (158 regs, 112 KiB) | 128×128, 8 warps, 3 stages (208 regs, 224 KiB) | 128×64, 4 warps, 2 stages (255 regs, 18 B spilled, 96 KiB) |
+#
+# Short sequences pick small tiles, long ones large tiles. With 128 heads and $T = 1024$ a 128-row
+# tile leaves only 1024 programs, half of them short (causal), and its diagonal tile wastes more
+# masked work; at $T \ge 4096$ there are programs enough and the larger tile's reuse of each K/V
+# load wins. At $T = 16384$ two configs within 2 % of each other traded places (the autotuner times
+# each for 25 ms): read neighbouring winners as "about as good", not as a law.
 # Warp specialization **did not compile**: triton 3.6's `NVGPUWarpSpecialization` pass fails on this
-# kernel for sm_90 ("PassManager::run failed"), at both head dims. FP8's error at $T = 8192$,
-# $D = 128$ against float64: $\lVert O - O_{ref} \rVert / \lVert O_{ref} \rVert = 3.4 \cdot 10^{-2}$,
-# against $2.1 \cdot 10^{-3}$ for bf16. Quantising Q and K with PyTorch before the kernel (the two
-# functions you wrote) took 2.6 ms, more than FP8 saved (1.0 ms): 351 TFLOP/s end to end.
+# kernel for sm_90 ("PassManager::run failed", `notes/gpu/2026-11-30/09/run1.log`), at both head dims.
+# FP8's error at $T = 8192$, $D = 128$ against float64 (2026-11-30): $\lVert O - O_{ref} \rVert /
+# \lVert O_{ref} \rVert = 3.4 \cdot 10^{-2}$, against $2.1 \cdot 10^{-3}$ for bf16. Quantising Q and K with
+# PyTorch before the kernel costs a few passes over Q and K per call (2.6 ms at $T = 8192$, 5.3 ms at
+# 16384): more than FP8 saves at every $T$ measured, by less as $T$ grows, since quantising grows like
+# $T$ and attention like $T^2$.
 #
 # Without a GPU the next cell plots the recorded CSV; with one, it measures the same steps at two
 # shapes with your `prune_configs` and FP8 helpers (about two minutes, most of it compiling ~90
@@ -599,18 +618,19 @@ else:
 # little over a fixed 64×64?
 
 # %% [markdown] nbgrader={"grade_id": "answer-winners", "solution": true, "grade": true, "points": 1}
-# Autotuning paid most: 403 → 457 TFLOP/s (+13 %) at $D = 128$, with 128×128 tiles, 8 warps and
-# 3 stages (224 of the 227 KiB). At $D = 128$ every K/V tile carries twice the bytes and each score
-# feeds a 128-wide product, so larger tiles raise the arithmetic per byte loaded from shared memory
-# and keep the two warpgroups' `wgmma`s fed; the third stage hides the load latency. At $D = 64$ the
-# products are small and the softmax (exp2, max, sum over each score) is a larger share of the time,
-# which tile shape does not change: the configs lie within a few percent, within the timing noise.
-# TMA added 3 % at $D = 128$ and lost 3–5 % at $D = 64$: the pointer loads were already pipelined
-# by `num_stages`, so the copy engine mostly frees registers (address arithmetic), which matters only
-# where registers are short ($D = 128$: 255 per thread with 4 warps).
+# Autotuning paid most: 398 → 449 TFLOP/s (+13 %) at $D = 128$, $T = 8192$, with 128×128 tiles,
+# 8 warps and 3 stages (224 of the 227 KiB). At $D = 128$ every K/V tile carries twice the bytes and
+# each score feeds a 128-wide product, so larger tiles raise the arithmetic per byte loaded from shared
+# memory and keep the two warpgroups' `wgmma`s fed; the third stage hides the load latency. At
+# $D = 64$ the products are small and the softmax (exp2, max, sum over each score) is a larger share
+# of the time, which tile shape does not change: the winners gain −1 to +12 % over a fixed 64×64, the
+# most at long $T$, and neighbouring configs lie within a few percent of each other.
+# TMA added 3–4 % at $D = 128$ for $T$ = 2048–8192 and lost up to 17 % at short $T$ (both $D$): the
+# pointer loads were already pipelined by `num_stages`, so the copy engine mostly frees registers
+# (address arithmetic), which matters only where registers are short ($D = 128$: 255 per thread with 4 warps).
 
 # %% [markdown]
-# **Q2.** The persistent grid lost 13–22 % against the TMA step it builds on. Give two reasons from
+# **Q2.** The persistent grid lost 3–26 % against the TMA step it builds on. Give two reasons from
 # what you know about this grid ($B H T / \text{BLOCK\_M}$ programs) and the causal mask, and say
 # when a persistent grid does pay.
 
@@ -625,14 +645,15 @@ else:
 # other, as FlashAttention-3 does with warp-specialized producers.
 
 # %% [markdown]
-# **Q3.** FP8 $QK^\top$ ran 1.28× faster than the best bf16 kernel, close to the 4/3 you predicted,
+# **Q3.** FP8 $QK^\top$ ran 1.27× (T = 8192) and 1.31× (T = 16384) faster than the best bf16 kernel,
+# close to the 4/3 you predicted,
 # yet end to end with your quantisation it was slower. Where does FP8 stop paying, and what would a
 # real model do differently?
 
 # %% [markdown] nbgrader={"grade_id": "answer-fp8", "solution": true, "grade": true, "points": 1}
-# The kernel gained 1.28× of a 1.33× bound (the softmax and $PV$ are unchanged). But quantising in
+# The kernel gained 1.27–1.31× of a 1.33× bound (the softmax and $PV$ are unchanged). But quantising in
 # PyTorch makes several full passes over Q and K (abs, max, a float32 copy, divide, clamp, cast),
-# roughly 10 GB of traffic for 0.5 GB of data: 2.6 ms against the 1.0 ms FP8 saved. FP8 pays only
+# roughly 10 GB of traffic for 0.5 GB of data at $T = 8192$: 2.6 ms against the 1.0 ms FP8 saved. FP8 pays only
 # when the quantisation is fused into the operation that produces Q and K (the QKV projection writes
 # FP8 with its scales), and when the sequence is long enough that $QK^\top$ dominates: at short $T$
 # or small $D$ the fixed costs and the softmax dominate. It also costs accuracy: a relative error of
@@ -641,7 +662,7 @@ else:
 
 # %% [markdown]
 # **Q4.** The goals were: the tuned kernel at least 1.0× cuDNN at $D = 64$ (causal, $T \ge 4096$) and
-# 0.9× at $D = 128$. Neither was met (0.82–0.91× and 0.86×). What does cuDNN do on Hopper that this
+# 0.9× at $D = 128$. Neither was met (0.84–0.91× and 0.83–0.84×). What does cuDNN do on Hopper that this
 # Triton kernel does not, and what stopped us from doing it here?
 
 # %% [markdown] nbgrader={"grade_id": "answer-goal-gap", "solution": true, "grade": true, "points": 1}
@@ -661,9 +682,9 @@ else:
 #
 # | goal | measured | |
 # |---|---|---|
-# | tuned ≥ 1.0× SDPA default at $D = 64$, $T \ge 4096$ | 0.82× at 4096 (fixed 64×64), 0.91× at 16384 (autotuned) | missed |
-# | tuned ≥ 0.9× SDPA default at $D = 128$ | 0.86× at 8192 (autotuned + TMA) | missed |
-# | FP8 $QK^\top$ faster than tuned bf16 at $D = 128$, $T \ge 8192$ | 1.28× at 8192 (1.10× cuDNN), error 3.4 % vs 0.2 % | met, at 8192 (16384 not measured) |
+# | tuned ≥ 1.0× SDPA default at $D = 64$, $T \ge 4096$ | 0.84× (4096), 0.87× (8192), 0.91× (16384) | missed |
+# | tuned ≥ 0.9× SDPA default at $D = 128$ | 0.67–0.72× at $T \le 4096$, 0.83× (8192), 0.84× (16384) | missed |
+# | FP8 $QK^\top$ faster than tuned bf16 at $D = 128$, $T \ge 8192$ | 1.27× (8192), 1.31× (16384); error 3.4 % vs 0.2 % | met |
 #
 # What stops the first two is the step that did not compile: without warp specialization the
 # exponentials and the matrix products of a warpgroup take turns (Q4). Autotuning, TMA and FP8 are

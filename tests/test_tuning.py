@@ -21,6 +21,7 @@ init(verbose=False)  # interpreter mode before anything imports triton
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "09_tuning_and_fp8.py"
 RECORDED = ROOT / "notes" / "gpu" / "2026-11-30" / "09"
+RECORDED_SWEEP = ROOT / "notes" / "gpu" / "2026-12-01" / "09"  # the full per-T sweep
 GIVEN = ("setup", "tuned-kernel", "autotuned")
 
 
@@ -130,16 +131,17 @@ def test_recorded_measurement_reads_back_plots_and_ships(tmp_path):
 
     from attnlab import bench_tuning
 
-    rows = bench_tuning.read_csv(RECORDED / "tuning_results.csv")
-    assert {(r.D, r.T) for r in rows} == {(64, 4096), (64, 16384), (128, 8192)}
+    rows = bench_tuning.read_csv(RECORDED_SWEEP / "tuning_results.csv")
+    assert {(r.D, r.T) for r in rows} == {(d, t) for d in (64, 128) for t in (1024, 2048, 4096, 8192, 16384)}
     assert all(r.status == "ok" for r in rows) and all(r.tflops > 0 for r in rows)
     bench_tuning.write_csv(rows, tmp_path / "again.csv")
     assert bench_tuning.read_csv(tmp_path / "again.csv") == rows
     fig = bench_tuning.plot_tuning(rows, path=tmp_path / "t.png")
-    assert (tmp_path / "t.png").stat().st_size > 10_000 and len(fig.axes[0].patches) == len(rows)
+    plotted = sum(len(line.get_xdata()) for ax in fig.axes for line in ax.lines)
+    assert (tmp_path / "t.png").stat().st_size > 10_000 and plotted == len(rows) and len(fig.axes) == 2
     shipped = files("attnlab").joinpath("data", "tuning_h200.csv").read_text()
-    assert shipped == (RECORDED / "tuning_results.csv").read_text()  # what CPU runs of 09 plot
-    env = json.loads((RECORDED / "run2_env.json").read_text())
+    assert shipped == (RECORDED_SWEEP / "tuning_results.csv").read_text()  # what CPU runs of 09 plot
+    env = json.loads((RECORDED_SWEEP / "tuning_env.json").read_text())
     assert env["device"] == "NVIDIA H200" and env["triton"] == "3.6.0"
 
 

@@ -273,28 +273,30 @@ def winners(rows) -> list[TuningRow]:
 
 
 def plot_tuning(rows, path=None, title: str = ""):
-    """Forward TFLOP/s as grouped bars: a group per shape (D, T), a bar per implementation of
-    :data:`STEPS` that ran there, SDPA's default as a dashed line across its group. Returns the figure."""
+    """Forward TFLOP/s against T, one panel per head dimension D, one line per implementation of
+    :data:`STEPS` that ran (SDPA's default in black, dashed), so that each step's gain and where it
+    stops paying read off the gaps between lines. Returns the figure."""
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if r.status == "ok"]
-    shapes = sorted({(r.D, r.T) for r in ok})
+    dims = sorted({r.D for r in ok})
     impls = [i for i in STEPS if any(r.impl == i for r in ok)]
-    by = {(r.D, r.T, r.impl): r.tflops for r in ok}
-    width = 0.85 / max(1, len(impls))
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.6 * len(shapes)), 4.6))
-    for i, impl in enumerate(impls):
-        xs = [k + (i - (len(impls) - 1) / 2) * width for k, (D, T) in enumerate(shapes) if (D, T, impl) in by]
-        ys = [by[(D, T, impl)] for D, T in shapes if (D, T, impl) in by]
-        ax.bar(xs, ys, width, label=impl, color="black" if impl == "SDPA default" else f"C{i}")
-    for k, (D, T) in enumerate(shapes):
-        if (D, T, "SDPA default") in by:
-            ax.hlines(by[(D, T, "SDPA default")], k - 0.45, k + 0.45, colors="black", linestyles="--", lw=1)
-    ax.set_xticks(range(len(shapes)), [f"D = {D}, T = {T}" for D, T in shapes])
-    ax.set_ylabel("forward TFLOP/s (causal, bf16 inputs)")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, -0.38), frameon=False)
-    ax.set_title(title or f"B = {ok[0].B}, H = {ok[0].H}; dashed: SDPA default", fontsize=10)
+    fig, axes = plt.subplots(1, len(dims), figsize=(6.0 * len(dims), 4.4), squeeze=False)
+    for ax, D in zip(axes[0], dims):
+        for i, impl in enumerate(impls):
+            pts = sorted((r.T, r.tflops) for r in ok if r.D == D and r.impl == impl)
+            if not pts:
+                continue
+            sdpa = impl == "SDPA default"
+            ax.plot([t for t, _ in pts], [y for _, y in pts], marker="o", ms=4, label=impl,
+                    color="black" if sdpa else f"C{i}", ls="--" if sdpa else "-", lw=2 if sdpa else 1.4)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel("forward TFLOP/s (causal, bf16 inputs)")
+        ax.set_title(f"D = {D}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle(title or f"B = {ok[0].B}, H = {ok[0].H}", fontsize=10)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
@@ -313,7 +315,7 @@ def show_recorded() -> list[TuningRow]:
         print("No recorded measurement tuning_h200.csv in this install of attnlab.")
         return []
     rows = read_csv(io.StringIO(src.read_text()))
-    print("Recorded on an NVIDIA H200 with the course's given kernels (notes/gpu/2026-11-30/09/ in the "
+    print("Recorded on an NVIDIA H200 with the course's given kernels (notes/gpu/2026-12-01/09/ in the "
           "course repository).")
     if autograding():
         print("(plot skipped while autograding)")
