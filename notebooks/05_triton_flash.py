@@ -487,6 +487,8 @@ if RUNTIME.interpret:
     for label, tf in RECORDED_H200:
         print(f"  {label:<55} {tf:4d} TFLOP/s")
     print("Without a GPU, answer Q1 of section 4 from these figures.")
+elif bench.autograding():
+    print("Autograding: the timings are not graded, so this cell does not compile and time four configs.")
 else:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa

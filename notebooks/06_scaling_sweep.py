@@ -187,6 +187,10 @@ if RUNTIME.interpret:
           "it only exercises the measuring and plotting code.")
     SHAPE = dict(B=1, H=1, D=16, dtype=torch.float32, device="cpu")
     T_VALUES = [16, 32]
+elif bench.autograding():
+    print("Autograding: a two-point sweep checks that the code runs; timings are not graded.")
+    SHAPE = dict(B=1, H=2, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    T_VALUES = [256, 512]
 else:
     SHAPE = dict(B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     T_VALUES = [512, 1024, 2048, 4096, 8192, 16384]
@@ -218,6 +222,9 @@ else:
     if RUNTIME.interpret:
         print("No GPU: a tiny dry run through the interpreter; its timings mean nothing.")
         overhead_shape, overhead_Ts, n_calls = dict(B=1, H=1, D=16, dtype=torch.float32), [16], 2
+    elif bench.autograding():
+        print("Autograding: one small dry run; timings are not graded.")
+        overhead_shape, overhead_Ts, n_calls = dict(B=1, H=2, D=HEAD_DIM, dtype=torch.bfloat16), [512], 2
     else:
         overhead_shape, overhead_Ts, n_calls = dict(B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16), [512, 4096], 100
     kernel_alone = sweep.kernel_only(flash_kernel)
@@ -241,10 +248,10 @@ else:
 # kernel can hope for, since attention is two matmuls plus a softmax.
 
 # %%
-ceiling = None if RUNTIME.interpret else bench.matmul_tflops(8192)
+ceiling = None if RUNTIME.interpret or bench.autograding() else bench.matmul_tflops(8192)
 title = f"{RUNTIME.name}, torch {torch.__version__}, causal, B={SHAPE['B']} H={SHAPE['H']} D={SHAPE['D']}"
 fig = sweep.plot_sweep(points, ceiling_tflops=ceiling, title=title, path="sweep.png")
-if not RUNTIME.interpret:
+if not (RUNTIME.interpret or bench.autograding()):
     _q = torch.randn(8, 16, 2048, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     print("SDPA dispatched to:", bench.sdpa_backend(_q, _q, _q, causal=True))
 
@@ -264,6 +271,9 @@ else:
     if RUNTIME.interpret:
         grid = dict(block_m=[16], block_n=[16, 32], num_warps=[4], num_stages=[2])
         tune_shape = dict(T=32, B=1, H=1, D=16, dtype=torch.float32, device="cpu")
+    elif bench.autograding():  # not graded: one config at a small size checks that the code runs
+        grid = dict(block_m=[64], block_n=[64], num_warps=[4], num_stages=[2])
+        tune_shape = dict(T=512, B=1, H=2, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     else:
         grid = dict(block_m=[64, 128], block_n=[32, 64, 128], num_warps=[4, 8], num_stages=[2, 3, 4])
         tune_shape = dict(T=4096, B=8, H=16, D=HEAD_DIM, dtype=torch.bfloat16, device="cuda")

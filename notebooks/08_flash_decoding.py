@@ -584,7 +584,7 @@ from attnlab.nbload import load_earlier_kernel
 your_fwd_kernel = None if RUNTIME.interpret else load_earlier_kernel("05_triton_flash.ipynb", "_flash_fwd_kernel")
 
 # %% nbgrader={"grade_id": "bench-decode", "locked": true}
-if RUNTIME.interpret:
+if RUNTIME.interpret or bench.autograding():  # timings are not graded
     bench_decode.show_recorded()
 else:
     copy_gbs = bench.copy_bandwidth_gbs()

@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from . import bench, launch_tuning
+from .bench import autograding
 from .reference import naive_attention
 
-__all__ = ["TuningRow", "STEPS", "autograding", "environment", "check_variants", "measure_shape", "format_row",
+__all__ = ["TuningRow", "STEPS", "environment", "check_variants", "measure_shape", "format_row",
            "write_csv", "read_csv", "smem_table", "write_smem_csv", "fp8_error", "plot_tuning", "winners", "show_recorded"]
 
 #: The implementations, in the order the notebook builds them up.
@@ -50,14 +51,6 @@ class TuningRow:
     spills: int
     smem: int
     status: str
-
-
-def autograding() -> bool:
-    """True while a notebook is being autograded (:func:`attnlab.grading.guard.active`): the GPU measurement,
-    about two minutes of compiling, is then skipped for the recorded one."""
-    from .grading import guard
-
-    return guard.active()
 
 
 def environment() -> dict:
