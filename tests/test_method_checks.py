@@ -271,6 +271,17 @@ def test_autograd_through_a_tiled_forward_fails_everywhere():
         verify.check_attention_gradcheck(attention_with(backward_autograd_tiled), T_q=5, T_k=7)
 
 
+def test_a_backward_that_raises_reports_its_own_error_in_gradcheck():
+    # the blank notebook 03: autograd's engine unwinds the probe's dispatch mode itself when the
+    # hooked backward raises; the learner must see their NotImplementedError, not a mode-stack error
+    def not_written(*_args, **_kwargs):
+        raise NotImplementedError("flash_attention_backward")
+
+    with pytest.raises(NotImplementedError, match="flash_attention_backward"):
+        verify.check_attention_gradcheck(attention_with(not_written), T_q=5, T_k=7, block_q=2, block_k=3)
+    assert torch._C._len_torch_dispatch_stack() == 0
+
+
 def test_formulas_on_a_whole_p_fail_in_every_check():
     with pytest.raises(AssertionError, match=r"notebook 03 asks for tiles: an intermediate of shape"):
         verify.check_flash_backward(backward_dense_formulas, T_q=32)

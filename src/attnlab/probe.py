@@ -126,7 +126,12 @@ class MethodProbe(TorchDispatchMode):
         """Stop being active, if :meth:`attach` made it so."""
         if self._attached:
             self._attached = False
-            self.__exit__(None, None, None)
+            from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+            # when the hooked backward raises, autograd's engine restores the thread's dispatch state
+            # itself and this mode is already gone: popping again would raise over the learner's error
+            if any(m is self for m in _get_current_dispatch_mode_stack()):
+                self.__exit__(None, None, None)
 
     @property
     def decides(self) -> bool:
