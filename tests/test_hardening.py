@@ -488,6 +488,31 @@ def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, mo
     assert not (tmp_path / "x").exists() and (course / "gradebook.db").read_text() == "secret"
 
 
+@needs_bwrap
+def test_other_kernels_scratch_folders_stay_hidden_when_tmpdir_is_not_tmp(monkeypatch, tmp_path):
+    """Scratch folders live in the grader's temporary folder; with TMPDIR outside /tmp it is hidden too."""
+    import shutil
+    import tempfile
+
+    from attnlab.grading import sandbox
+
+    from .conftest import ROOT
+
+    tmpdir = tempfile.mkdtemp(prefix=".tmpdir-test-", dir=ROOT)  # not under /tmp, /home or the course
+    monkeypatch.chdir(tmp_path)  # the course folder (hidden anyway)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", tmpdir)
+        other, mine = (tempfile.mkdtemp(prefix="attnlab-run-") for _ in range(2))
+        open(os.path.join(other, "answers.py"), "w").write("secret")
+        probe = f"import os; print(sorted(os.listdir({tmpdir!r})))"
+        proc = subprocess.run(sandbox.wrap([sys.executable, "-c", probe], mine, ipc_dir=None),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == str([os.path.basename(mine)])  # its own scratch folder only
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def test_autograde_refuses_without_the_sandbox_unless_told(monkeypatch):
     from attnlab.grading import sandbox
 
