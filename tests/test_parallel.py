@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 import pytest
 
-from attnlab.grading import autograde, parallel
+from attnlab.grading import autograde, gradebook, parallel
 from attnlab.grading.build import generate_assignment
 from attnlab.grading.course import Course, tool_env
 from attnlab.grading.synthetic import KINDS, format_class, plan_class, write_class
@@ -176,7 +176,7 @@ def _write_students(url: str, tag: str) -> None:
     """A grading process's gradebook writes: forked from the test (nbgrader already imported)."""
     from nbgrader.api import Gradebook
 
-    parallel.wait_for_gradebook_locks()
+    gradebook.wait_for_gradebook_locks()
     for i in range(15):
         with Gradebook(url, "c") as gb:
             gb.update_or_create_student(f"{tag}-{i}", first_name="x")
@@ -202,12 +202,12 @@ def test_concurrent_gradebook_writers_wait_and_lose_nothing(tmp_path, monkeypatc
     for p in procs:
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0]
-    parallel.wait_for_gradebook_locks()
+    gradebook.wait_for_gradebook_locks()
     with Gradebook(url, "c") as gb:
         names = {s.id for s in gb.students}
         busy_ms = gb.db.execute(text("PRAGMA busy_timeout")).scalar()
     assert names == {f"{t}-{i}" for t in "ab" for i in range(15)}
-    assert busy_ms == parallel.GRADEBOOK_BUSY_S * 1000
+    assert busy_ms == gradebook.GRADEBOOK_BUSY_S * 1000
 
 
 # ------------------------------------------------------------------------- --jobs: same grades
@@ -245,8 +245,9 @@ def test_parallel_workers_grade_exactly_like_one(tmp_path, monkeypatch):
 
     def timed(self, job):
         start = time.monotonic()
-        real(self, job)
+        graded = real(self, job)
         spans.append((threading.get_ident(), start, time.monotonic()))
+        return graded
 
     monkeypatch.setattr(autograde._Slot, "_grade", timed)
     both = autograde.autograde_jobs(c, jobs, workers=2)

@@ -471,7 +471,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         return [r for a, mine in by_assignment.items()
                 for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe, workers)]
 
-    from .parallel import wait_for_gradebook_locks
+    from .gradebook import wait_for_gradebook_locks
 
     warning = require(allow_unsafe)
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it

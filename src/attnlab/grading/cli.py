@@ -128,13 +128,14 @@ def _shard_plan(course: Course, args) -> list[str] | None:
     """The students this run grades (--student, --students, --shard; None: everyone submitted), and
     the shard's own report files as defaults; prints the shard's students."""
     from .gradebook import db_url, is_sqlite
-    from .shards import parse_shard, report_name, students_to_grade
+    from .shards import clear_report, parse_shard, report_name, students_to_grade
 
     students = students_to_grade(course, args.shard, args.students, args.student)
     if args.shard is not None:
         i, n = parse_shard(args.shard)
         args.report_csv = args.report_csv or course.root / report_name(i, n, ".csv")
         args.report_json = args.report_json or course.root / report_name(i, n, ".json")
+        clear_report(args.report_csv, args.report_json)  # written again when this run is done
         print(f"shard {i}/{n} (students whose crc32(id) mod {n} = {i}): {len(students)} "
               f"student{'' if len(students) == 1 else 's'}: "
               f"{', '.join(students) or '(none)'}")

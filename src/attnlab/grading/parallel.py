@@ -240,35 +240,3 @@ def plan(jobs: int | None = None, env: dict | None = None, mem_gib: float | None
                     f"({KERNEL_MEMORY_ENV}) fill this machine's {mem_gib:.0f} GiB")
             jobs = cap
     return Plan(jobs, len(cores), gpus, cores, table, note)
-
-
-#: How long a grading process waits for another one's write to the SQLite gradebook (seconds).
-GRADEBOOK_BUSY_S = 120
-_busy_hooked = False
-
-
-def wait_for_gradebook_locks(seconds: float = GRADEBOOK_BUSY_S) -> None:
-    """Make every SQLite connection SQLAlchemy opens in this process wait up to ``seconds`` for a
-    lock (``PRAGMA busy_timeout``) instead of failing with "database is locked".
-
-    nbgrader's :class:`~nbgrader.api.Gradebook` opens a connection per step (student, submission,
-    each grade's commit); with N workers those writes meet. SQLite lets one writer at a time in and
-    makes the others wait for the busy timeout, then fail. Measured here with three processes
-    writing 150 students each: 363 of 450 writes failed with a timeout of 0; none with a timeout,
-    and every write transaction nbgrader makes takes milliseconds. Python's sqlite3 waits 5 s by
-    default; this sets a margin for many workers on a loaded machine. Other databases (a gradebook
-    URL naming PostgreSQL) are left alone. Idempotent.
-    """
-    global _busy_hooked
-    import sqlite3
-
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    def on_connect(dbapi_connection, _record) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            dbapi_connection.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-
-    if not _busy_hooked:
-        event.listen(Engine, "connect", on_connect)
-        _busy_hooked = True
