@@ -287,3 +287,17 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
     assert names == {f"{n}.ipynb" for n in c.notebook_names()}
     text = format_class(c, written)
     assert "synthetic-001-reference" in text and "49/49" in text and "kinds: 2 reference" in text
+
+
+def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
+    from attnlab.grading.autograde import CellResult, NotebookResult, contended, overlapped
+
+    cell = lambda reason: CellResult("t", 0.0, 1.0, reason)  # noqa: E731
+    graded = lambda **kw: NotebookResult("s", "n", "graded", max_points=1.0, **kw)  # noqa: E731
+    assert contended(NotebookResult("s", "n", "timeout"))
+    assert contended(NotebookResult("s", "n", "failed", reason="the kernel died (crash, os._exit or out of memory)"))
+    assert contended(graded(notes=["cell 'test-x': the kernel died while running this cell (a crash, ...)"]))
+    assert contended(graded(cells=[cell("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]))
+    assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
+    spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
+    assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

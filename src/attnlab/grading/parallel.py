@@ -11,7 +11,7 @@ sandboxed kernel. This module only decides the numbers and the environment:
   numbering (PCI bus order, as Slurm counts; the count from nvidia-smi, else the ``/dev/nvidiaN``
   nodes). Where nvidia-smi and ``/proc/driver/nvidia/gpus`` say which device node a GPU is
   (:func:`gpu_table`), the worker's kernels get the GPU by UUID and the sandbox binds that node
-  only (:data:`.sandbox.GPU_DEVICE_ENV`): a kernel cannot allocate memory on another slot's GPU.
+  only (:data:`GPU_DEVICE_ENV`): a kernel cannot allocate memory on another slot's GPU.
   No torch import in the grader.
 - **CPU cores**: the usable cores are split into N disjoint sets and each worker (so its kernels,
   which inherit it) is pinned to its own set (``sched_setaffinity``): ``torch.set_num_threads(64)``
@@ -33,6 +33,9 @@ from pathlib import Path
 
 #: Environment variables that set a kernel's CPU thread pools (torch reads OMP_NUM_THREADS).
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
+#: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
+GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
 #: The kernel's memory limit in GiB (read by nbgrader_config.py into GradingExecute.memory_limit_gb).
 KERNEL_MEMORY_ENV = "ATTNLAB_KERNEL_MEMORY_GB"
 KERNEL_MEMORY_GIB = 8.0
@@ -184,8 +187,6 @@ class Plan:
         """``base`` with worker ``worker``'s GPU and thread limits set (thread limits already in
         ``base`` are kept: the instructor's choice). A GPU whose device node is known is named by
         UUID and its node given to the sandbox, which then binds no other GPU."""
-        from .sandbox import GPU_DEVICE_ENV
-
         env = dict(base)
         gpu, known = self.gpu_of(worker), self.known_gpu(worker)
         env.pop(GPU_DEVICE_ENV, None)

@@ -42,6 +42,8 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
+from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
+
 #: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
 #: the sandbox; read by nbgrader_config.py.
 UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
@@ -51,8 +53,6 @@ TMPFS_BYTES = 512 * 2**20
 #: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
 HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
 
-#: The one GPU device node (``/dev/nvidiaN``) this grading worker's kernels may open; unset: every GPU.
-GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
 #: Driver nodes every CUDA process opens besides its GPU's own node (those present are bound).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 
