@@ -155,19 +155,19 @@ def test_a_timeout_beside_other_slots_is_graded_again_alone(tmp_path, fake_worke
         graded.append((student, status))
         ok = status == "ok"
         return autograde.NotebookResult(student, notebook, "graded" if ok else status, points=1.0 * ok,
-                                        max_points=1.0, reason="" if ok else "grading ran past 3 s")
+                                        max_points=1.0, reason="" if ok else "grading ran past 2 s")
 
     monkeypatch.setattr(autograde, "_evaluate", evaluate)
     jobs = [("slow", "hang-once"), ("quick", "ok")]
     plan = parallel.Plan(jobs=2, cpus=1, gpus=(), pin=False)
-    slow, quick = autograde.autograde_jobs(course, jobs, limit_s=3, workers=plan)
+    slow, quick = autograde.autograde_jobs(course, jobs, limit_s=2, workers=plan)
     assert graded.count(("slow", "timeout")) == 1 and ("slow", "ok") in graded and len(graded) == 3
     assert slow.status == "graded" and slow.points == 1
     assert any("graded again alone" in n and "timeout" in n for n in slow.notes)
     assert quick.points == 1 and not quick.notes
     (tmp_path / "slow_hang-once").unlink()
     graded.clear()
-    slow, _ = autograde.autograde_jobs(course, jobs, limit_s=3, workers=parallel.Plan(jobs=1, cpus=1, gpus=()))
+    slow, _ = autograde.autograde_jobs(course, jobs, limit_s=2, workers=parallel.Plan(jobs=1, cpus=1, gpus=()))
     assert slow.status == "timeout" and len(graded) == 2  # alone already: no second run
 
 
