@@ -47,7 +47,7 @@ check: install
 	$(BIN)/attnlab build --check
 
 # The main job: build, write the sample submissions, autograde them, print one table per assignment, export grades.csv.
-# Grading workers side by side: JOBS=N (default: one per core, capped by memory and at 8 per GPU; printed).
+# Grading workers side by side: JOBS=N (default: one per GPU, else one per core; capped so N kernels at their memory limit fit; printed).
 JOBS ?=
 grade: install
 	$(BIN)/attnlab grade-samples $(if $(JOBS),--jobs $(JOBS))

@@ -183,6 +183,9 @@ def test_no_learner_script_reaches_the_instructors_page(abused):
     assert "It is exact." in text  # the answer is still there to grade
     for live in ("onerror", "javascript:", "<script", "application/javascript"):
         assert live not in text, live
+    from .formgrade import event_attributes, formgrade_html
+
+    assert event_attributes(formgrade_html(nb)) == []  # as formgrader renders it (image width unquoted)
 
 
 def test_dead_kernel_keeps_the_points_earned_around_it(abused):

@@ -79,3 +79,17 @@ def test_hint_ignores_tensor_subclasses_and_equal_lengths():
     o2, _ = bottom_right_forward(q, k2, v2, causal=True)
     assert causal_alignment_hint(o2, q, k2, v2, scale=None, tol=1e-10)
     assert causal_alignment_hint(o2.as_subclass(Sneaky), q, k2, v2, scale=None, tol=1e-10) == ""
+
+
+def test_alignment_hints_are_quiet_like_the_others():
+    """A hint that fails (odd device or values of a learner's output) gives "", never its own error."""
+    from attnlab.verify_decode import _top_left_hint
+
+    q, k, v = (torch.randn(1, 1, t, 4, dtype=torch.float64) for t in (3, 5, 5))
+    meta = torch.empty(1, 1, 3, 4, device="meta")  # cannot be copied to compare: the comparison raises
+    assert causal_alignment_hint(meta, q, k, v, scale=None, tol=1e-6) == ""
+
+    def reference(align):
+        raise RuntimeError("the reference could not be built")
+
+    assert _top_left_hint(reference, (q,), 1e-6)() == ""

@@ -250,3 +250,11 @@ def test_selfcheck_lists_the_gates_advice(tmp_path):
     text = format_report([rep])
     assert "GPU advice (compiled for real GPUs; not graded):" in text
     assert line in " ".join(ln.strip() for ln in text.splitlines())
+
+
+def test_launch_key_tells_negative_zero_and_nan_constexprs_apart():
+    kernel = triton.jit(_copy.fn)
+    args, _ = _args()
+    key = lambda value: gc._launch_key(kernel, args, {"BLOCK": value})  # noqa: E731
+    assert key(0.0) != key(-0.0)  # 0.0 == -0.0 in Python: the same key would reuse the other's pass
+    assert key(float("nan")) == key(float("nan")) and key(1) != key(1.0) and key(64) == key(64)

@@ -488,6 +488,31 @@ def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, mo
     assert not (tmp_path / "x").exists() and (course / "gradebook.db").read_text() == "secret"
 
 
+@needs_bwrap
+def test_other_kernels_scratch_folders_stay_hidden_when_tmpdir_is_not_tmp(monkeypatch, tmp_path):
+    """Scratch folders live in the grader's temporary folder; with TMPDIR outside /tmp it is hidden too."""
+    import shutil
+    import tempfile
+
+    from attnlab.grading import sandbox
+
+    from .conftest import ROOT
+
+    tmpdir = tempfile.mkdtemp(prefix=".tmpdir-test-", dir=ROOT)  # not under /tmp, /home or the course
+    monkeypatch.chdir(tmp_path)  # the course folder (hidden anyway)
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", tmpdir)
+        other, mine = (tempfile.mkdtemp(prefix="attnlab-run-") for _ in range(2))
+        open(os.path.join(other, "answers.py"), "w").write("secret")
+        probe = f"import os; print(sorted(os.listdir({tmpdir!r})))"
+        proc = subprocess.run(sandbox.wrap([sys.executable, "-c", probe], mine, ipc_dir=None),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == str([os.path.basename(mine)])  # its own scratch folder only
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def test_autograde_refuses_without_the_sandbox_unless_told(monkeypatch):
     from attnlab.grading import sandbox
 
@@ -615,15 +640,27 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
     scratch = tempfile.mkdtemp(prefix="attnlab-run-")
     keep = tmp_path / "not-a-scratch-folder"
     keep.mkdir()
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
-                               start_new_session=True)
-    while b"ipykernel" not in open(f"/proc/{sleeper.pid}/cmdline", "rb").read():  # until exec'd
-        time.sleep(0.05)
-    pidfile = tmp_path / "pids"
-    pidfile.write_text(f"{sleeper.pid} {scratch}\n4194999 {keep}\n")
-    _kill_kernels(pidfile)
-    assert sleeper.wait(timeout=10) == -9
-    assert not os.path.exists(scratch) and keep.exists()
+    from attnlab.grading.execute import process_start
+
+    sleeper, bystander = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
+                                           start_new_session=True) for _ in range(2))
+    try:
+        for proc in (sleeper, bystander):
+            while b"ipykernel" not in open(f"/proc/{proc.pid}/cmdline", "rb").read():  # until exec'd
+                time.sleep(0.05)
+        pidfile = tmp_path / "pids"
+        # the bystander took the pid of a kernel that started at another time (a reused pid)
+        stale = int(process_start(bystander.pid)) - 1
+        pidfile.write_text(f"{sleeper.pid}:{process_start(sleeper.pid)} {scratch}\n"
+                           f"{bystander.pid}:{stale}\n4194999:1 {keep}\n")
+        _kill_kernels(pidfile)
+        assert sleeper.wait(timeout=10) == -9
+        assert bystander.poll() is None, "a process that reused a kernel's pid was killed"
+        assert not os.path.exists(scratch) and keep.exists()
+    finally:
+        for proc in (sleeper, bystander):
+            proc.kill()
+            proc.wait()
 
 
 # ------------------------------------------------------------------------------------ learner HTML
@@ -653,3 +690,57 @@ def test_outputs_that_could_run_script_are_dropped_or_cleaned():
     assert changed and data == {"text/plain": "x"}
     data, changed = clean_data({"text/html": "<table><tr><td onclick='f()'>1</td></tr></table>"})
     assert changed and "onclick" not in data["text/html"] and "<td>1</td>" in data["text/html"]
+
+
+def _figure(metadata: dict):
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    out = new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}, metadata=metadata)
+    return new_notebook(cells=[new_code_cell("plot()", outputs=[out])])
+
+
+@pytest.mark.parametrize("metadata", [
+    {"image/png": {"width": "1 onerror=alert(1)"}},
+    {"image/png": {"height": "2 onload=alert(1)", "width": 3}},
+    {"width": "1 onerror=alert(1)"},  # nbconvert's get_metadata falls back to the top level
+])
+def test_image_metadata_cannot_add_attributes_in_formgrader(metadata):
+    """nbconvert's classic template writes width={{ width }} unquoted: metadata must not carry markup."""
+    from attnlab.grading.untrusted_html import clean_outputs
+
+    from .formgrade import event_attributes, formgrade_html
+
+    nb = _figure(metadata)
+    assert event_attributes(formgrade_html(nb)), "the formgrade render no longer shows this injection"
+    assert clean_outputs(nb) == [0]  # flagged
+    assert event_attributes(formgrade_html(nb)) == []
+
+
+def test_honest_figure_metadata_is_kept_and_not_flagged():
+    from attnlab.grading.untrusted_html import clean_outputs
+
+    from .formgrade import formgrade_html
+
+    nb = _figure({"image/png": {"width": 567, "height": 413.0, "alt": "loss curve"}, "needs_background": "light",
+                  "filenames": {"image/png": "x.png"}})
+    assert clean_outputs(nb) == []
+    assert nb.cells[0].outputs[0].metadata == {"image/png": {"width": 567, "height": 413, "alt": "loss curve"}}
+    html = formgrade_html(nb)
+    assert 'width="567"' in html or "width=567" in html
+    assert "x.png" not in html
+
+
+def test_outputs_rewritten_behind_the_output_hook_are_cleaned():
+    """update_display_data replaces an earlier output's data and metadata inside nbclient, without
+    the executor's output hook: the final pass cleans what it left."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from attnlab.grading.untrusted_html import clean_outputs
+
+    from .formgrade import event_attributes, formgrade_html
+
+    out = new_output("display_data", data={"text/html": "<b>ok</b><img src=x onerror=\"alert(1)\">"})
+    nb = new_notebook(cells=[new_code_cell("x", outputs=[out]), new_code_cell("y")])
+    assert event_attributes(formgrade_html(nb))
+    assert clean_outputs(nb) == [0]
+    assert event_attributes(formgrade_html(nb)) == [] and "<b>ok</b>" in formgrade_html(nb)

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 import pytest
 
-from attnlab.grading import autograde, parallel
+from attnlab.grading import autograde, gradebook, parallel
 from attnlab.grading.build import generate_assignment
 from attnlab.grading.course import Course, tool_env
 from attnlab.grading.synthetic import KINDS, format_class, plan_class, write_class
@@ -31,25 +31,144 @@ def test_workers_take_gpus_round_robin_and_share_the_cores():
     assert "4 grading workers" in cpu_only.describe() and "no GPU" in cpu_only.describe()
 
 
-def test_visible_gpus_follow_cuda_visible_devices_then_device_nodes(tmp_path):
-    for name in ("nvidia0", "nvidia1", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
+def test_visible_gpus_are_cuda_ordinals_not_device_minors(tmp_path):
+    for name in ("nvidia0", "nvidia2", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / name).touch()
-    assert parallel.visible_gpus({}, dev=tmp_path) == ["0", "1", "10"]
+    assert parallel.visible_gpus({}, dev=tmp_path, table=[]) == ["0", "1", "2"]  # three GPUs, whatever their minors
     assert parallel.visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}, dev=tmp_path) == ["2", "3"]
     assert parallel.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, dev=tmp_path) == []
     assert parallel.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, dev=tmp_path) == []
     uuid = "GPU-8b7c6d5e-0000-1111-2222-333344445555"
-    plan = parallel.plan(3, env={"CUDA_VISIBLE_DEVICES": f"{uuid},7"})
+    plan = parallel.plan(3, env={"CUDA_VISIBLE_DEVICES": f"{uuid},7"}, mem_gib=1024)
     assert [plan.gpu_of(i) for i in range(3)] == [uuid, "7", uuid]
 
 
-def test_default_jobs_one_per_core_capped_by_memory_and_gpus():
-    assert parallel.default_jobs(cpus=2, gpus=0, mem_gib=8) == 2
-    assert parallel.default_jobs(cpus=16, gpus=0, mem_gib=6) == 3
-    assert parallel.default_jobs(cpus=128, gpus=1, mem_gib=512) == parallel.WORKERS_PER_GPU
-    assert parallel.default_jobs(cpus=1, gpus=0, mem_gib=1) == 1
+def _gpu_host(tmp_path):
+    """A host with two GPUs whose device minors (5, 2) are not their indices (nvidia-smi, /proc)."""
+    proc, dev = tmp_path / "proc", tmp_path / "dev"
+    dev.mkdir()
+    for bus, uuid, minor in (("0000:3b:00.0", "GPU-aaaa", 5), ("0000:86:00.0", "GPU-bbbb", 2)):
+        (proc / bus).mkdir(parents=True)
+        (proc / bus / "information").write_text(f"Model: H200\nGPU UUID: {uuid}\nDevice Minor: {minor}\n")
+        (dev / f"nvidia{minor}").touch()
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+        (dev / name).touch()
+    return parallel.gpu_table("0, GPU-aaaa\n1, GPU-bbbb\n", proc=proc, dev=dev), dev
+
+
+def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
+    from attnlab.grading import sandbox
+
+    table, dev = _gpu_host(tmp_path)
+    assert [(g.index, g.device) for g in table] == [("0", str(dev / "nvidia5")), ("1", str(dev / "nvidia2"))]
+    plan = parallel.Plan(jobs=2, cpus=8, gpus=("0", "1"), cores=tuple(range(8)), table=tuple(table))
+    env = plan.env(1, {"PATH": "/bin"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-bbbb" and env[sandbox.GPU_DEVICE_ENV] == str(dev / "nvidia2")
+    assert sandbox.gpu_nodes(dev, env) == [str(dev / n) for n in ("nvidia2", "nvidiactl", "nvidia-uvm",
+                                                                   "nvidia-uvm-tools")]
+    assert sandbox.gpu_nodes(dev, {}) == [str(dev / n) for n in ("nvidia-uvm", "nvidia-uvm-tools", "nvidia2",
+                                                                 "nvidia5", "nvidiactl")]  # unknown: every GPU
+    assert [plan.cores_of(i) for i in range(2)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert env["OMP_NUM_THREADS"] == "4" and "own GPU's device node" in plan.describe()
+    unknown = parallel.Plan(jobs=3, cpus=2, gpus=("0",), cores=(0, 1))  # more workers than cores: shared
+    assert unknown.env(2, {})["CUDA_VISIBLE_DEVICES"] == "0" and sandbox.GPU_DEVICE_ENV not in unknown.env(2, {})
+    assert [unknown.cores_of(i) for i in range(3)] == [(0,), (1,), (0,)]
+
+
+def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():
+    assert parallel.default_jobs(cpus=64, gpus=4, mem_gib=512, kernel_gib=8) == 4  # one per GPU
+    assert parallel.default_jobs(cpus=64, gpus=8, mem_gib=40, kernel_gib=8) == 5   # 5 x 8 GiB fit in 40
+    assert parallel.default_jobs(cpus=16, gpus=0, mem_gib=64, kernel_gib=8) == 8   # CPU host: per core, capped
+    assert parallel.default_jobs(cpus=2, gpus=0, mem_gib=8, kernel_gib=0) == 2     # no limit: 2 GiB each
+    assert parallel.default_jobs(cpus=1, gpus=0, mem_gib=1, kernel_gib=8) == 1
+    capped = parallel.plan(16, env={parallel.KERNEL_MEMORY_ENV: "8", "CUDA_VISIBLE_DEVICES": ""}, mem_gib=20)
+    assert capped.jobs == 2 and "--jobs 16 capped to 2" in capped.note and "8 GiB" in capped.note
+    assert parallel.plan(2, env={"CUDA_VISIBLE_DEVICES": ""}, mem_gib=20).note == ""
     with pytest.raises(ValueError, match="at least 1"):
         parallel.plan(0)
+
+
+# ------------------------------------------------------------------------- slots (a stand-in worker)
+_FAKE_WORKER = r"""
+import json, os, subprocess, sys, time
+out = os.fdopen(os.dup(1), "w")
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "broken":
+    sys.exit(3)  # this slot's worker cannot start
+root = sys.argv[1]
+for job in (line.strip() for line in sys.stdin):
+    out.write(json.dumps({"start": job}) + "\n"); out.flush()
+    log = ""
+    if job.endswith("/hang-once"):  # starved in the parallel pass, fine alone
+        marker = os.path.join(root, job.replace("/", "_"))
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(60)
+    elif job.endswith("/affinity"):  # what a kernel this worker starts may run on
+        log = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                             capture_output=True, text=True).stdout
+        time.sleep(0.5)
+    out.write(json.dumps({"done": job, "success": True, "log": log}) + "\n"); out.flush()
+"""
+
+
+@pytest.fixture
+def fake_worker(monkeypatch):
+    monkeypatch.setattr(autograde._Slot, "WORKER", (__import__("sys").executable, "-c", _FAKE_WORKER))
+
+
+def test_slot_kernels_run_on_the_slots_own_cores(tmp_path, fake_worker):
+    cores = parallel.usable_cores()
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    plan = parallel.Plan(jobs=2, cpus=len(cores), gpus=(), cores=cores)
+    spans = {}
+    out = autograde._run_worker(Course(tmp_path), ["a/affinity", "b/affinity"], 30, workers=plan, spans=spans)
+    for job in ("a/affinity", "b/affinity"):
+        assert out[job][1].strip() == str(list(plan.cores_of(spans[job][0])))
+    assert plan.cores_of(0) != plan.cores_of(1) and not set(plan.cores_of(0)) & set(plan.cores_of(1))
+
+
+def test_a_broken_slot_retires_and_the_others_grade_its_students(tmp_path, fake_worker):
+    plan = parallel.Plan(jobs=2, cpus=2, gpus=("broken", "fine"), cores=parallel.usable_cores()[:1] * 2, pin=False)
+    jobs = [f"s{i}/ok" for i in range(4)]
+    out = autograde._run_worker(Course(tmp_path), jobs, 30, workers=plan)
+    assert {j: o[0] for j, o in out.items()} == {j: "ok" for j in jobs}
+    lone = parallel.Plan(jobs=1, cpus=1, gpus=("broken",), pin=False)  # no slot left: they fail, with the reason
+    out = autograde._run_worker(Course(tmp_path), jobs[:2], 30, workers=lone)
+    assert all(o[0] == "failed" and "exited (status 3)" in o[1] for o in out.values())
+
+
+def test_a_timeout_beside_other_slots_is_graded_again_alone(tmp_path, fake_worker, monkeypatch):
+    """The notebook that timed out while another slot ran is graded again on its own; that result
+    counts and says so; with one worker nothing is graded twice."""
+    from attnlab.grading import sandbox, submissions
+
+    course = Course(tmp_path)
+    for s, n in (("slow", "hang-once"), ("quick", "ok")):
+        (course.submitted / s / course.assignment).mkdir(parents=True)
+        (course.submitted / s / course.assignment / f"{n}.ipynb").touch()
+    monkeypatch.setattr(sandbox, "require", lambda allow_unsafe=False: "")
+    monkeypatch.setattr(submissions, "normalize_submission", lambda folder, names: {})
+    graded = []
+
+    def evaluate(course, student, notebook, status, log, seconds, limit_s):
+        graded.append((student, status))
+        ok = status == "ok"
+        return autograde.NotebookResult(student, notebook, "graded" if ok else status, points=1.0 * ok,
+                                        max_points=1.0, reason="" if ok else "grading ran past 2 s")
+
+    monkeypatch.setattr(autograde, "_evaluate", evaluate)
+    jobs = [("slow", "hang-once"), ("quick", "ok")]
+    plan = parallel.Plan(jobs=2, cpus=1, gpus=(), pin=False)
+    slow, quick = autograde.autograde_jobs(course, jobs, limit_s=2, workers=plan)
+    assert graded.count(("slow", "timeout")) == 1 and ("slow", "ok") in graded and len(graded) == 3
+    assert slow.status == "graded" and slow.points == 1
+    assert any("graded again alone" in n and "timeout" in n for n in slow.notes)
+    assert quick.points == 1 and not quick.notes
+    (tmp_path / "slow_hang-once").unlink()
+    graded.clear()
+    slow, _ = autograde.autograde_jobs(course, jobs, limit_s=2, workers=parallel.Plan(jobs=1, cpus=1, gpus=()))
+    assert slow.status == "timeout" and len(graded) == 2  # alone already: no second run
 
 
 # ------------------------------------------------------------------------- the shared gradebook
@@ -57,7 +176,7 @@ def _write_students(url: str, tag: str) -> None:
     """A grading process's gradebook writes: forked from the test (nbgrader already imported)."""
     from nbgrader.api import Gradebook
 
-    parallel.wait_for_gradebook_locks()
+    gradebook.wait_for_gradebook_locks()
     for i in range(15):
         with Gradebook(url, "c") as gb:
             gb.update_or_create_student(f"{tag}-{i}", first_name="x")
@@ -83,12 +202,12 @@ def test_concurrent_gradebook_writers_wait_and_lose_nothing(tmp_path, monkeypatc
     for p in procs:
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0]
-    parallel.wait_for_gradebook_locks()
+    gradebook.wait_for_gradebook_locks()
     with Gradebook(url, "c") as gb:
         names = {s.id for s in gb.students}
         busy_ms = gb.db.execute(text("PRAGMA busy_timeout")).scalar()
     assert names == {f"{t}-{i}" for t in "ab" for i in range(15)}
-    assert busy_ms == parallel.GRADEBOOK_BUSY_S * 1000
+    assert busy_ms == gradebook.GRADEBOOK_BUSY_S * 1000
 
 
 # ------------------------------------------------------------------------- --jobs: same grades
@@ -126,8 +245,9 @@ def test_parallel_workers_grade_exactly_like_one(tmp_path, monkeypatch):
 
     def timed(self, job):
         start = time.monotonic()
-        real(self, job)
+        graded = real(self, job)
         spans.append((threading.get_ident(), start, time.monotonic()))
+        return graded
 
     monkeypatch.setattr(autograde._Slot, "_grade", timed)
     both = autograde.autograde_jobs(c, jobs, workers=2)
@@ -167,3 +287,17 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
     assert names == {f"{n}.ipynb" for n in c.notebook_names()}
     text = format_class(c, written)
     assert "synthetic-001-reference" in text and "49/49" in text and "kinds: 2 reference" in text
+
+
+def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
+    from attnlab.grading.autograde import CellResult, NotebookResult, contended, overlapped
+
+    cell = lambda reason: CellResult("t", 0.0, 1.0, reason)  # noqa: E731
+    graded = lambda **kw: NotebookResult("s", "n", "graded", max_points=1.0, **kw)  # noqa: E731
+    assert contended(NotebookResult("s", "n", "timeout"))
+    assert contended(NotebookResult("s", "n", "failed", reason="the kernel died (crash, os._exit or out of memory)"))
+    assert contended(graded(notes=["cell 'test-x': the kernel died while running this cell (a crash, ...)"]))
+    assert contended(graded(cells=[cell("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]))
+    assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
+    spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
+    assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

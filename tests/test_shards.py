@@ -116,6 +116,36 @@ def test_merge_flags_students_graded_twice_missing_and_missing_shards(tmp_path):
     assert intruder in problems and all(s in problems for s in lost)
 
 
+def test_merge_takes_the_newest_shard_count_and_names_the_stale_reports(tmp_path):
+    """An earlier run with N=3 left complete reports; the new run with N=2 has only shard 0 so far."""
+    names = NAMES[:20]
+    old = _shard_reports(tmp_path, names, 3)
+    new = _shard_reports(tmp_path, names, 2, skip=(1,))
+    for i, path in enumerate(old):
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    merged = shards.merge(shards.shard_reports(tmp_path), submitted=names)
+    assert merged.used == [p.name for p in new] and merged.left_out == [p.name for p in old]
+    assert sorted(r.student for r in merged.results) == sorted(shards.select(names, 0, 2))
+    assert merged.missing_shards == [shards.report_name(1, 2, ".json")] and not merged.graded_twice
+    problems = "\n".join(merged.problems())
+    assert "no report from shard 1/2" in problems and "-of-3" not in problems
+    assert all("another shard count" in n for n in merged.notes())
+
+
+def test_a_shard_deletes_its_own_stale_report_when_it_starts(tmp_path):
+    course = Course(tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n")
+    (course.submitted / "ann" / course.assignment).mkdir(parents=True)
+    stale = [tmp_path / shards.report_name(0, 2, suffix) for suffix in (".json", ".csv")]
+    other = tmp_path / shards.report_name(1, 2, ".json")
+    for path in [*stale, other]:
+        path.write_text("[]")
+    code, out = run_cli(course, "autograde", "--shard", "0/2")  # stops early: no gradebook here
+    assert code == 1 and "does not know the assignment" in out
+    assert not any(p.exists() for p in stale) and other.exists()  # its own only
+
+
 def test_report_command_writes_the_class_report_and_fails_on_a_problem(tmp_path):
     """``attnlab report`` in a course folder: merges grading_report_shard-*.json, exits 1 on a gap."""
     course = Course(tmp_path)
@@ -151,6 +181,12 @@ def test_db_url_comes_from_the_environment_through_nbgrader_config():
 def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
     assert gradebook.redact(SECRET_URL) == "postgresql+psycopg://grader:***@db.example.org:5433/course"
     assert gradebook.redact("sqlite:////x/gradebook.db") == "sqlite:////x/gradebook.db"
+    for url in ("postgresql+psycopg://grader@db.example.org/course?password=s3cret-pw",
+                "postgresql+psycopg://grader@db.example.org/course?sslmode=require&PASSWORD=s3cret-pw",
+                "postgresql+psycopg://grader:s3cret-pw@db.example.org/course?password=s3cret-pw"):
+        shown = gradebook.redact(url)
+        assert "s3cret-pw" not in shown and "***" in shown and "db.example.org" in shown, shown
+    assert gradebook.redact("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require"
     env = {"ATTNLAB_DB_URL": SECRET_URL, "PGPASSWORD": "pw", "PGPASSFILE": "/root/.pgpass", "DATABASE_URL": "x",
            "PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
     assert gradebook.kernel_env(env) == {"PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
@@ -216,6 +252,9 @@ def test_kubernetes_job_is_an_indexed_job_of_shards():
     assert int(env["SHARDS"]["value"]) == spec["completions"]
     assert "secretKeyRef" in env["ATTNLAB_DB_URL"]["valueFrom"]  # the password never in the file
     assert '--shard "${JOB_COMPLETION_INDEX}/${SHARDS}"' in " ".join(container["args"])
+    security = container["securityContext"]  # what bubblewrap needs, not every host device and capability
+    assert not security.get("privileged") and set(security["capabilities"]["add"]) <= {"SYS_ADMIN", "NET_ADMIN"}
+    assert security["seccompProfile"]["type"] == "Unconfined"
 
 
 def test_make_test_installs_postgres_and_make_install_does_not():

@@ -613,7 +613,13 @@ def instructor_script(s):
         "from IPython.display import HTML, Javascript, display\n"
         "import threading  # `<img src=x onerror=alert(1)>` (the scan quotes this line in the notes)\n"
         f"display(HTML(\"<b>done</b><script>{_FETCH}</script>\"))\n"
-        f"display(Javascript(\"{_FETCH}\"))\n"))
+        f"display(Javascript(\"{_FETCH}\"))\n"
+        # formgrader's template writes an image's width unquoted; update_display rewrites an earlier output
+        f"js = \"{_FETCH}\"\n"
+        "display({'image/png': 'iVBORw0KGgo=', 'text/plain': 'fig'}, raw=True,\n"
+        "        metadata={'image/png': {'width': '1 onerror=' + js}})\n"
+        "handle = display(HTML('<b>step 1</b>'), display_id=True)\n"
+        "handle.update(HTML('<b>step 2</b><img src=x onerror=\"' + js + '\">'))\n"))
 
 
 CASES += [

@@ -761,7 +761,8 @@ def _launch_key(kernel, args, constexprs) -> tuple:
 
     def one(name, const, value):
         if const or value is None:
-            return ("c", type(value), value if isinstance(value, (int, float, str, bool)) else repr(value))
+            # a float by repr: -0.0 == 0.0 (and hash alike) but a kernel may branch on its sign; nan != nan
+            return ("c", type(value), value if isinstance(value, (int, str, bool)) else repr(value))
         if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
             return ("p", value.dtype, value.data_ptr() % 16 == 0)
         if isinstance(value, bool):

@@ -97,6 +97,7 @@ def causal_attention_aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return o, lse, defined
 
 
+@_quiet
 def causal_alignment_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
                           tol: float, expected: str = "top-left") -> str:
     """A sentence to append when a causal ``o`` is the other alignment's output; "" otherwise.

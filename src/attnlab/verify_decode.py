@@ -27,7 +27,7 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
-from .hints import alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
+from .hints import _quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -97,7 +97,9 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
 
 def _top_left_hint(reference, outputs, tol: float):
     """A hint (for :func:`attnlab.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
-    (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right."""
+    (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right.
+    Quiet like every hint: an error inside it gives "", never replacing the failure it explains."""
+    @_quiet
     def hint() -> str:
         if all(matches_with_empty(got, want, tol) for got, want in zip(outputs, reference(align="top-left"))):
             return alignment_sentence("top-left", "bottom-right", "Your kernel's result")

@@ -160,18 +160,20 @@ def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple
 
 
 def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
-                workers=1) -> dict[str, tuple[str, str, float]]:
+                workers=1, spans: dict | None = None) -> dict[str, tuple[str, str, float]]:
     """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds), one
     entry for every job.
 
-    ``workers`` (a :class:`.parallel.Plan`, or a worker count) slots run side by side. A slot takes
-    the next student and grades that student's notebooks one after the other, in ``jobs``' order,
-    so each student's autograded folder and gradebook entries are written by one process only.
-    status is ``ok`` (nbgrader finished), ``failed`` (nbgrader reported an error, or the worker
-    died) or ``timeout`` (the notebook overran ``limit_s``; the worker's process group is killed
-    and a new worker carries on with the notebooks left). A worker that dies between notebooks is
-    replaced; when a slot's worker dies twice in a row before starting a notebook, that notebook
-    and every one the slot takes after it fail with the reason.
+    ``workers`` (a :class:`.parallel.Plan`, or a worker count) slots run side by side, each pinned
+    to its own cores. A slot takes the next student and grades that student's notebooks one after
+    the other, in ``jobs``' order, so each student's autograded folder and gradebook entries are
+    written by one process at a time. status is ``ok`` (nbgrader finished), ``failed`` (nbgrader
+    reported an error, or the worker died) or ``timeout`` (the notebook overran ``limit_s``; the
+    worker's process group is killed and a new worker carries on with the notebooks left). A worker
+    that dies between notebooks is replaced; a slot whose worker dies twice in a row before starting
+    a notebook is retired and hands that student's notebooks back to the others; when no slot is
+    left, they fail with the reason. ``spans`` (when given) receives job -> (slot, start, end) in
+    ``time.monotonic`` seconds, for :func:`overlapped`.
     """
     from . import parallel
 
@@ -179,37 +181,91 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
     by_student: dict[str, list[str]] = {}
     for job in jobs:
         by_student.setdefault(job.split("/")[0], []).append(job)
-    todo = collections.deque(by_student.values())
-    outcomes: dict[str, tuple[str, str, float]] = {}
-    lock = threading.Lock()
-
-    def take() -> list[str] | None:
-        with lock:
-            return todo.popleft() if todo else None
-
-    def done(job: str, outcome) -> None:
-        with lock:  # one at a time: the callback reads the gradebook and prints
-            outcomes[job] = outcome
-            if on_done:
-                on_done(job, outcome)
-
+    pool = _Pool(collections.deque(by_student.values()), on_done, spans)
     base = tool_env()
-    slots = [_Slot(course, plan.env(i, base), limit_s, done) for i in range(min(plan.jobs, len(todo)))]
-    threads = [threading.Thread(target=slot.run, args=(take,), daemon=True) for slot in slots]
+    n = min(plan.jobs, len(pool.todo))
+    slots = [_Slot(course, plan.env(i, base), limit_s, pool, i, plan.cores_of(i) if plan.pin else None)
+             for i in range(n)]
+    pool.live = n
+    threads = [threading.Thread(target=slot.run, daemon=True) for slot in slots]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return outcomes
+    return pool.outcomes
+
+
+class _Pool:
+    """The students still to grade and the outcomes, shared by the slots (one lock)."""
+
+    def __init__(self, todo, on_done, spans) -> None:
+        self.todo, self.on_done, self.spans = todo, on_done, spans
+        self.outcomes: dict[str, tuple[str, str, float]] = {}
+        self.lock = threading.Condition()
+        self.live = 0  # slots not retired
+        self.busy = 0  # slots holding a student (one may still hand it back)
+
+    def take(self) -> list[str] | None:
+        """The next student's jobs; None once there are none and no slot can hand any back."""
+        with self.lock:
+            while not self.todo and self.busy:
+                self.lock.wait()
+            if not self.todo:
+                return None
+            self.busy += 1
+            return self.todo.popleft()
+
+    def finished(self) -> None:
+        """The caller is done with the student it took."""
+        with self.lock:
+            self.busy -= 1
+            self.lock.notify_all()
+
+    def give_back(self, jobs: list[str]) -> bool:
+        """Retire a broken slot: ``jobs`` go back to the front for the slots left; False (and the
+        jobs stay with the caller) when it was the last one."""
+        with self.lock:
+            if self.live <= 1:
+                return False
+            self.live -= 1
+            self.busy -= 1
+            self.todo.appendleft(jobs)
+            self.lock.notify_all()
+            return True
+
+    def done(self, job: str, outcome, slot: int, start: float) -> None:
+        with self.lock:  # one at a time: the callback reads the gradebook and prints
+            self.outcomes[job] = outcome
+            if self.spans is not None:
+                self.spans[job] = (slot, start, time.monotonic())
+            if self.on_done:
+                self.on_done(job, outcome)
+
+
+def overlapped(spans: dict[str, tuple[int, float, float]]) -> set[str]:
+    """The jobs graded while another slot was grading (their time spans intersect)."""
+    out = set()
+    items = sorted(spans.items(), key=lambda kv: kv[1][1])
+    for i, (job, (slot, a0, a1)) in enumerate(items):
+        for other, (slot2, b0, b1) in items[i + 1:]:
+            if b0 >= a1:
+                break
+            if slot2 != slot:
+                out |= {job, other}
+    return out
 
 
 class _Slot:
     """One grading worker at a time (replaced when it dies or overruns), fed jobs on its stdin."""
 
-    def __init__(self, course: Course, env: dict, limit_s: float, done) -> None:
+    #: The worker's command line (tests put a stand-in here).
+    WORKER = (sys.executable, "-m", "attnlab.grading.worker")
+
+    def __init__(self, course: Course, env: dict, limit_s: float, pool: _Pool, index: int = 0,
+                 cores: tuple[int, ...] | None = None) -> None:
         from .execute import PIDFILE_ENV
 
-        self.course, self.limit_s, self.done = course, limit_s, done
+        self.course, self.limit_s, self.pool, self.index, self.cores = course, limit_s, pool, index, cores
         pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
         pidfile.close()
         self.pidfile = Path(pidfile.name)  # this slot's kernels only: killing them spares other slots'
@@ -217,27 +273,42 @@ class _Slot:
         self.proc = self.lines = self.errfile = None
         self.broken = ""  # why this slot's worker cannot start, once it failed twice in a row
 
-    def run(self, take) -> None:
+    def done(self, job: str, outcome) -> None:
+        self.pool.done(job, outcome, self.index, self.began)
+
+    def run(self) -> None:
         try:
-            while (student_jobs := take()) is not None:
-                for job in student_jobs:
-                    if self.broken:
-                        self.done(job, ("failed", self.broken, 0.0))
-                    else:
-                        self._grade(job)
+            while (student_jobs := self.pool.take()) is not None:
+                handed_back = False
+                try:
+                    for k, job in enumerate(student_jobs):
+                        self.began = time.monotonic()
+                        if not self.broken and self._grade(job):
+                            continue
+                        handed_back = self.pool.give_back(student_jobs[k:])
+                        if handed_back:
+                            return  # retired: the slots left grade this student and the rest
+                        self.done(job, ("failed", self.broken, 0.0))  # no slot left
+                finally:
+                    if not handed_back:
+                        self.pool.finished()  # even if grading raised: the other slots must not wait on it
         finally:
             self._stop()
             self.pidfile.unlink(missing_ok=True)
 
     def _start(self) -> None:
         self.errfile = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.worker", str(self.course.root), "-"],
+        self.proc = subprocess.Popen([*self.WORKER, str(self.course.root), "-"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile, text=True,
                                      env=self.env, start_new_session=True)
+        if self.cores:
+            try:  # before it starts a kernel (the first job is written after this): its kernels inherit it
+                os.sched_setaffinity(self.proc.pid, self.cores)
+            except OSError:
+                pass
         self.lines = queue.Queue()
         threading.Thread(target=lambda out, q: ([q.put(ln) for ln in out], q.put(None)),
                          args=(self.proc.stdout, self.lines), daemon=True).start()
-
     def _stop(self, kill: bool = False) -> None:
         """End the worker: close its stdin (it exits after its notebook) or kill its process group."""
         if self.proc is None:
@@ -265,7 +336,9 @@ class _Slot:
         self.errfile.seek(0)
         return self.errfile.read()[-n:]
 
-    def _grade(self, job: str) -> None:
+    def _grade(self, job: str) -> bool:
+        """Grade ``job`` and report its outcome; False (nothing reported) when this slot's worker
+        died twice in a row before starting it: the slot is broken (:attr:`broken`)."""
         deaths = 0  # workers in a row that died before starting this job
         while True:
             if self.proc is None:
@@ -282,7 +355,7 @@ class _Slot:
                 except queue.Empty:
                     self._stop(kill=True)
                     self.done(job, ("timeout", "", time.perf_counter() - began))
-                    return
+                    return True
                 if line is None:  # the worker exited
                     break
                 try:
@@ -295,20 +368,19 @@ class _Slot:
                     started, began = True, time.perf_counter()
                 elif msg.get("done") == job:
                     self.done(job, ("ok" if msg["success"] else "failed", msg["log"], time.perf_counter() - began))
-                    return
+                    return True
             tail = self._tail(3000)
             self.proc.wait()
             code = self.proc.returncode
             self._stop()
             if started:
                 self.done(job, ("failed", "the grading process died\n" + tail, time.perf_counter() - began))
-                return
+                return True
             deaths += 1
             if deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)
                 self.broken = (f"the grading worker exited (status {code}) before grading this notebook\n"
                                + tail[-2000:])
-                self.done(job, ("failed", self.broken, 0.0))
-                return
+                return False
 
 
 def _kill_kernels(pidfile: Path) -> None:
@@ -321,11 +393,14 @@ def _kill_kernels(pidfile: Path) -> None:
         lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
     except OSError:
         return
+    from .execute import process_start
+
     scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
-    for pid, *folders in lines:
+    for pid_start, *folders in lines:
+        pid, _, start = pid_start.partition(":")
         try:
-            cmdline = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
-            if b"ipykernel" in cmdline:  # still a kernel, not a reused pid
+            # still that kernel: a pid the system gave to another process since has another start time
+            if start and process_start(int(pid)) == start:
                 os.killpg(int(pid), signal.SIGKILL)
         except (OSError, ValueError):
             pass
@@ -396,7 +471,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         return [r for a, mine in by_assignment.items()
                 for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe, workers)]
 
-    from .parallel import wait_for_gradebook_locks
+    from .gradebook import wait_for_gradebook_locks
 
     warning = require(allow_unsafe)
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
@@ -440,12 +515,51 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         else:
             finish(f"{s}/{n}", None)
     if present:
-        outcomes = _run_worker(course, present, limit_s, on_done=finish, workers=workers)
+        from .parallel import Plan, plan as make_plan
+
+        plan = workers if isinstance(workers, Plan) else make_plan(workers)
+        spans: dict[str, tuple[int, float, float]] = {}
+        outcomes = _run_worker(course, present, limit_s, on_done=finish, workers=plan, spans=spans)
         for job in present:  # nothing goes unreported, whatever happened to the workers
             if job not in results:
                 finish(job, outcomes.get(job, ("failed", "never graded: the grading process stopped "
                                                          "before reaching this notebook", 0.0)))
+        _regrade_alone(course, [j for j in present if j in overlapped(spans) and contended(results[j])],
+                       results, finish, plan, limit_s, progress)
     return [results[f"{s}/{n}"] for s, n in jobs]
+
+
+#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken): a
+#: timeout, a dead or unresponsive kernel, an exhausted budget, an out-of-memory error.
+_CONTENDED = re.compile(r"ran past|kernel died|stopped responding|did not respond to an interrupt|used up its "
+                        r"[\d.]+ s budget|grading worker process died|out of memory|OutOfMemoryError", re.IGNORECASE)
+
+
+def contended(result: NotebookResult) -> bool:
+    """Whether ``result`` failed (or lost a cell) in a way a kernel in another slot can cause."""
+    texts = [result.reason, *result.notes, *(c.reason for c in result.cells)]
+    return result.status == "timeout" or any(_CONTENDED.search(t) for t in texts if t)
+
+
+def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan, limit_s: float,
+                   progress) -> None:
+    """Grade ``again`` once more, one worker alone with every core (after the parallel pass): a
+    timeout, dead kernel or out-of-memory error while other slots ran may be theirs. The serial
+    result counts; its notes say so and what the parallel pass gave."""
+    if not again:
+        return
+    if progress:
+        progress(f"grading {len(again)} notebook(s) again alone (a timeout, dead kernel or out-of-memory error "
+                 f"while other workers ran): {', '.join(again)}")
+    first = {job: results[job] for job in again}
+    _run_worker(course, again, limit_s, on_done=finish, workers=plan.alone())
+    for job in again:
+        was = first[job]
+        why = was.reason if was.status != "graded" else next(
+            (t for t in [*was.notes, *(c.reason for c in was.cells)] if t and _CONTENDED.search(t)), "")
+        if job in results and results[job] is not was:
+            results[job].notes.append(f"graded again alone after the parallel pass, where it got "
+                                      f"{was.points:g}/{was.max_points:g} ({was.status}: {why}); this result counts")
 
 
 def not_graded(results: list[NotebookResult]) -> list[NotebookResult]:

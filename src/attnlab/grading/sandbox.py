@@ -19,7 +19,10 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   ``kill(0, ...)`` inside);
 - no network but loopback of its own (``--unshare-net``): the kernel talks to the grader over
   Unix sockets (jupyter's ``ipc`` transport) in a folder bound into the sandbox;
-- the GPU's device nodes (``/dev/nvidia*``, ``/dev/dri``) are bound in when the host has them.
+- the GPU's device nodes (``/dev/nvidia*``, ``/dev/dri``) are bound in when the host has them; when
+  the grading worker was given one GPU's node (:data:`GPU_DEVICE_ENV`, set by :mod:`.parallel` for
+  ``--jobs``), only that node and the driver's control nodes (:data:`GPU_CONTROL_NODES`), so a
+  kernel cannot allocate memory on another worker's GPU.
 
 :class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
 way, each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
@@ -39,6 +42,8 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
+from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
+
 #: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
 #: the sandbox; read by nbgrader_config.py.
 UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
@@ -47,6 +52,9 @@ UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
 TMPFS_BYTES = 512 * 2**20
 #: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
 HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
+
+#: Driver nodes every CUDA process opens besides its GPU's own node (those present are bound).
+GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 
 RISK = ("Without the sandbox, learner code runs with your account's rights: it can read and rewrite "
         "gradebook.db and other students' submissions, plant a module named `attnlab` or a .pth file "
@@ -110,8 +118,21 @@ def require(allow_unsafe: bool = False) -> str:
 
 
 def _course_roots() -> list[str]:
-    """Folders that hold a gradebook: the working folder (nbgrader runs in the course folder)."""
-    return [os.getcwd()]
+    """Folders to hide besides :data:`HIDDEN`: the working folder (nbgrader runs in the course
+    folder, gradebook included) and the grader's temporary folder, where every other kernel's
+    scratch folder lives (``TMPDIR`` need not be /tmp)."""
+    return [os.getcwd(), tempfile.gettempdir()]
+
+
+def gpu_nodes(dev: Path = Path("/dev"), env: dict | None = None) -> list[str]:
+    """The device nodes to bind into the sandbox: the worker's own GPU (:data:`GPU_DEVICE_ENV`) and
+    the control nodes when it has one, else every ``/dev/nvidia*`` and ``/dev/dri``; those present."""
+    own = (os.environ if env is None else env).get(GPU_DEVICE_ENV)
+    if own:
+        wanted = [Path(own), *(dev / name for name in GPU_CONTROL_NODES)]
+    else:
+        wanted = [*sorted(dev.glob("nvidia*")), dev / "dri"]
+    return [str(p) for p in wanted if p.exists()]
 
 
 def _under(path: str, folders) -> bool:
@@ -153,9 +174,8 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     hide = [os.path.realpath(h) for h in hide]
     hide.sort(key=len)  # parents first: a tmpfs over a folder hides the mounts made before it under it
     args = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for dev in sorted(Path("/dev").glob("nvidia*")) + [Path("/dev/dri")]:
-        if dev.exists():
-            args += ["--dev-bind", str(dev), str(dev)]
+    for dev in gpu_nodes():
+        args += ["--dev-bind", dev, dev]
     args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
     for h in hide:
         args += ["--size", str(TMPFS_BYTES), "--tmpfs", h]

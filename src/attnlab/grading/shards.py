@@ -19,9 +19,12 @@ submission, grades), and the rows shared by all students (course, assignment, no
 cells) are created once beforehand by ``nbgrader generate_assignment``; ``attnlab autograde``
 refuses to start before that, so shards never race to create them.
 
-Each shard writes ``grading_report_shard-<i>-of-<N>.csv`` and ``.json`` in the course folder;
-:func:`merge` (``attnlab report``) joins them into the class report and lists students graded
-by more than one shard, submitted students no shard graded, and shards whose report is missing.
+Each shard deletes its own ``grading_report_shard-<i>-of-<N>.csv`` and ``.json`` in the course
+folder when it starts and writes them when it is done, so a report on disk is always the last
+finished run's. :func:`merge` (``attnlab report``) joins the reports of one shard count N (the
+newest report's: reports of an earlier split of the class into another N are left out and named)
+into the class report, and lists students graded by more than one shard, submitted students no
+shard graded, and the shards of that N whose report is missing (not run, still running, or failed).
 """
 
 from __future__ import annotations
@@ -84,16 +87,47 @@ class Merged:
     results: list[NotebookResult]                              # one per (student, notebook), first shard's
     graded_twice: dict[str, list[str]] = field(default_factory=dict)  # student -> the report files grading it
     missing: list[str] = field(default_factory=list)           # submitted, in no report
-    missing_shards: list[str] = field(default_factory=list)    # report files expected from the shard counts
+    missing_shards: list[str] = field(default_factory=list)    # report files expected from the shard count
     wrong_shard: dict[str, str] = field(default_factory=dict)  # student -> report of a shard that should not grade it
+    left_out: list[str] = field(default_factory=list)          # reports of another shard count (stale)
+    used: list[str] = field(default_factory=list)              # the reports merged
 
     def problems(self) -> list[str]:
         """One line per problem; empty when every submitted student was graded exactly once."""
         lines = [f"graded by more than one shard: {s} ({', '.join(files)})" for s, files in self.graded_twice.items()]
         lines += [f"submitted but graded by no shard: {s}" for s in self.missing]
-        lines += [f"no report from shard: {f}" for f in self.missing_shards]
+        lines += [f"no report from shard {self._shard(f)} ({f}): not run yet, still running, or it failed"
+                  for f in self.missing_shards]
         lines += [f"graded by a shard it does not belong to: {s} ({f})" for s, f in self.wrong_shard.items()]
         return lines
+
+    def notes(self) -> list[str]:
+        """What was left out and why (no problem: an earlier run split the class another way)."""
+        return [f"left out {f}: another shard count than the newest report's (an earlier run's)" for f in self.left_out]
+
+    @staticmethod
+    def _shard(name: str) -> str:
+        m = _REPORT.match(name)
+        return f"{m[1]}/{m[2]}" if m else name
+
+
+def _one_count(reports: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(the reports to merge, the ones left out): shard reports of the newest report's N only (files
+    not named as shard reports are always merged)."""
+    named = [(p, _REPORT.match(p.name)) for p in reports]
+    counts = {int(m[2]) for _, m in named if m}
+    if len(counts) <= 1:
+        return reports, []
+    newest = max((p for p, m in named if m), key=lambda p: p.stat().st_mtime)
+    n = int(_REPORT.match(newest.name)[2])
+    return [p for p, m in named if not m or int(m[2]) == n], [p for p, m in named if m and int(m[2]) != n]
+
+
+def clear_report(*paths) -> None:
+    """Delete a shard's own report files (at its start): a run that dies leaves no stale report."""
+    for path in paths:
+        if path:
+            Path(path).unlink(missing_ok=True)
 
 
 def merge(reports: list[Path], submitted: list[str] | None = None) -> Merged:
@@ -102,7 +136,8 @@ def merge(reports: list[Path], submitted: list[str] | None = None) -> Merged:
     Args:
         reports: the shards' JSON reports. Files named ``grading_report_shard-<i>-of-<N>.json`` are
             also checked against their shard: the shards of the same N that have no file are
-            listed, and so is a student graded by a shard it does not belong to.
+            listed, and so is a student graded by a shard it does not belong to. When they name
+            several N, only the newest report's N is merged (the others: ``left_out``).
         submitted: the students who submitted (default: not checked); those in no report are listed.
 
     Returns:
@@ -114,7 +149,8 @@ def merge(reports: list[Path], submitted: list[str] | None = None) -> Merged:
     by_student: dict[str, list[str]] = {}
     results: dict[tuple[str, str], NotebookResult] = {}
     counts: dict[int, set[int]] = {}
-    merged = Merged([])
+    reports, left_out = _one_count([Path(p) for p in reports])
+    merged = Merged([], left_out=[p.name for p in left_out], used=[p.name for p in reports])
     for path in reports:
         path = Path(path)
         shard = _REPORT.match(path.name)
@@ -194,8 +230,10 @@ def _cmd_report(args) -> int:
     write_report_csv(merged.results, csv_path)
     write_report_json(merged.results, csv_path.with_suffix(".json"))
     print(format_report(merged.results))
-    print(f"\nmerged {len(reports)} shard reports: {len({r.student for r in merged.results})} students, "
+    print(f"\nmerged {len(merged.used)} shard reports: {len({r.student for r in merged.results})} students, "
           f"{len(merged.results)} notebooks -> {csv_path} (and .json)")
+    for line in merged.notes():
+        print(f"note: {line}")
     problems = merged.problems()
     for line in problems:
         print(f"PROBLEM: {line}")

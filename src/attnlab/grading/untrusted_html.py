@@ -10,6 +10,14 @@ student's grades. The grader therefore cleans, at autograde time:
 - outputs (:func:`clean_data`): script types (``application/javascript``), SVG and Markdown are
   dropped, HTML is cleaned with bleach (nbconvert's own dependency) to plain formatting tags, or
   dropped for the output's plain text where it has one;
+- output metadata (:func:`clean_metadata`): nbconvert's classic template, which formgrader's
+  ``formgrade`` and the feedback template extend, writes an image's ``width={{ width }}`` and
+  ``height`` unquoted, so ``{"image/png": {"width": "1 onerror=..."}}`` becomes an event attribute.
+  Only integer width/height and a plain-text alt (written quoted) are kept, per image type and at
+  the top level where the template looks; every other key is dropped;
+- the finished notebook (:func:`clean_outputs`): an ``update_display_data`` message (and a display
+  that reuses a ``display_id``) rewrites earlier outputs inside nbclient without going through the
+  executor's ``output`` hook, so every output is cleaned once more after the run;
 - written answers (:func:`clean_markdown`): an answer whose rendering bleach would change is
   replaced by its cleaned rendering (HTML is valid Markdown), so an honest answer stays as written.
 """
@@ -17,6 +25,7 @@ student's grades. The grader therefore cleans, at autograde time:
 from __future__ import annotations
 
 import bleach
+from nbformat import from_dict
 
 #: Formatting tags nbconvert's Markdown and pandas-style tables produce; nothing that runs code.
 TAGS = frozenset({"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "details", "div", "dl", "dt", "em",
@@ -53,6 +62,87 @@ def clean_data(data: dict) -> tuple[dict, bool]:
     if changed and not out:
         out["text/plain"] = "[grader] output removed: it could run script where the instructor reads it"
     return out, changed
+
+
+#: Output metadata keys a template renders as an attribute (see the module docstring).
+_SIZE_KEYS, _ALT_KEY = ("width", "height"), "alt"
+_ALT_CHARS = 1000
+
+
+def _size(value) -> int | None:
+    """``value`` as a non-negative pixel count, or None when it is not one (a bool, "1 onerror=...")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        return int(value.strip())
+    return None
+
+
+def _clean_keys(meta: dict) -> tuple[dict, bool]:
+    out, rejected = {}, False
+    for key in _SIZE_KEYS:
+        if key in meta:
+            size = _size(meta[key])
+            if size is None:
+                rejected = True
+            else:
+                out[key] = size
+    if _ALT_KEY in meta:
+        if isinstance(meta[_ALT_KEY], str):
+            out[_ALT_KEY] = meta[_ALT_KEY][:_ALT_CHARS]
+        else:
+            rejected = True
+    return out, rejected
+
+
+def clean_metadata(metadata: dict) -> tuple[dict, bool]:
+    """An output's ``metadata`` with only what is safe to render: integer ``width``/``height`` and a
+    plain-text ``alt``, under a mime type or at the top level (where nbconvert's ``get_metadata``
+    looks); everything else (``filenames``, ``isolated``, ``needs_background``, ...) is dropped.
+
+    Returns:
+        (cleaned metadata, whether a width, height or alt was rejected: a value that could only be
+        meant to inject markup, worth the instructor's review). Dropping other keys is no finding:
+        matplotlib and IPython set some of them on honest figures.
+    """
+    if not isinstance(metadata, dict):
+        return {}, bool(metadata)
+    out, rejected = _clean_keys(metadata)
+    for mime, value in metadata.items():
+        if isinstance(value, dict) and "/" in mime:
+            kept, bad = _clean_keys(value)
+            rejected |= bad
+            if kept:
+                out[mime] = kept
+    return out, rejected
+
+
+def clean_content(content: dict) -> tuple[dict, bool]:
+    """A display message's (or output's) ``content`` with :func:`clean_data` and :func:`clean_metadata`
+    applied; and whether something that could run script was removed."""
+    data, changed = clean_data(content.get("data", {}))
+    metadata, rejected = clean_metadata(content.get("metadata", {}))
+    return {**content, "data": data, "metadata": metadata}, changed or rejected
+
+
+def clean_outputs(nb) -> list[int]:
+    """Clean every rich output of ``nb``'s code cells in place (:func:`clean_content`); the indices of
+    the cells where something that could run script was removed."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") in ("display_data", "execute_result"):
+                cleaned, changed = clean_content(out)
+                out["data"], out["metadata"] = from_dict(cleaned["data"]), from_dict(cleaned["metadata"])
+                if changed and index not in found:
+                    found.append(index)
+    return found
 
 
 def clean_markdown(source: str) -> str | None:

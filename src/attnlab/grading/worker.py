@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
     root = os.path.abspath(root)
     os.chdir(root)
     os.environ.update(tool_env())  # alembic must be findable when nbgrader touches the gradebook
-    from .parallel import wait_for_gradebook_locks
+    from .gradebook import wait_for_gradebook_locks
 
     wait_for_gradebook_locks()  # other workers write to the same gradebook
     from nbgrader.apps import NbGraderAPI
