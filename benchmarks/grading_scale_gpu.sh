@@ -45,9 +45,16 @@ grade() {
     --report-json "$R/$name.json" > "$R/$name.log" 2>&1
   local rc=$? wall=$(( $(date +%s) - t ))
   say "$name: jobs=$jobs submissions=$n rc=$rc wall=${wall}s per-submission=$(python3 -c "print(round($wall/$n, 1))") | $(grep -E '^graded ' "$R/$name.log")"
+  say "  plan: $(grep -m1 -E 'worker' "$R/$name.log")"
   pack
 }
-if [ -n "${SMOKE:-}" ]; then  # a check of this script on any machine: two submissions, two workers
+# evidence that the kernels ran on the GPUs: per-GPU memory every 2 s, and the notebooks' own device line
+nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$R/gpu_use.csv" 2>/dev/null &
+SMI=$!
+if [ -n "${PLAN:-}" ]; then  # PLAN="name:jobs:submissions:need_s ..." (e.g. the 2-GPU host)
+  RUNS=(); CPU=()
+  for spec in $PLAN; do IFS=: read -r name jobs n need <<< "$spec"; grade "$name" "$jobs" "$n" "$need"; RUNS+=("$R/$name.json"); done
+elif [ -n "${SMOKE:-}" ]; then  # a check of this script on any machine: two submissions, two workers
   grade smoke-j2 2 2 0; grade smoke-j1 1 1 0 env CUDA_VISIBLE_DEVICES= taskset -c 0
   RUNS=("$R"/smoke-j2.json "$R"/smoke-j1.json); CPU=()
 else
@@ -58,6 +65,9 @@ else
   grade cpu2-j2 2 4 70 env CUDA_VISIBLE_DEVICES= taskset -c 0,1
   RUNS=("$R"/gpu-j1.json "$R"/gpu-j4.json "$R"/gpu-j8.json "$R"/gpu-j16.json); CPU=("$R"/cpu2-j2.json)
 fi
+kill $SMI 2>/dev/null
+say "GPUs that held memory during the runs (index: max MiB): $(awk -F', ' '{split($2,a," "); if (a[1]>m[$1]) m[$1]=a[1]} END {for (i in m) printf "%s: %s  ", i, m[i]}' "$R/gpu_use.csv")"
+say "autograded 05 notebooks that ran on a GPU: $(grep -l 'GPU: NVIDIA' autograded/*/attention_kernels/05_triton_flash.ipynb 2>/dev/null | wc -l) of $(ls autograded/*/attention_kernels/05_triton_flash.ipynb 2>/dev/null | wc -l)"
 have() { for f in "$@"; do [ -s "$f" ] && echo "$f"; done; }
 say "== GPU runs against each other and the expected totals"
 $PY benchmarks/compare_reports.py --expected "$R/synthetic.txt" $(have "${RUNS[@]}") 2>&1 | tee -a "$S"
