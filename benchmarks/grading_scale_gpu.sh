@@ -31,6 +31,13 @@ UNSAFE=""
 $PY -c "from attnlab.grading.sandbox import check; ok, d = check(); print('sandbox:', ok, d); raise SystemExit(0 if ok else 1)" \
   >> "$S" 2>&1 || UNSAFE="--unsafe-no-sandbox"
 say "unsafe flag: '${UNSAFE}'  setup done at $(( $(date +%s) - T0 )) s"
+if [ -n "${SAMPLES_JOBS:-}" ]; then  # `make grade` on this host: build, the sample submissions of both assignments
+  t=$(date +%s)
+  $PY -m attnlab.grading.cli grade-samples --jobs "$SAMPLES_JOBS" $UNSAFE > "$R/grade-samples.log" 2>&1
+  say "grade-samples --jobs $SAMPLES_JOBS: rc=$? wall=$(( $(date +%s) - t ))s"
+  grep -E "^(student|reference|blank|typical_mistakes|==) " "$R/grade-samples.log" | tee -a "$S"
+  pack
+fi
 $PY -c "from attnlab.grading.build import generate_assignment; from attnlab.grading.course import Course
 generate_assignment(Course.find())" > "$R/generate.log" 2>&1 || { say "generate_assignment failed"; tail -20 "$R/generate.log" >> "$S"; pack; exit 1; }
 $PY -m attnlab.grading.cli synthetic-class ${CLASS:-24} --kinds reference,mistake,variant,blank > "$R/synthetic.txt" 2>&1
