@@ -121,6 +121,44 @@ def test_quantize_checker_allows_half_an_e4m3_step_and_no_more():
         check_quantize_fp8(rounded_down)
 
 
+def _head_scales(x, divisor=448.0, reduce=lambda a: a.abs().amax(dim=(-2, -1))):
+    return reduce(x).float() / divisor
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda x, block_rows=None: _head_scales(x, reduce=lambda a: a.amax(dim=(-2, -1))), r"max\(x\) / 448"),
+    (lambda x, block_rows=None: _head_scales(x, 240.0), "max [|]x[|] / 240"),
+    (lambda x, block_rows=None: 1 / _head_scales(x), "448 / max [|]x[|]"),
+    (lambda x, block_rows=None: _head_scales(x) + 1e-4, "an epsilon added"),
+], ids=["max-not-amax", "wrong-fp8-max", "quantising-factor", "epsilon"])
+def test_scale_checker_names_the_mistake(fn, says):
+    from attnlab.verify_tuning import check_fp8_scales
+
+    with pytest.raises(AssertionError, match=says):
+        check_fp8_scales(fn)
+
+
+def _quantize_with(transform):
+    def quantize(x, scale, block_rows=None):
+        return transform(x.float(), scale[:, :, None, None].float())
+    return quantize
+
+
+@pytest.mark.parametrize("fn, says, kw", [
+    (_quantize_with(lambda x, s: (x / s).to(torch.float8_e4m3fn)), "beyond ±448", dict(scale_factor=0.5)),
+    (_quantize_with(lambda x, s: ((x / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s)
+                    .to(torch.float8_e4m3fn)), "x itself", {}),
+    (_quantize_with(lambda x, s: (x * s).clamp(-448, 448).to(torch.float8_e4m3fn)), "These are x · scale", {}),
+    (_quantize_with(lambda x, s: (x / s).clamp(-240, 240).to(torch.float8_e4m3fn)), "±240", {}),
+    (_quantize_with(lambda x, s: (x / s).clamp(-448, 448).half().to(torch.float8_e4m3fn)), "rounds twice", {}),
+], ids=["no-clamp", "dequantised", "multiplied", "saturates-at-240", "double-rounding"])
+def test_quantize_checker_names_the_mistake(fn, says, kw):
+    from attnlab.verify_tuning import check_quantize_fp8
+
+    with pytest.raises(AssertionError, match=says):
+        check_quantize_fp8(fn, **kw)
+
+
 # ------------------------------------------------------------------------------ the measurement
 def test_recorded_measurement_reads_back_plots_and_ships(tmp_path):
     import matplotlib
