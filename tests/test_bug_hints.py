@@ -21,7 +21,8 @@ import torch
 
 from attnlab import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
-from attnlab.hints import LOG2E, delta_hint, log2e_hint, padding_zero_hint, row_stride_hint, zero_max_hint
+from attnlab.hints import (LOG2E, delta_hint, log2e_hint, padding_zero_hint, row_stride_hint, scale_factor_hint,
+                           zero_max_hint)
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
 
@@ -155,6 +156,17 @@ def test_delta_hint_speaks_of_the_preprocess_kernel_in_07_and_needs_a_match():
     assert "Δ_i left out" in hint and "preprocess kernel" in hint, hint
     assert delta_hint("dk", dk, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10) == ""
     assert delta_hint("dv", dk_no_d, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10) == ""
+
+
+def test_07_scale_left_out_or_applied_twice_is_named_for_dq_and_dk_only():
+    q, k, v, do = _qkv(8, 20)
+    dq, dk, dv = reference_gradients(q, k, v, do)
+    scale = 8 ** -0.5
+    assert "without the factor scale" in scale_factor_hint("dk", dk / scale, dk, scale, 1e-10)
+    assert "scale applied twice" in scale_factor_hint("q.grad", dq * scale, dq, scale, 1e-10)
+    assert scale_factor_hint("dk", dk, dk, scale, 1e-10) == ""
+    assert scale_factor_hint("dk", dk * 1.5, dk, scale, 1e-10) == ""
+    assert scale_factor_hint("dv", dv / scale, dv, scale, 1e-10) == ""
 
 
 # ---------------------------------------------------------------------------------------- 04

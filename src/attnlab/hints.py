@@ -14,7 +14,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "matches_with_empty", "merge_overflow_hint", "padding_zero_hint",
+           "diagnosed", "log2e_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "padding_zero_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -180,6 +180,22 @@ def _matches(got, want: torch.Tensor, tol: float) -> bool:
     if not torch.isfinite(got).all() or not torch.isfinite(want).all() or want.norm().item() == 0:
         return False
     return (got - want).norm().item() <= tol * want.norm().item()
+
+
+@_quiet
+def scale_factor_hint(name: str, got, want: torch.Tensor, scale: float, tol: float) -> str:
+    """A sentence to append when a gradient of the scaled scores, ``dq`` or ``dk`` (and their ``.grad``),
+    is ``want`` times 1/scale (the factor left out) or times scale (applied twice); "" otherwise.
+
+    S = scale · Q Kᵀ, so dQ = scale · dS K and dK = scale · dSᵀ Q: one factor each, none for dV.
+    """
+    if name.split(".")[0] not in ("dq", "dk", "q", "k"):
+        return ""
+    for factor, cause in ((1 / scale, "without the factor scale"), (scale, "with scale applied twice")):
+        if _matches(got, want * factor, tol):
+            return (f"Your {name} is the gradient {cause}: S = scale · Q Kᵀ, so dQ = scale · dS K and "
+                    f"dK = scale · dSᵀ Q carry it once (apply it to the accumulator before the store); dV has none.")
+    return ""
 
 
 @_quiet
