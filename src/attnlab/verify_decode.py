@@ -61,10 +61,17 @@ def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, to
                       (~empty & ~torch.isfinite(a), "a finite value")):
         if bad.any():
             idx = tuple(int(i) for i in bad.nonzero()[0])
+            got = a[idx].item()
+            if got == float("-inf"):  # a row that should see keys saw none
+                why = ("-inf means no key was visible to that row: is the causal bound inclusive (key j is "
+                       "visible when j <= seqlens[b] - T_q + i, its own position included), and does the loop "
+                       "cover the slice's keys?")
+            else:
+                why = ("NaN usually means an element was never written or exp(-inf - (-inf)) was computed for "
+                       "a row with no visible key.")
             raise AssertionError(
                 f"{name} [{case}]: {int(bad.sum())} of {a.numel()} elements are wrong; first at index {idx}: "
-                f"got {a[idx].item()}, expected {want}. NaN usually means an element was never written "
-                f"or exp(-inf - (-inf)) was computed for a row with no visible key.")
+                f"got {got}, expected {want}. {why}")
     assert_close(a.masked_fill(empty, 0.0), expected.to(torch.float64).masked_fill(empty, 0.0),
                  name=name, case=case, tol=tol)
 
