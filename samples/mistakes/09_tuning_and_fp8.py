@@ -95,7 +95,7 @@ MISTAKES = [
         id="09-quantize-no-clamp", notebook=_NB, cell=_QUANT,
         edits=(("(x.float() / s).clamp(-E4M3_MAX, E4M3_MAX).to(", "(x.float() / s).to("),),
         fails=(_T_QUANT,),
-        why="casts without saturating: PyTorch's cast saturates by chance, Triton's and other converters give NaN",
+        why="casts without saturating: PyTorch's cast saturates by chance, others (ml_dtypes) give NaN",
     ),
     Mistake(
         id="09-ok-rel-err-of-the-number", notebook=_NB, cell="predict-fp8",

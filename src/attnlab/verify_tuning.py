@@ -148,8 +148,9 @@ def _e4m3_half_step(y: torch.Tensor) -> torch.Tensor:
 
 class _SaturationProbe(MethodProbe):
     """Sees every cast to float8_e4m3fn inside the learner's call and records the first one whose
-    input holds finite values beyond ±448: PyTorch's cast happens to saturate them, but Triton's
-    ``.to(tl.float8e4nv)`` and other converters give NaN, so the notebook asks for an explicit clamp."""
+    input holds finite values beyond ±448: PyTorch's cast (and Hopper's ``cvt.rn.satfinite``) happens to
+    saturate them, but other converters give NaN (ml_dtypes, for NumPy and JAX: jax-ml/ml_dtypes#400), so
+    the notebook asks for an explicit clamp."""
 
     decides = True
 
@@ -213,8 +214,8 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     s = torch.where(s > 0, s * scale_factor, torch.ones_like(s)).float()
     x_in, s_in = x.clone(), s.clone()
     probe = _SaturationProbe(rule="", where=f"quantize_fp8 [{case}]", inputs=(x_in, s_in),
-                             hint="PyTorch's cast happens to saturate, Triton's and other converters give NaN: "
-                                  "clamp x / scale to ±448 yourself before the cast.")
+                             hint="PyTorch's cast happens to saturate, other converters give NaN (ml_dtypes, for "
+                                  "NumPy and JAX): clamp x / scale to ±448 yourself before the cast.")
     got = _call(fn, "quantize_fp8", x_in, s_in, block_rows, _probe=probe)
     if not isinstance(got, torch.Tensor) or got.dtype != _FP8:
         raise AssertionError(f"quantize_fp8 [{case}]: expected a torch.float8_e4m3fn tensor, got "
