@@ -92,6 +92,15 @@ def test_launcher_refuses_a_plain_function():
         launch_tuning.launch_tuned_forward(lambda *a: None, q, q, q)
 
 
+@pytest.mark.parametrize("answer, passes", [("1 / 17", True), ("2 ** -4", True), ("2 ** -3", False)])
+def test_e4m3_error_is_right_relative_to_the_number_or_to_its_power_of_two(answer, passes):
+    """Half a step is 2^-4 of the power of two below; of the number itself, at worst 2^-4 / (1 + 2^-4)."""
+    failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, "predict-fp8",
+                          (("e4m3_rel_err = 2.0 ** -4", f"e4m3_rel_err = {answer}"),),
+                          only={"test-predict-smem", "test-predict-fp8"})  # the first imports the checks
+    assert set(failed) == (set() if passes else {"test-predict-fp8"}), failed
+
+
 # ------------------------------------------------------------------------------ the checkers
 def test_scale_checker_accepts_any_positive_scale_for_a_zero_head_and_names_per_tensor_scales():
     from attnlab.verify_tuning import check_fp8_scales, expected_scales

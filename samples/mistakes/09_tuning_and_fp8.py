@@ -98,12 +98,6 @@ MISTAKES = [
         why="casts without saturating: PyTorch's cast saturates by chance, others (ml_dtypes) give NaN",
     ),
     Mistake(
-        id="09-ok-rel-err-of-the-number", notebook=_NB, cell="predict-fp8",
-        edits=(("e4m3_rel_err = 2.0 ** -4", "e4m3_rel_err = 1 / 17"),),
-        fails=(),
-        why="not a mistake: relative to the number itself the worst rounding error is 2^-4 / (1 + 2^-4) = 1/17",
-    ),
-    Mistake(
         id="09-ok-scale-floor", notebook=_NB, cell=_SCALES,
         edits=((_ZERO_GUARD, "amax.clamp_min(1e-12) / E4M3_MAX"),),
         fails=(),
