@@ -331,7 +331,10 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
     wrongly_kept = [show(c) for c in configs if id(c) in got_ids - want_ids]
     wrongly_dropped = [show(c) for c in want if id(c) not in got_ids]
     foreign = [c for c in got if id(c) not in {id(k) for k in configs}]
-    msg = f"prune_configs [{case}]: kept {len(got)} configs, expected {len(want)}."
+    from .launch_tuning import CONFIG_SPACE
+
+    msg = (f"prune_configs [{case}]: of {len(configs)} configs (the {len(CONFIG_SPACE)} of CONFIG_SPACE and "
+           f"{len(configs) - len(CONFIG_SPACE)} more), kept {len(got)}, expected {len(want)}.")
     if wrongly_kept:
         msg += f" Kept but cannot run: {', '.join(wrongly_kept[:4])}."
     if wrongly_dropped:
