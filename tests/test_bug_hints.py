@@ -274,6 +274,24 @@ def test_08_merge_without_the_max_is_named_as_overflow():
     assert merge_overflow_hint(nan_row0.flip(0), lse) == ""  # the NaN row is not the overflowing one
 
 
+def test_08_merge_weights_mistakes_are_named():
+    """Equal weights (a sample mistake, through the kernel), and base-2 or unnormalised weights."""
+    from attnlab.hints import merge_weights_hint
+    from attnlab.verify_decode import check_decode_merge_kernel
+
+    msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-equal-weights"), num_splits=5,
+                   B=2, H=3)
+    assert "weighted equally" in msg, msg
+    lse = torch.tensor([[0.3, -1.2, float("-inf")], [2.0, 0.5, 1.0]], dtype=torch.float64)
+    o_part = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w = (lse - lse.amax(-1, keepdim=True)).exp()
+    right = (w[..., None] * o_part).sum(-2) / w.sum(-1, keepdim=True)
+    w2 = (lse - lse.amax(-1, keepdim=True)).exp2()
+    assert "not exp2" in merge_weights_hint((w2[..., None] * o_part).sum(-2) / w2.sum(-1, keepdim=True), o_part, lse, 1e-9)
+    assert "never divided" in merge_weights_hint((w[..., None] * o_part).sum(-2), o_part, lse, 1e-9)
+    assert merge_weights_hint(right, o_part, lse, 1e-9) == ""
+
+
 def test_08_keys_read_past_the_length_get_the_load_rule_not_the_nan_guess():
     from attnlab.verify_decode import check_decode_partial_kernel
 

@@ -14,7 +14,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "padding_zero_hint",
+           "diagnosed", "log2e_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -168,6 +168,40 @@ def merge_overflow_hint(o, lse_part: torch.Tensor) -> str:
     return (f"These rows are the ones with a partial LSE above 88.7 (up to {top:.4g} here): exp(LSE_s) overflows "
             f"float32 to inf there, and inf / inf = NaN. Subtract the max LSE before exponentiating: weight "
             f"split s by exp(LSE_s − max_s LSE_s) (at most 1) and add the max back to the merged LSE.")
+
+
+@_quiet
+def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: float) -> str:
+    """A sentence to append when a split-K merge's ``o`` is the partials weighted wrongly in a known way;
+    "" otherwise.
+
+    Args:
+        o: the learner's merged (..., D) output; o_part (..., S, D), lse_part (..., S): the partials it was
+            given (natural-log LSE, -inf for an empty split); tol: relative error of a match.
+
+    Right: O = Σ_s w_s O_s / Σ_s w_s with w_s = exp(LSE_s − max LSE) (each split's share of the row's
+    softmax mass). Recognised: base-2 weights 2^(LSE_s − max) for a natural-log LSE, weights never divided
+    by their sum, and equal weights for every split with keys.
+    """
+    o_part, lse_part = (t.detach().to(device="cpu", dtype=torch.float64) for t in (o_part, lse_part))
+    top = lse_part.amax(-1, keepdim=True)
+    shifted = (lse_part - top.masked_fill(torch.isneginf(top), 0.0))
+    w = shifted.exp()
+    candidates = (
+        (shifted.exp2(), True, "weights 2^(LSE_s − max): the partial LSEs are natural logs, so the weights are "
+                               "exp(LSE_s − max), not exp2 (or scale by log2(e) first)"),
+        (w, False, "weights exp(LSE_s − max) that are never divided by their sum Σ_s exp(LSE_s − max)"),
+        (torch.isfinite(lse_part).double(), True, "every split with keys weighted equally: a split's weight is "
+                                                  "its share of the row's softmax mass, exp(LSE_s − max)"),
+    )
+    for weights, normalised, cause in candidates:
+        total = weights.sum(-1, keepdim=True)
+        if normalised:
+            weights = weights / total.masked_fill(total == 0, 1.0)
+        want = (weights[..., None] * o_part).sum(-2)
+        if _matches(o, want, tol):
+            return f"Your merged O is the partials merged with {cause}."
+    return ""
 
 
 def _matches(got, want: torch.Tensor, tol: float) -> bool:

@@ -27,7 +27,7 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
-from .hints import alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
+from .hints import alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -229,7 +229,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
     diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol),
-              lambda: merge_overflow_hint(o, lse_part32))
+              lambda: merge_overflow_hint(o, lse_part32),
+              lambda: merge_weights_hint(o, o_part32, lse_part32, tol))
     assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
                           tol=1e-5)
 
