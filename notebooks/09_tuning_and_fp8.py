@@ -509,7 +509,7 @@ def quantize_fp8(x, scale, block_rows=None):
 
 
 # %% nbgrader={"grade_id": "test_quantize_fp8", "grade": true, "locked": true, "points": 2}
-check_quantize_fp8(quantize_fp8, B=2, H=3, T=40, D=16)
+check_quantize_fp8(quantize_fp8, B=2, H=3, T=40, D=16, scale_factor=0.5)  # some |x / scale| > 448: saturate
 check_quantize_fp8(quantize_fp8, B=1, H=2, T=64, D=16, block_rows=16, seed=1)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS
