@@ -21,8 +21,8 @@ import torch
 
 from attnlab import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
-from attnlab.hints import (LOG2E, delta_hint, log2e_hint, padding_zero_hint, row_stride_hint, scale_factor_hint,
-                           zero_max_hint)
+from attnlab.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
+                           scale_factor_hint, zero_max_hint)
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
 
@@ -234,6 +234,26 @@ def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
         exec(_visible_part("07_triton_backward", "test_flash_backward_matches_reference"),
              {"KERNELS": kernels, "check_flash_backward_kernels": check_flash_backward_kernels,
               "_bwd_preprocess_kernel": kernels[0], "_bwd_dkdv_kernel": kernels[1], "_bwd_dq_kernel": kernels[2]})
+
+
+def test_07_natural_log_lse_in_base_2_is_named():
+    """P rebuilt as exp2(S log2 e - LSE): the saved natural-log LSE used as if it were base 2 (dQ kernel)."""
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_backward import check_flash_backward_kernels
+
+    lse_as_base_2 = Mistake(
+        id="07-lse-not-converted", notebook="07_triton_backward", cell="_bwd_dq_kernel",
+        edits=(("lse2 = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634",
+                "lse2 = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)"),),
+        fails=(), why="the natural-log LSE subtracted from base-2 scores")
+    kernels = tuple(solution("07_triton_backward", cell, lse_as_base_2)
+                    for cell in ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"))
+    msg = _message(check_flash_backward_kernels, kernels, T=16, D=32, causal=True)
+    assert msg.startswith("dq") and "the saved LSE is a natural log" in msg, msg
+    # the right kernels' dk, off by a factor: another hint, not this one
+    q, k, v, do = _qkv(8, 8)
+    dq, dk, _ = reference_gradients(q, k, v, do)
+    assert lse_base_hint("dk", dk * 2, q, k, v, do, causal=False, tol=1e-9) == ""
 
 
 # ---------------------------------------------------------------------------------------- 08

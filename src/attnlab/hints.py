@@ -14,10 +14,11 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint",
+           "diagnosed", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 def diagnosed(check, *hints) -> None:
@@ -258,6 +259,41 @@ def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     return ""
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+    """float64 scaled scores (-inf above a top-left causal diagonal) and the natural-log LSE of their rows."""
+    _, lse = naive_attention(q, k, v, causal=causal, scale=scale)
+    s = q @ k.transpose(-1, -2) * scale
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+    return s, lse
+
+
+@_quiet
+def lse_base_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
+                  causal: bool, tol: float) -> str:
+    """A sentence to append when a backward gradient (``dq``, ``dk`` or ``dv``) is what P rebuilt as
+    exp2(S · log2(e) − LSE) gives, the natural-log LSE left unconverted; "" otherwise.
+
+    With base-2 scores, P = 2^(S log2 e − LSE log2 e) (the forward saved LSE as a natural log); without
+    the second factor, P = e^(S − LSE ln 2). Δ = rowsum(dO ∘ O) is taken as right (it needs no LSE).
+    """
+    if name not in ("dq", "dk", "dv"):
+        return ""
+    q, k, v, do = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v, do))
+    scale = q.shape[-1] ** -0.5
+    s, lse = _scores(q, k, v, causal, scale)
+    p_right = torch.exp(s - lse[..., None])
+    delta = (do * (p_right @ v)).sum(-1, keepdim=True)
+    p = torch.exp(s - LN2 * lse[..., None])
+    ds = p * (do @ v.transpose(-1, -2) - delta)
+    want = {"dq": scale * ds @ k, "dk": scale * ds.transpose(-1, -2) @ q, "dv": p.transpose(-1, -2) @ do}[name]
+    if _matches(got, want, tol):
+        return (f"Your {name} is what P = exp2(S · log2(e) − LSE) gives: the saved LSE is a natural log, so in "
+                f"base 2 subtract LSE · log2(e) (P = 2^(S log2 e − LSE log2 e)).")
+    return ""
+
+
 @_quiet
 def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
                causal: bool, scale: float | None, block_k: int, tol: float, symbol: str = "D") -> str:
@@ -276,11 +312,7 @@ def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         return ""
     q, k, v, do = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v, do))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    _, lse = naive_attention(q, k, v, causal=causal, scale=scale)
-    s = q @ k.transpose(-1, -2) * scale
-    if causal:
-        t_q, t_k = s.shape[-2:]
-        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+    s, lse = _scores(q, k, v, causal, scale)
     p = torch.exp(s - lse[..., None])
     dp = do @ v.transpose(-1, -2)
     pdp = p * dp
