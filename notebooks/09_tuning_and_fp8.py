@@ -214,6 +214,8 @@ check_prune_configs(prune_configs, T=384, head_dim=64, causal=False)
 check_prune_configs(prune_configs, T=192, head_dim=64, dtype=torch.float32, causal=True, smem_limit=100_000)
 check_prune_configs(prune_configs, T=8192, head_dim=128, dtype=torch.float8_e4m3fn, causal=True, smem_limit=150_000)
 check_prune_configs(prune_configs, T=1024, head_dim=256, dtype=torch.float16, causal=False, smem_limit=None)
+check_prune_configs(prune_configs, T=320, head_dim=64, causal=False)  # BLOCK_M = 64 divides T, BLOCK_N = 128 not
+check_prune_configs(prune_configs, T=4096, head_dim=128, causal=True, smem_limit=229376)  # 128x128 s3: exactly the limit
 ### END HIDDEN TESTS
 
 
@@ -434,7 +436,9 @@ fp8_qk_speedup_bound = 1 / (0.5 / 2 + 0.5)   # 4/3: the PV half is unchanged
 for _name in ("e4m3_rel_err", "fp8_qk_speedup_bound"):
     require_number(globals()[_name], _name)
 ### BEGIN HIDDEN TESTS
-assert_number(e4m3_rel_err, 0.0625, name="e4m3_rel_err", rel=0.001)
+# half a step is 2^-4 of the power of two below the number; relative to the number itself the worst case
+# is 2^-4 / (1 + 2^-4) = 1/17: both are right
+assert_number(e4m3_rel_err, 1 / 17 if abs(e4m3_rel_err - 1 / 17) < 1e-4 else 0.0625, name="e4m3_rel_err", rel=0.001)
 assert_number(fp8_qk_speedup_bound, 4 / 3, name="fp8_qk_speedup_bound", rel=0.01)
 ### END HIDDEN TESTS
 
@@ -484,7 +488,8 @@ check_fp8_scales(fp8_scales, B=1, H=4, T=33, D=8, block_rows=8, negative_heads=(
 #
 # Divide each row by the scale of its head (or of its block of rows), saturate to $\pm 448$ and cast.
 # PyTorch's cast to `float8_e4m3fn` happens to saturate too (500 becomes 448 in torch 2.13), but
-# other converters overflow to NaN, and an explicit clamp says what you mean.
+# others give NaN beyond it (ml_dtypes, behind NumPy and JAX: 465 becomes NaN), so the tests watch what
+# reaches the cast: a value beyond $\pm 448$ there fails, even where PyTorch's output would have been right.
 
 # %% nbgrader={"grade_id": "quantize_fp8", "solution": true}
 def quantize_fp8(x, scale, block_rows=None):
@@ -504,7 +509,7 @@ def quantize_fp8(x, scale, block_rows=None):
 
 
 # %% nbgrader={"grade_id": "test_quantize_fp8", "grade": true, "locked": true, "points": 2}
-check_quantize_fp8(quantize_fp8, B=2, H=3, T=40, D=16)
+check_quantize_fp8(quantize_fp8, B=2, H=3, T=40, D=16, scale_factor=0.5)  # some |x / scale| > 448: saturate
 check_quantize_fp8(quantize_fp8, B=1, H=2, T=64, D=16, block_rows=16, seed=1)
 print("visible checks passed")
 ### BEGIN HIDDEN TESTS

@@ -21,7 +21,8 @@ import torch
 
 from attnlab import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
-from attnlab.hints import LOG2E, delta_hint, log2e_hint, padding_zero_hint, row_stride_hint, zero_max_hint
+from attnlab.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
+                           scale_factor_hint, zero_max_hint)
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
 
@@ -157,6 +158,17 @@ def test_delta_hint_speaks_of_the_preprocess_kernel_in_07_and_needs_a_match():
     assert delta_hint("dv", dk_no_d, q, k, v, do, causal=False, scale=None, block_k=16, tol=1e-10) == ""
 
 
+def test_07_scale_left_out_or_applied_twice_is_named_for_dq_and_dk_only():
+    q, k, v, do = _qkv(8, 20)
+    dq, dk, dv = reference_gradients(q, k, v, do)
+    scale = 8 ** -0.5
+    assert "without the factor scale" in scale_factor_hint("dk", dk / scale, dk, scale, 1e-10)
+    assert "scale applied twice" in scale_factor_hint("q.grad", dq * scale, dq, scale, 1e-10)
+    assert scale_factor_hint("dk", dk, dk, scale, 1e-10) == ""
+    assert scale_factor_hint("dk", dk * 1.5, dk, scale, 1e-10) == ""
+    assert scale_factor_hint("dv", dv / scale, dv, scale, 1e-10) == ""
+
+
 # ---------------------------------------------------------------------------------------- 04
 def test_padding_zero_is_named():
     msg = _message(check_softmax_kernel, solution("04_triton_softmax", "_softmax_kernel", "04-pad-zero"),
@@ -224,6 +236,26 @@ def test_07_visible_checks_catch_a_causal_loop_that_starts_after_the_key_tile():
               "_bwd_preprocess_kernel": kernels[0], "_bwd_dkdv_kernel": kernels[1], "_bwd_dq_kernel": kernels[2]})
 
 
+def test_07_natural_log_lse_in_base_2_is_named():
+    """P rebuilt as exp2(S log2 e - LSE): the saved natural-log LSE used as if it were base 2 (dQ kernel)."""
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_backward import check_flash_backward_kernels
+
+    lse_as_base_2 = Mistake(
+        id="07-lse-not-converted", notebook="07_triton_backward", cell="_bwd_dq_kernel",
+        edits=(("lse2 = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634",
+                "lse2 = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)"),),
+        fails=(), why="the natural-log LSE subtracted from base-2 scores")
+    kernels = tuple(solution("07_triton_backward", cell, lse_as_base_2)
+                    for cell in ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"))
+    msg = _message(check_flash_backward_kernels, kernels, T=16, D=32, causal=True)
+    assert msg.startswith("dq") and "the saved LSE is a natural log" in msg, msg
+    # the right kernels' dk, off by a factor: another hint, not this one
+    q, k, v, do = _qkv(8, 8)
+    dq, dk, _ = reference_gradients(q, k, v, do)
+    assert lse_base_hint("dk", dk * 2, q, k, v, do, causal=False, tol=1e-9) == ""
+
+
 # ---------------------------------------------------------------------------------------- 08
 def _dec(cell, mistake=None):
     return solution("08_flash_decoding", cell, mistake)
@@ -260,6 +292,24 @@ def test_08_merge_without_the_max_is_named_as_overflow():
     nan_row0 = torch.tensor([[float("nan")], [0.5]])
     assert merge_overflow_hint(nan_row0, lse)
     assert merge_overflow_hint(nan_row0.flip(0), lse) == ""  # the NaN row is not the overflowing one
+
+
+def test_08_merge_weights_mistakes_are_named():
+    """Equal weights (a sample mistake, through the kernel), and base-2 or unnormalised weights."""
+    from attnlab.hints import merge_weights_hint
+    from attnlab.verify_decode import check_decode_merge_kernel
+
+    msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-equal-weights"), num_splits=5,
+                   B=2, H=3)
+    assert "weighted equally" in msg, msg
+    lse = torch.tensor([[0.3, -1.2, float("-inf")], [2.0, 0.5, 1.0]], dtype=torch.float64)
+    o_part = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    w = (lse - lse.amax(-1, keepdim=True)).exp()
+    right = (w[..., None] * o_part).sum(-2) / w.sum(-1, keepdim=True)
+    w2 = (lse - lse.amax(-1, keepdim=True)).exp2()
+    assert "not exp2" in merge_weights_hint((w2[..., None] * o_part).sum(-2) / w2.sum(-1, keepdim=True), o_part, lse, 1e-9)
+    assert "never divided" in merge_weights_hint((w[..., None] * o_part).sum(-2), o_part, lse, 1e-9)
+    assert merge_weights_hint(right, o_part, lse, 1e-9) == ""
 
 
 def test_08_keys_read_past_the_length_get_the_load_rule_not_the_nan_guess():

@@ -200,3 +200,16 @@ def test_load_accounting_names_the_rule_a_right_answer_broke(mistake_id, reason)
     (mistake,) = [m for m in mistakes_of(ROOT / "samples" / "mistakes" / "08_flash_decoding.py") if m.id == mistake_id]
     failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
     assert reason in failed["test_decode_partial_cache"]
+
+
+def test_a_row_left_without_keys_is_told_apart_from_a_nan():
+    """-inf where a finite LSE is due (a causal bound that excludes the row's own key) names the bound,
+    not the NaN guesses."""
+    from attnlab.verify_decode import assert_close_or_empty
+
+    want = torch.tensor([[0.5, float("-inf")]], dtype=torch.float64)
+    with pytest.raises(AssertionError, match="causal bound inclusive") as no_key:
+        assert_close_or_empty(torch.tensor([[float("-inf"), float("-inf")]]), want, name="lse_part", case="c", tol=1e-6)
+    assert "NaN usually" not in str(no_key.value)
+    with pytest.raises(AssertionError, match="NaN usually means"):
+        assert_close_or_empty(torch.tensor([[float("nan"), float("-inf")]]), want, name="lse_part", case="c", tol=1e-6)

@@ -93,6 +93,15 @@ def test_launcher_refuses_a_plain_function():
         launch_tuning.launch_tuned_forward(lambda *a: None, q, q, q)
 
 
+@pytest.mark.parametrize("answer, passes", [("1 / 17", True), ("2 ** -4", True), ("2 ** -3", False)])
+def test_e4m3_error_is_right_relative_to_the_number_or_to_its_power_of_two(answer, passes):
+    """Half a step is 2^-4 of the power of two below; of the number itself, at worst 2^-4 / (1 + 2^-4)."""
+    failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, "predict-fp8",
+                          (("e4m3_rel_err = 2.0 ** -4", f"e4m3_rel_err = {answer}"),),
+                          only={"test-predict-smem", "test-predict-fp8"})  # the first imports the checks
+    assert set(failed) == (set() if passes else {"test-predict-fp8"}), failed
+
+
 # ------------------------------------------------------------------------------ the checkers
 def test_scale_checker_accepts_any_positive_scale_for_a_zero_head_and_names_per_tensor_scales():
     from attnlab.verify_tuning import check_fp8_scales, expected_scales
@@ -120,6 +129,44 @@ def test_quantize_checker_allows_half_an_e4m3_step_and_no_more():
 
     with pytest.raises(AssertionError, match="values are wrong"):
         check_quantize_fp8(rounded_down)
+
+
+def _head_scales(x, divisor=448.0, reduce=lambda a: a.abs().amax(dim=(-2, -1))):
+    return reduce(x).float() / divisor
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda x, block_rows=None: _head_scales(x, reduce=lambda a: a.amax(dim=(-2, -1))), r"max\(x\) / 448"),
+    (lambda x, block_rows=None: _head_scales(x, 240.0), "max [|]x[|] / 240"),
+    (lambda x, block_rows=None: 1 / _head_scales(x), "448 / max [|]x[|]"),
+    (lambda x, block_rows=None: _head_scales(x) + 1e-4, "an epsilon added"),
+], ids=["max-not-amax", "wrong-fp8-max", "quantising-factor", "epsilon"])
+def test_scale_checker_names_the_mistake(fn, says):
+    from attnlab.verify_tuning import check_fp8_scales
+
+    with pytest.raises(AssertionError, match=says):
+        check_fp8_scales(fn)
+
+
+def _quantize_with(transform):
+    def quantize(x, scale, block_rows=None):
+        return transform(x.float(), scale[:, :, None, None].float())
+    return quantize
+
+
+@pytest.mark.parametrize("fn, says, kw", [
+    (_quantize_with(lambda x, s: (x / s).to(torch.float8_e4m3fn)), "beyond ±448", dict(scale_factor=0.5)),
+    (_quantize_with(lambda x, s: ((x / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s)
+                    .to(torch.float8_e4m3fn)), "x itself", {}),
+    (_quantize_with(lambda x, s: (x * s).clamp(-448, 448).to(torch.float8_e4m3fn)), "These are x · scale", {}),
+    (_quantize_with(lambda x, s: (x / s).clamp(-240, 240).to(torch.float8_e4m3fn)), "±240", {}),
+    (_quantize_with(lambda x, s: (x / s).clamp(-448, 448).half().to(torch.float8_e4m3fn)), "rounds twice", {}),
+], ids=["no-clamp", "dequantised", "multiplied", "saturates-at-240", "double-rounding"])
+def test_quantize_checker_names_the_mistake(fn, says, kw):
+    from attnlab.verify_tuning import check_quantize_fp8
+
+    with pytest.raises(AssertionError, match=says):
+        check_quantize_fp8(fn, **kw)
 
 
 # ------------------------------------------------------------------------------ the measurement

@@ -79,6 +79,25 @@ MISTAKES = [
         why="keeps causal configs whose BLOCK_N does not divide BLOCK_M: the diagonal band is not whole steps",
     ),
     Mistake(
+        id="09-prune-limit-exclusive", notebook=_NB, cell=_PRUNE,
+        edits=(("if smem_estimate(bm, bn, c.num_stages, head_dim, elem_bytes) > limit:",
+                "if smem_estimate(bm, bn, c.num_stages, head_dim, elem_bytes) >= limit:"),),
+        fails=(_T_PRUNE,),
+        why="drops a config that needs exactly the shared-memory limit (the limit is inclusive)",
+    ),
+    Mistake(
+        id="09-prune-block-n-not-checked", notebook=_NB, cell=_PRUNE,
+        edits=(("if T % bm or T % bn or (causal and bm % bn):", "if T % bm or (causal and bm % bn):"),),
+        fails=(_T_PRUNE,),
+        why="checks that BLOCK_M divides T but not BLOCK_N: a non-causal 64x128 config at T = 320 leaves a ragged key tile",
+    ),
+    Mistake(
+        id="09-quantize-no-clamp", notebook=_NB, cell=_QUANT,
+        edits=(("(x.float() / s).clamp(-E4M3_MAX, E4M3_MAX).to(", "(x.float() / s).to("),),
+        fails=(_T_QUANT,),
+        why="casts without saturating: PyTorch's cast saturates by chance, others (ml_dtypes) give NaN",
+    ),
+    Mistake(
         id="09-ok-scale-floor", notebook=_NB, cell=_SCALES,
         edits=((_ZERO_GUARD, "amax.clamp_min(1e-12) / E4M3_MAX"),),
         fails=(),

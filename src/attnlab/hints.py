@@ -14,10 +14,11 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "matches_with_empty", "merge_overflow_hint", "padding_zero_hint",
+           "diagnosed", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 def diagnosed(check, *hints) -> None:
@@ -171,6 +172,40 @@ def merge_overflow_hint(o, lse_part: torch.Tensor) -> str:
             f"split s by exp(LSE_s − max_s LSE_s) (at most 1) and add the max back to the merged LSE.")
 
 
+@_quiet
+def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: float) -> str:
+    """A sentence to append when a split-K merge's ``o`` is the partials weighted wrongly in a known way;
+    "" otherwise.
+
+    Args:
+        o: the learner's merged (..., D) output; o_part (..., S, D), lse_part (..., S): the partials it was
+            given (natural-log LSE, -inf for an empty split); tol: relative error of a match.
+
+    Right: O = Σ_s w_s O_s / Σ_s w_s with w_s = exp(LSE_s − max LSE) (each split's share of the row's
+    softmax mass). Recognised: base-2 weights 2^(LSE_s − max) for a natural-log LSE, weights never divided
+    by their sum, and equal weights for every split with keys.
+    """
+    o_part, lse_part = (t.detach().to(device="cpu", dtype=torch.float64) for t in (o_part, lse_part))
+    top = lse_part.amax(-1, keepdim=True)
+    shifted = (lse_part - top.masked_fill(torch.isneginf(top), 0.0))
+    w = shifted.exp()
+    candidates = (
+        (shifted.exp2(), True, "weights 2^(LSE_s − max): the partial LSEs are natural logs, so the weights are "
+                               "exp(LSE_s − max), not exp2 (or scale by log2(e) first)"),
+        (w, False, "weights exp(LSE_s − max) that are never divided by their sum Σ_s exp(LSE_s − max)"),
+        (torch.isfinite(lse_part).double(), True, "every split with keys weighted equally: a split's weight is "
+                                                  "its share of the row's softmax mass, exp(LSE_s − max)"),
+    )
+    for weights, normalised, cause in candidates:
+        total = weights.sum(-1, keepdim=True)
+        if normalised:
+            weights = weights / total.masked_fill(total == 0, 1.0)
+        want = (weights[..., None] * o_part).sum(-2)
+        if _matches(o, want, tol):
+            return f"Your merged O is the partials merged with {cause}."
+    return ""
+
+
 def _matches(got, want: torch.Tensor, tol: float) -> bool:
     """``got`` (a plain tensor: methods of a subclass would run learner code) equals ``want`` within
     relative error ``tol`` on every element, both finite; False when the reference is all zeros."""
@@ -181,6 +216,22 @@ def _matches(got, want: torch.Tensor, tol: float) -> bool:
     if not torch.isfinite(got).all() or not torch.isfinite(want).all() or want.norm().item() == 0:
         return False
     return (got - want).norm().item() <= tol * want.norm().item()
+
+
+@_quiet
+def scale_factor_hint(name: str, got, want: torch.Tensor, scale: float, tol: float) -> str:
+    """A sentence to append when a gradient of the scaled scores, ``dq`` or ``dk`` (and their ``.grad``),
+    is ``want`` times 1/scale (the factor left out) or times scale (applied twice); "" otherwise.
+
+    S = scale · Q Kᵀ, so dQ = scale · dS K and dK = scale · dSᵀ Q: one factor each, none for dV.
+    """
+    if name.split(".")[0] not in ("dq", "dk", "q", "k"):
+        return ""
+    for factor, cause in ((1 / scale, "without the factor scale"), (scale, "with scale applied twice")):
+        if _matches(got, want * factor, tol):
+            return (f"Your {name} is the gradient {cause}: S = scale · Q Kᵀ, so dQ = scale · dS K and "
+                    f"dK = scale · dSᵀ Q carry it once (apply it to the accumulator before the store); dV has none.")
+    return ""
 
 
 @_quiet
@@ -209,6 +260,41 @@ def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     return ""
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+    """float64 scaled scores (-inf above a top-left causal diagonal) and the natural-log LSE of their rows."""
+    _, lse = naive_attention(q, k, v, causal=causal, scale=scale)
+    s = q @ k.transpose(-1, -2) * scale
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+    return s, lse
+
+
+@_quiet
+def lse_base_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
+                  causal: bool, tol: float) -> str:
+    """A sentence to append when a backward gradient (``dq``, ``dk`` or ``dv``) is what P rebuilt as
+    exp2(S · log2(e) − LSE) gives, the natural-log LSE left unconverted; "" otherwise.
+
+    With base-2 scores, P = 2^(S log2 e − LSE log2 e) (the forward saved LSE as a natural log); without
+    the second factor, P = e^(S − LSE ln 2). Δ = rowsum(dO ∘ O) is taken as right (it needs no LSE).
+    """
+    if name not in ("dq", "dk", "dv"):
+        return ""
+    q, k, v, do = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v, do))
+    scale = q.shape[-1] ** -0.5
+    s, lse = _scores(q, k, v, causal, scale)
+    p_right = torch.exp(s - lse[..., None])
+    delta = (do * (p_right @ v)).sum(-1, keepdim=True)
+    p = torch.exp(s - LN2 * lse[..., None])
+    ds = p * (do @ v.transpose(-1, -2) - delta)
+    want = {"dq": scale * ds @ k, "dk": scale * ds.transpose(-1, -2) @ q, "dv": p.transpose(-1, -2) @ do}[name]
+    if _matches(got, want, tol):
+        return (f"Your {name} is what P = exp2(S · log2(e) − LSE) gives: the saved LSE is a natural log, so in "
+                f"base 2 subtract LSE · log2(e) (P = 2^(S log2 e − LSE log2 e)).")
+    return ""
+
+
 @_quiet
 def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
                causal: bool, scale: float | None, block_k: int, tol: float, symbol: str = "D") -> str:
@@ -227,11 +313,7 @@ def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         return ""
     q, k, v, do = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v, do))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    _, lse = naive_attention(q, k, v, causal=causal, scale=scale)
-    s = q @ k.transpose(-1, -2) * scale
-    if causal:
-        t_q, t_k = s.shape[-2:]
-        s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+    s, lse = _scores(q, k, v, causal, scale)
     p = torch.exp(s - lse[..., None])
     dp = do @ v.transpose(-1, -2)
     pdp = p * dp

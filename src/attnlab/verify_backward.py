@@ -19,7 +19,7 @@ import torch
 
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
-from .hints import delta_hint, diagnosed
+from .hints import delta_hint, diagnosed, lse_base_hint, scale_factor_hint
 from .device import runtime
 from .poisoned import guarded, tail_room
 from .reference import naive_attention, reference_gradients
@@ -203,7 +203,9 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         q_, k_, v_, *_, do_ = inputs
         diagnosed(lambda: assert_close(out.cpu(), ref, name=name, case=case, tol=tol),
                   lambda: delta_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, scale=None, block_k=block_n,
-                                     tol=tol, symbol="Δ"))
+                                     tol=tol, symbol="Δ"),
+                  lambda: scale_factor_hint(name, out.cpu(), ref, D ** -0.5, tol),
+                  lambda: lse_base_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, tol=tol))
 
 
 def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16, causal: bool = False,
@@ -228,4 +230,6 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
     for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), refs):
         if t.grad is None:
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
-        assert_close(t.grad.cpu(), ref, name=gname, case=case, tol=tol)
+        diagnosed(lambda: assert_close(t.grad.cpu(), ref, name=gname, case=case, tol=tol),
+                  lambda: scale_factor_hint(gname, t.grad.cpu(), ref, D ** -0.5, tol),
+                  lambda: lse_base_hint("d" + gname[0], t.grad.cpu(), *exact, causal=causal, tol=tol))

@@ -27,7 +27,8 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
-from .hints import _quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint
+from .hints import (_quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint,
+                    merge_weights_hint)
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -61,10 +62,17 @@ def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, to
                       (~empty & ~torch.isfinite(a), "a finite value")):
         if bad.any():
             idx = tuple(int(i) for i in bad.nonzero()[0])
+            got = a[idx].item()
+            if got == float("-inf"):  # a row that should see keys saw none
+                why = ("-inf means no key was visible to that row: is the causal bound inclusive (key j is "
+                       "visible when j <= seqlens[b] - T_q + i, its own position included), and does the loop "
+                       "cover the slice's keys?")
+            else:
+                why = ("NaN usually means an element was never written or exp(-inf - (-inf)) was computed for "
+                       "a row with no visible key.")
             raise AssertionError(
                 f"{name} [{case}]: {int(bad.sum())} of {a.numel()} elements are wrong; first at index {idx}: "
-                f"got {a[idx].item()}, expected {want}. NaN usually means an element was never written "
-                f"or exp(-inf - (-inf)) was computed for a row with no visible key.")
+                f"got {got}, expected {want}. {why}")
     assert_close(a.masked_fill(empty, 0.0), expected.to(torch.float64).masked_fill(empty, 0.0),
                  name=name, case=case, tol=tol)
 
@@ -224,7 +232,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
     diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol),
-              lambda: merge_overflow_hint(o, lse_part32))
+              lambda: merge_overflow_hint(o, lse_part32),
+              lambda: merge_weights_hint(o, o_part32, lse_part32, tol))
     assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
                           tol=1e-5)
 

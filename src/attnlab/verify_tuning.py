@@ -31,6 +31,7 @@ import math
 import torch
 
 from .checks import Case, assert_shape, randn
+from .probe import MethodProbe
 from .verify import _call
 
 __all__ = ["E4M3_MAX", "check_fp8_scales", "check_quantize_fp8", "check_smem_estimate", "check_prune_configs",
@@ -43,13 +44,42 @@ _FP8 = torch.float8_e4m3fn
 def expected_scales(x: torch.Tensor, block_rows=None) -> torch.Tensor:
     """max |x| / 448 per head (B, H), or per block of ``block_rows`` rows (B, H, ceil(T / block_rows)),
     in float64; 0 for an all-zero group (the checks accept any positive scale there)."""
-    B, H, T, D = x.shape
-    a = x.detach().abs().double()
+    return _group_max(x.detach().abs().double(), block_rows) / E4M3_MAX
+
+
+def _group_max(a: torch.Tensor, block_rows) -> torch.Tensor:
+    """The largest entry of ``a`` (B, H, T, D) per head, or per block of ``block_rows`` rows (padding
+    with the smallest value, so a short last block keeps its own maximum)."""
+    B, H, T, D = a.shape
     if block_rows is None:
-        return a.amax(dim=(-2, -1)) / E4M3_MAX
+        return a.amax(dim=(-2, -1))
     n = -(-T // block_rows)
-    a = torch.nn.functional.pad(a, (0, 0, 0, n * block_rows - T))
-    return a.view(B, H, n, block_rows * D).amax(dim=-1) / E4M3_MAX
+    a = torch.nn.functional.pad(a, (0, 0, 0, n * block_rows - T), value=a.min().item())
+    return a.reshape(B, H, n, block_rows * D).amax(dim=-1)
+
+
+def _scale_hint(got: torch.Tensor, x: torch.Tensor, want: torch.Tensor, block_rows) -> str:
+    """A sentence naming the mistake whose scales ``got`` (float64, like ``want``) are, or ""."""
+    ok = want > 0
+    g, w = got[ok], want[ok]
+    if not bool(torch.isfinite(g).all()) or g.numel() == 0:
+        return ""
+    if torch.allclose(g, _group_max(x.detach().double(), block_rows)[ok] / E4M3_MAX, rtol=1e-5, atol=0):
+        return (" These are max(x) / 448: take the largest magnitude, x.abs().amax(), or a group whose largest "
+                "entries are negative overflows E4M3.")
+    if torch.allclose(g * w, torch.ones_like(w), rtol=1e-5):
+        return (" These are 448 / max |x|, the factor that quantises; fp8_scales returns the scale that "
+                "dequantises (x ≈ x_fp8 · scale), max |x| / 448.")
+    shift = (g - w).median()
+    if shift > 0 and torch.allclose(g, w + shift, rtol=3e-7, atol=0):  # float32 rounds to a relative 6e-8
+        return (f" Every scale is larger by about {shift.item():.3g}: an epsilon added to the maximum? Keep "
+                f"max |x| / 448 exact and give only an all-zero group a positive scale (torch.where, or a tiny "
+                f"clamp_min).")
+    ratio = g / w
+    if (ratio.max() - ratio.min()).abs() <= 1e-5 * ratio.abs().max() and abs(ratio.mean().item() - 1) > 1e-4:
+        return (f" Every scale is max |x| / {E4M3_MAX / ratio.mean().item():.6g}: divide by E4M3's largest "
+                f"finite value, 448 (torch.finfo(torch.float8_e4m3fn).max).")
+    return ""
 
 
 def expected_smem(block_m: int, block_n: int, num_stages: int, head_dim: int, elem_bytes: int) -> int:
@@ -99,13 +129,14 @@ def check_fp8_scales(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch.f
     off = ~zero & ~((got - want).abs() <= 1e-6 * want)
     if off.any():
         idx = tuple(int(i) for i in off.nonzero()[0])
-        hint = ""
+        hint = _scale_hint(got, x, want, block_rows)
         if block_rows is None and math.isclose(got[idx].item(), want.max().item(), rel_tol=1e-5):
             hint = " It equals the largest scale of the whole tensor: one scale per head, not per tensor."
+        hint = hint or " (Is it the largest magnitude, |x|, of exactly that group, ragged last block included?)"
         raise AssertionError(f"fp8_scales [{case}]: {int(off.sum())} of {want.numel()} scales are wrong; "
-                             f"first at {idx}: got {got[idx].item():.6g}, expected max |x| / 448 = "
-                             f"{want[idx].item():.6g}.{hint} (Is it the largest magnitude, |x|, of exactly "
-                             f"that group, ragged last block included?)")
+                             f"first at {idx}: got {got[idx].item():.9g}, expected max |x| / 448 = "
+                             f"{want[idx].item():.9g} (relative difference "
+                             f"{abs(got[idx].item() / want[idx].item() - 1):.2g}, allowed 1e-6).{hint}")
 
 
 def _e4m3_half_step(y: torch.Tensor) -> torch.Tensor:
@@ -113,6 +144,59 @@ def _e4m3_half_step(y: torch.Tensor) -> torch.Tensor:
     (|y| >= 2^-6), 2^-9 / 2 below."""
     e = torch.floor(torch.log2(y.abs().clamp_min(2.0 ** -6)))
     return 0.5 * torch.exp2(e - 3)
+
+
+class _SaturationProbe(MethodProbe):
+    """Sees every cast to float8_e4m3fn inside the learner's call and records the first one whose
+    input holds finite values beyond ±448: PyTorch's cast (and Hopper's ``cvt.rn.satfinite``) happens to
+    saturate them, but other converters give NaN (ml_dtypes, for NumPy and JAX: jax-ml/ml_dtypes#400), so
+    the notebook asks for an explicit clamp."""
+
+    decides = True
+
+    def _judge(self, func, info, args, out) -> None:
+        if not (isinstance(out, torch.Tensor) and out.dtype == _FP8):
+            return
+        for t in args:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != _FP8 and t.numel():
+                big = torch.isfinite(t) & (t.abs() > E4M3_MAX)
+                if bool(big.any()):
+                    self.violation = (f"{self.where}: cast {int(big.sum())} values beyond ±448 (the largest "
+                                      f"{t.abs()[big].max().item():.4g}) to float8_e4m3fn ({func}). {self.hint}")
+                    return
+
+
+def _quantize_hint(got: torch.Tensor, x: torch.Tensor, full: torch.Tensor, T: int, s: torch.Tensor,
+                   block_rows) -> str:
+    """A sentence naming the mistake whose E4M3 values ``got`` (float64) are, or ""."""
+    def fp8(y):
+        return y.clamp(-E4M3_MAX, E4M3_MAX).to(_FP8).double()
+
+    xd = x.double()
+    candidates = [(xd, "These are x itself, rounded to E4M3: return x_fp8, not x_fp8 · scale (the dequantised "
+                       "values)."),
+                  (xd * full, "These are x · scale: divide by the scale (fp8_scales returns the dequantisation "
+                              "scale, max |x| / 448).")]
+    if block_rows is not None:
+        tiled = s.double().repeat(1, 1, block_rows)[:, :, :T, None]
+        candidates.append((xd / tiled, "The scales are spread over the rows with repeat, which tiles the whole "
+                                       "list of scales; each block of block_rows rows needs its own scale "
+                                       "(repeat_interleave)."))
+    for y, sentence in candidates:  # within one E4M3 step of the candidate: it may be rounded twice
+        if bool(((got - fp8(y)).abs() <= 2 * _e4m3_half_step(y) * (1 + 1e-3)).float().mean() > 0.99):
+            return " " + sentence
+    want = fp8(xd / full)
+    wrong = got != want
+    cut = got[wrong].abs()
+    if cut.numel() and bool((cut == cut.max()).all()) and cut.max() < E4M3_MAX and bool(
+            ((xd / full)[wrong].abs() > cut.max()).all()):
+        return (f" Every wrong value is ±{cut.max().item():.6g}: saturate at ±448, E4M3's (float8_e4m3fn) "
+                f"largest finite value.")
+    step = 2 * _e4m3_half_step(want)
+    if bool(((got - want).abs()[wrong] <= step[wrong] * (1 + 1e-3)).all()):
+        return (" Each wrong value is one E4M3 step from the nearest: round once, from float32 (rounding "
+                "first to bf16 or fp16 and then to E4M3 rounds twice).")
+    return ""
 
 
 def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch.float32, scale_factor=1.0,
@@ -129,7 +213,10 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     s = expected_scales(x, block_rows)
     s = torch.where(s > 0, s * scale_factor, torch.ones_like(s)).float()
     x_in, s_in = x.clone(), s.clone()
-    got = _call(fn, "quantize_fp8", x_in, s_in, block_rows)
+    probe = _SaturationProbe(rule="", where=f"quantize_fp8 [{case}]", inputs=(x_in, s_in),
+                             hint="PyTorch's cast happens to saturate, other converters give NaN (ml_dtypes, for "
+                                  "NumPy and JAX): clamp x / scale to ±448 yourself before the cast.")
+    got = _call(fn, "quantize_fp8", x_in, s_in, block_rows, _probe=probe)
     if not isinstance(got, torch.Tensor) or got.dtype != _FP8:
         raise AssertionError(f"quantize_fp8 [{case}]: expected a torch.float8_e4m3fn tensor, got "
                              f"{getattr(got, 'dtype', type(got).__name__)}")
@@ -149,10 +236,10 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     off = (g - y).abs() > _e4m3_half_step(y) * (1 + 1e-3)
     if off.any():
         idx = tuple(int(i) for i in off.nonzero()[0])
+        hint = _quantize_hint(g, x, full, T, s, block_rows) or " Does each row use the scale of its own head (block)?"
         raise AssertionError(f"quantize_fp8 [{case}]: {int(off.sum())} of {g.numel()} values are wrong; first at "
                              f"{idx}: got {g[idx].item():.6g}, expected x / scale = {y[idx].item():.6g} "
-                             f"(x = {x[idx].item():.6g}), rounded to E4M3 and saturated to ±448. Does each row use "
-                             f"the scale of its own head (block)?")
+                             f"(x = {x[idx].item():.6g}), rounded to E4M3 and saturated to ±448.{hint}")
 
 
 def check_smem_estimate(fn, *, cases=((64, 64, 2, 64, 2), (128, 64, 3, 128, 2), (128, 128, 4, 128, 2),
@@ -204,9 +291,14 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
         from .launch_tuning import smem_limit_bytes
 
         smem_limit = smem_limit_bytes()
-    got = _call(fn, "prune_configs", configs, dict(named), **kw, **limit_kw)
     case = Case(T=T, head_dim=head_dim, dtype=str(dtype).replace("torch.", ""), causal=causal, smem_limit=smem_limit,
                 where=where)
+    try:
+        got = _call(fn, "prune_configs", configs, dict(named), **kw, **limit_kw)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AssertionError(f"prune_configs [{case}]: {type(exc).__name__}: {exc}. This launch passes "
+                             f"{', '.join(named)} by position (named_args) and {', '.join(kw) or 'nothing'} by "
+                             f"keyword (kwargs): look each name up in both.") from exc
     if configs != before:
         raise AssertionError(f"prune_configs [{case}]: changed the list it was given; return a new list")
     if [(dict(c.kwargs), c.num_warps, c.num_stages) for c in configs] != settings:
@@ -226,21 +318,29 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
     if [id(c) for c in got] == [id(c) for c in want]:
         return
 
+    def _smem(c):
+        return expected_smem(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages, head_dim, q.element_size())
+
     def show(c):
         bm, bn = (c.kwargs[name] for name in ("BLOCK_M", "BLOCK_N"))
-        smem = expected_smem(bm, bn, c.num_stages, head_dim, q.element_size())
-        return f"{bm}x{bn} w{c.num_warps} s{c.num_stages} ({smem} B)"
+        reason = "" if T % bm == 0 and T % bn == 0 else f", does not tile T={T}"
+        return f"{bm}x{bn} w{c.num_warps} s{c.num_stages} ({_smem(c)} B{reason})"
 
     got_ids = {id(c) for c in got}
     want_ids = {id(c) for c in want}
     wrongly_kept = [show(c) for c in configs if id(c) in got_ids - want_ids]
     wrongly_dropped = [show(c) for c in want if id(c) not in got_ids]
     foreign = [c for c in got if id(c) not in {id(k) for k in configs}]
-    msg = f"prune_configs [{case}]: kept {len(got)} configs, expected {len(want)}."
+    from .launch_tuning import CONFIG_SPACE
+
+    msg = (f"prune_configs [{case}]: of {len(configs)} configs (the {len(CONFIG_SPACE)} of CONFIG_SPACE and "
+           f"{len(configs) - len(CONFIG_SPACE)} more), kept {len(got)}, expected {len(want)}.")
     if wrongly_kept:
         msg += f" Kept but cannot run: {', '.join(wrongly_kept[:4])}."
     if wrongly_dropped:
         msg += f" Dropped but fit: {', '.join(wrongly_dropped[:4])}."
+        if any(_smem(c) == smem_limit for c in want if id(c) not in got_ids):
+            msg += f" A config that needs exactly smem_limit ({smem_limit} B) fits: keep estimates <= the limit."
     if foreign:
         msg += " Return the Config objects you were given, not copies."
     elif not wrongly_kept and not wrongly_dropped:
