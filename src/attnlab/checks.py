@@ -236,5 +236,6 @@ def assert_number(value, expected: float, *, name: str, rel: float = 0.02) -> No
     """
     got = _real(value, name)
     if not math.isfinite(got) or abs(got - expected) > rel * abs(expected):
-        raise AssertionError(f"{name}: {got:.6g} is not within {rel:.0%} of the expected value. "
-                             f"Recheck the units (bytes vs GiB, FLOPs vs TFLOPs, s vs ms).")
+        raise AssertionError(f"{name}: {got:.6g} is not within {rel:.2g} (relative, {100 * rel:g} %) of the "
+                             f"expected value. Recheck the formula, and the units where it has any (bytes vs "
+                             f"GiB, FLOPs vs TFLOPs, s vs ms).")
