@@ -14,9 +14,11 @@ python3 -m pip install -q --no-index --find-links .gpu/wheels nbclient nbformat 
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())"
   git log -1 --format='commit %H' 2>/dev/null; } | tee "$OUT/env.txt"
-mkdir -p "$OUT/decode"
-timeout 90 python3 benchmarks/decode_gpu.py "$OUT/decode" --quick > "$OUT/decode_gpu.log" 2>&1
-echo "decode_gpu: exit $? after $(( $(date +%s) - START )) s" | tee -a "$OUT/env.txt"
+if [ -z "${SKIP_DECODE:-}" ]; then  # SKIP_DECODE=1: notebooks only
+  mkdir -p "$OUT/decode"
+  timeout 90 python3 benchmarks/decode_gpu.py "$OUT/decode" --quick > "$OUT/decode_gpu.log" 2>&1
+  echo "decode_gpu: exit $? after $(( $(date +%s) - START )) s" | tee -a "$OUT/env.txt"
+fi
 status=0
 for nn in "$@"; do
     left=$(( START + BUDGET_S - $(date +%s) ))
