@@ -31,6 +31,21 @@ def test_workers_take_gpus_round_robin_and_share_the_cores():
     assert "4 grading workers" in cpu_only.describe() and "no GPU" in cpu_only.describe()
 
 
+def test_kernels_get_one_thread_per_pool_whatever_the_worker_has(monkeypatch):
+    """A grading kernel's tensors are tiny: its thread pools get kernel_threads (1), not the worker's
+    share of the cores (a second thread only spin-waits: notes/grading/2026-12-01/profile.md)."""
+    from traitlets.config import Config
+
+    from attnlab.grading.execute import GradingExecute
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    env = GradingExecute()._kernel_env()
+    assert all(env[var] == "1" for var in parallel.THREAD_VARS) and env["PATH"] == os.environ["PATH"]
+    config = Config()
+    config.GradingExecute.kernel_threads = 0  # the instructor's way back to the worker's own setting
+    assert GradingExecute(config=config)._kernel_env() is None
+
+
 def test_visible_gpus_follow_cuda_visible_devices_then_device_nodes(tmp_path):
     for name in ("nvidia0", "nvidia1", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / name).touch()
