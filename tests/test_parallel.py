@@ -46,6 +46,20 @@ def test_kernels_get_one_thread_per_pool_whatever_the_worker_has(monkeypatch):
     assert GradingExecute(config=config)._kernel_env() is None
 
 
+def test_grading_byte_compiles_the_package_for_the_kernels():
+    """Kernels import the package in a sandbox that writes no .pyc: the grader compiles it first."""
+    import importlib.util
+
+    import attnlab.verify
+    from attnlab.grading.bytecode import compile_package
+
+    pyc = importlib.util.cache_from_source(attnlab.verify.__file__)
+    if os.path.exists(pyc):
+        os.remove(pyc)
+    assert compile_package()
+    assert os.path.getmtime(pyc) >= os.path.getmtime(attnlab.verify.__file__)
+
+
 def test_visible_gpus_follow_cuda_visible_devices_then_device_nodes(tmp_path):
     for name in ("nvidia0", "nvidia1", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / name).touch()
