@@ -94,6 +94,23 @@ def test_frontend_detection(monkeypatch):
     assert not W.interactive_frontend()
 
 
+def test_no_frontend_means_no_ipywidgets_import(monkeypatch):
+    """Where nothing renders widgets (nbgrader, a script) the detection does not import ipywidgets:
+    a quarter of a second in every graded kernel that draws a figure."""
+    import builtins
+
+    real_import, asked = builtins.__import__, []
+
+    def recording_import(name, *args, **kwargs):
+        asked.append(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delenv("ATTNLAB_WIDGETS", raising=False)
+    monkeypatch.setattr(builtins, "__import__", recording_import)
+    assert not W.interactive_frontend()
+    assert not [n for n in asked if n.startswith("ipywidgets")]
+
+
 def test_no_ipywidgets_means_a_static_figure(monkeypatch):
     import builtins
 

@@ -31,6 +31,35 @@ def test_workers_take_gpus_round_robin_and_share_the_cores():
     assert "4 grading workers" in cpu_only.describe() and "no GPU" in cpu_only.describe()
 
 
+def test_kernels_get_one_thread_per_pool_whatever_the_worker_has(monkeypatch):
+    """A grading kernel's tensors are tiny: its thread pools get kernel_threads (1), not the worker's
+    share of the cores (a second thread only spin-waits: notes/grading/2026-12-01/profile.md)."""
+    from traitlets.config import Config
+
+    from attnlab.grading.execute import GradingExecute
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    env = GradingExecute()._kernel_env()
+    assert all(env[var] == "1" for var in parallel.THREAD_VARS) and env["PATH"] == os.environ["PATH"]
+    config = Config()
+    config.GradingExecute.kernel_threads = 0  # the instructor's way back to the worker's own setting
+    assert GradingExecute(config=config)._kernel_env() is None
+
+
+def test_grading_byte_compiles_the_package_for_the_kernels():
+    """Kernels import the package in a sandbox that writes no .pyc: the grader compiles it first."""
+    import importlib.util
+
+    import attnlab.verify
+    from attnlab.grading.bytecode import compile_package
+
+    pyc = importlib.util.cache_from_source(attnlab.verify.__file__)
+    if os.path.exists(pyc):
+        os.remove(pyc)
+    assert compile_package()
+    assert os.path.getmtime(pyc) >= os.path.getmtime(attnlab.verify.__file__)
+
+
 def test_visible_gpus_are_cuda_ordinals_not_device_minors(tmp_path):
     for name in ("nvidia0", "nvidia2", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / name).touch()

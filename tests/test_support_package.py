@@ -254,6 +254,17 @@ def test_loading_another_notebook_does_not_repeat_the_mode_banner(tmp_path, caps
     assert banner in capsys.readouterr().out
 
 
+def test_loading_a_notebook_reads_its_json_without_importing_nbformat(tmp_path):
+    """06, 07 and 08 load 05's cells in every graded kernel: importing nbformat there cost ~1 s of CPU."""
+    import subprocess
+    import sys
+
+    path = _notebook(tmp_path, [("def f():\n    return 3", {"grade_id": "f", "solution": True})])
+    code = ("import sys; from attnlab.nbload import load_notebook_module as load; "
+            f"assert load({str(path)!r}, required=('f',)).f() == 3; assert 'nbformat' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_load_notebook_module_errors_are_clear(tmp_path):
     with pytest.raises(NotebookLoadError, match="not found"):
         load_notebook_module(tmp_path / "missing.ipynb")

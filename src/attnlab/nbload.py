@@ -7,6 +7,7 @@ with ``inspect``. So the notebook's code cells are written to a module file and 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -21,18 +22,39 @@ class NotebookLoadError(RuntimeError):
     """The notebook is missing, unreadable, or its code raised while loading."""
 
 
-def _code_cells(nb, cells: tuple[str, ...] | None) -> list[str]:
+def _read_cells(path: Path) -> list[dict]:
+    """The notebook's cells as dicts with ``cell_type``, ``metadata`` and ``source`` (one string).
+
+    A current-format notebook (nbformat 4) is read as plain JSON: importing nbformat costs a fresh
+    kernel about a second of CPU (it loads jsonschema's format checkers), once per graded notebook
+    that loads another one. nbformat converts older formats.
+    """
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    if not (isinstance(nb, dict) and nb.get("nbformat") == 4 and isinstance(nb.get("cells"), list)):
+        import nbformat
+
+        nb = nbformat.read(path, as_version=4)
+    out = []
+    for cell in nb["cells"]:
+        source = cell.get("source", "")
+        out.append({"cell_type": cell.get("cell_type"), "metadata": cell.get("metadata") or {},
+                    "source": "".join(source) if isinstance(source, list) else str(source)})
+    return out
+
+
+def _code_cells(nb_cells: list[dict], cells: tuple[str, ...] | None) -> list[str]:
     """The code cells named in ``cells`` (grade_ids), or when None every given and solution cell;
     test cells and ungraded cells are always left out."""
     keep = []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta or (meta.get("grade") and not meta.get("solution")):
+    for cell in nb_cells:
+        meta = cell["metadata"].get("nbgrader", {})
+        if cell["cell_type"] != "code" or not meta or (meta.get("grade") and not meta.get("solution")):
             continue
         if cells is not None and meta.get("grade_id") not in cells:
             continue
         # IPython-only lines (magics, shell escapes) are not Python
-        keep.append("\n".join(ln for ln in cell.source.splitlines() if not re.match(r"\s*[%!]", ln)))
+        keep.append("\n".join(ln for ln in cell["source"].splitlines() if not re.match(r"\s*[%!]", ln)))
     return keep
 
 
@@ -53,20 +75,18 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
         NotebookLoadError: the file is missing or not a notebook, a cell raised while loading, or a
         required name is not defined; the message says which.
     """
-    import nbformat
-
     path = Path(path)
     if not path.is_file():
         raise NotebookLoadError(f"{path.name} not found in {path.resolve().parent}: keep your notebooks "
                                 f"together in one folder (as the release is laid out)")
     try:
-        nb = nbformat.read(path, as_version=4)
+        code = _code_cells(_read_cells(path), cells)
     except Exception as exc:  # unreadable JSON, wrong format
         raise NotebookLoadError(f"{path.name} could not be read as a notebook: {exc}") from None
     folder = Path(tempfile.mkdtemp(prefix="attnlab-nb-"))
     mod_name = "attnlab_nb_" + re.sub(r"\W", "_", path.stem)
     mod_file = folder / f"{mod_name}.py"
-    mod_file.write_text("\n\n".join(_code_cells(nb, cells)) + "\n")
+    mod_file.write_text("\n\n".join(code) + "\n")
     spec = importlib.util.spec_from_file_location(mod_name, mod_file)
     module = importlib.util.module_from_spec(spec)
     try:

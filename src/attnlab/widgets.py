@@ -49,12 +49,17 @@ def interactive_frontend() -> bool:
     forced = os.environ.get(WIDGETS_ENV, "").strip().lower()
     if forced in ("0", "off", "no", "false", "static"):
         return False
-    try:
-        import ipywidgets  # noqa: F401  (only whether it imports)
-    except ImportError:
-        return False
-    if forced in ("1", "on", "yes", "true", "interactive"):
+    if forced in ("1", "on", "yes", "true", "interactive") or _frontend_renders_widgets():
+        # imported only now: where nothing renders widgets (nbgrader) the import is a quarter second wasted
+        try:
+            import ipywidgets  # noqa: F401  (only whether it imports)
+        except ImportError:
+            return False
         return True
+    return False
+
+
+def _frontend_renders_widgets() -> bool:
     ip = _ipython()
     if ip is None or getattr(ip, "kernel", None) is None:
         return False

@@ -80,7 +80,10 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
     from .autograde import autograde, export_grades, format_report, write_report_csv, write_report_json
     from .parallel import plan
 
+    from .bytecode import compile_package
+
     start = time.perf_counter()
+    compile_package()  # every kernel imports the package in a sandbox that writes no byte code
     workers = plan(jobs)
     if workers.note:
         print(workers.note)

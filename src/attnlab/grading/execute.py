@@ -19,6 +19,8 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   autograded folder;
 - caps the kernel's memory on the CPU (``memory_limit_gb``), so a runaway allocation raises
   ``MemoryError`` in its cell instead of starving the machine;
+- gives the kernel one CPU thread per pool (``kernel_threads``): the tests' tensors are tiny, and a
+  second intra-op thread only spin-waits (it cost a third of the CPU of grading a submission);
 - truncates output past ``max_output_chars`` of text (metadata and non-figure data included) and
   ``max_figure_chars`` of figures per cell, and ``max_notebook_output_chars`` in all; error outputs are
   always kept, with their tracebacks shortened;
@@ -55,6 +57,7 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
+from .parallel import THREAD_VARS
 from .untrusted_html import clean_content, clean_markdown, clean_outputs
 
 #: When set, the pid and start time (``PID:START``) of every kernel started, and its sandbox's folders,
@@ -143,6 +146,10 @@ class GradingExecute(Execute):
     max_figure_chars = Integer(5_000_000, help="Figures (base64) kept per cell").tag(config=True)
     max_notebook_output_chars = Integer(20_000_000, help="Output kept per notebook, figures included "
                                                          "(a learner can add cells)").tag(config=True)
+    kernel_threads = Integer(1, help="CPU threads of the kernel's pools (OMP_NUM_THREADS and the BLAS "
+                                     "equivalents; 0: the grader's own). The tests' tensors are tiny: a "
+                                     "second thread only spin-waits, costing CPU and no time saved "
+                                     "(notes/grading/2026-12-01/profile.md)").tag(config=True)
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
@@ -241,6 +248,8 @@ class GradingExecute(Execute):
         if run_dir:
             self._fill_run_dir(run_dir, resources or {})
         kwargs = {"cwd": run_dir} if run_dir else {}
+        if self._kernel_env() is not None:
+            kwargs["env"] = self._kernel_env()
         try:
             self._run_in_kernel(nb, resources, skipped, start, run_dir, spare, kwargs)
         finally:
@@ -459,6 +468,13 @@ class GradingExecute(Execute):
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
 
+    def _kernel_env(self) -> dict | None:
+        """The kernel's environment: the grader's, with thread pools of ``kernel_threads``; None to
+        leave it to jupyter_client (``kernel_threads`` 0)."""
+        if self.kernel_threads < 1:
+            return None
+        return {**os.environ, **{var: str(self.kernel_threads) for var in THREAD_VARS}}
+
     def _kernel_name(self, nb) -> str:
         return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
 
@@ -490,7 +506,8 @@ class GradingExecute(Execute):
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
             if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
                 extra.append("--HistoryManager.hist_file=:memory:")
-            run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir())
+            env = {"env": self._kernel_env()} if self._kernel_env() is not None else {}
+            run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir(), **env)
         except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
             self.log.warning("attnlab: could not start a spare kernel: %s", exc)
             return

@@ -15,8 +15,9 @@ sandboxed kernel. This module only decides the numbers and the environment:
   No torch import in the grader.
 - **CPU cores**: the usable cores are split into N disjoint sets and each worker (so its kernels,
   which inherit it) is pinned to its own set (``sched_setaffinity``): ``torch.set_num_threads(64)``
-  or an OpenMP pool in one student's kernel then runs on that slot's cores only. Thread pools are
-  sized to the set (``OMP_NUM_THREADS`` and the BLAS equivalents; a value the instructor set is kept).
+  or an OpenMP pool in one student's kernel then runs on that slot's cores only. The worker's own
+  thread pools are sized to the set (``OMP_NUM_THREADS`` and the BLAS equivalents; a value the
+  instructor set is kept); its kernels run one thread per pool (``GradingExecute.kernel_threads``).
 - **Default N** (:func:`default_jobs`): one worker per GPU on a GPU host, one per usable core on a
   CPU host; and never more than fit in memory at one kernel's memory limit each
   (:func:`memory_cap`; ``GradingExecute.memory_limit_gb``, :data:`KERNEL_MEMORY_ENV`). An explicit
@@ -31,7 +32,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: Environment variables that set a kernel's CPU thread pools (torch reads OMP_NUM_THREADS).
+#: Environment variables that set CPU thread pools (torch reads OMP_NUM_THREADS): the worker's own here; its
+#: kernels get `GradingExecute.kernel_threads` (1) in the same variables.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
 #: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
@@ -163,7 +165,7 @@ class Plan:
 
     @property
     def threads(self) -> int:
-        """CPU threads per worker's kernel."""
+        """CPU threads for a worker's own pools when workers are not pinned (kernels: one, see execute)."""
         return max(1, self.cpus // self.jobs)
 
     def cores_of(self, worker: int) -> tuple[int, ...]:
