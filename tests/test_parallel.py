@@ -117,6 +117,42 @@ def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():
         parallel.plan(0)
 
 
+@pytest.mark.parametrize("cores,jobs", [(7, 4), (5, 2), (3, 2), (8, 3), (6, 6)])
+def test_odd_core_counts_leave_no_core_idle(cores, jobs):
+    """Each worker gets a disjoint slice and together they cover every core (7 cores, 4 workers:
+    2+2+2+1, not 1 each with three cores idle); slices differ by one core at most."""
+    mask = tuple(range(0, 2 * cores, 2))  # a taskset mask with gaps
+    plan = parallel.Plan(jobs=jobs, cpus=cores, gpus=(), cores=mask)
+    slices = [plan.cores_of(i) for i in range(jobs)]
+    assert sorted(c for s in slices for c in s) == list(mask)
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1
+
+
+def test_a_containers_memory_and_cpu_limits_cap_the_default(tmp_path):
+    """A pod's limits (16 GiB, 2 CPUs) on a 512 GiB, 64-core node: /proc/meminfo and the affinity
+    mask show the node, the cgroup files the pod."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {512 * 2**20} kB\nMemFree: 1 kB\n")
+    v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
+    for d in (v2, v1 / "memory", v1 / "cpu", none):
+        d.mkdir(parents=True)
+    (v2 / "memory.max").write_text(f"{16 * 2**30}\n")
+    (v2 / "cpu.max").write_text("200000 100000\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{16 * 2**30}\n")
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    for root in (v2, v1):
+        assert parallel.memory_gib(meminfo, root) == 16
+        assert parallel.cpu_budget(64, root) == 2
+    assert parallel.memory_gib(meminfo, none) == 512 and parallel.cpu_budget(64, none) == 64
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "cpu.max").write_text("max 100000\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    for root in (v2, v1):
+        assert parallel.memory_gib(meminfo, root) == 512 and parallel.cpu_budget(64, root) == 64
+
+
 # ------------------------------------------------------------------------- slots (a stand-in worker)
 _FAKE_WORKER = r"""
 import json, os, subprocess, sys, time
