@@ -364,5 +364,8 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
     assert contended(graded(notes=["cell 'test-x': the kernel died while running this cell (a crash, ...)"]))
     assert contended(graded(cells=[cell("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]))
     assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
+    # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel
+    assert contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
+                                        "60.2 s): an endless loop, or far too slow for these small test sizes?")]))
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0
