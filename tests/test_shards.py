@@ -183,7 +183,8 @@ def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
     assert gradebook.redact("sqlite:////x/gradebook.db") == "sqlite:////x/gradebook.db"
     for url in ("postgresql+psycopg://grader@db.example.org/course?password=s3cret-pw",
                 "postgresql+psycopg://grader@db.example.org/course?sslmode=require&PASSWORD=s3cret-pw",
-                "postgresql+psycopg://grader:s3cret-pw@db.example.org/course?password=s3cret-pw"):
+                "postgresql+psycopg://grader:s3cret-pw@db.example.org/course?password=s3cret-pw",
+                "postgresql+psycopg://grader@db.example.org/course?sslmode=verify-full&sslpassword=s3cret-pw"):
         shown = gradebook.redact(url)
         assert "s3cret-pw" not in shown and "***" in shown and "db.example.org" in shown, shown
     assert gradebook.redact("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require"
