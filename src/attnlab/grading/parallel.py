@@ -56,6 +56,8 @@ def usable_cores() -> tuple[int, ...]:
 
 
 def usable_cpus() -> int:
+    """How many cores this process may run on (:func:`usable_cores`; a CPU quota is not counted:
+    :func:`cpu_budget`)."""
     return len(usable_cores())
 
 
@@ -128,6 +130,9 @@ def memory_cap(mem_gib: float | None, kernel_gib: float) -> int | None:
 # ------------------------------------------------------------------------------ GPUs
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as :func:`gpu_table` found it: nvidia-smi's index, its UUID (what a worker's
+    ``CUDA_VISIBLE_DEVICES`` names) and its device node (what the sandbox binds)."""
+
     index: str   # nvidia-smi's index (PCI bus order)
     uuid: str
     device: str  # its device node, /dev/nvidiaM
