@@ -126,6 +126,8 @@ def test_odd_core_counts_leave_no_core_idle(cores, jobs):
     slices = [plan.cores_of(i) for i in range(jobs)]
     assert sorted(c for s in slices for c in s) == list(mask)
     assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    sizes = sorted({len(s) for s in slices})
+    assert f"pinned to {'-'.join(map(str, sizes))} core" in plan.describe()
 
 
 def test_a_containers_memory_and_cpu_limits_cap_the_default(tmp_path):

@@ -263,10 +263,11 @@ class Plan:
             where = f", GPUs {', '.join(self.gpus)} round-robin{nodes}"
         else:
             where = ", no GPU"
-        per = len(self.cores_of(0)) if self.pin else self.threads
+        sizes = sorted({len(self.cores_of(i)) for i in range(self.jobs)}) if self.pin else [self.threads]
+        per = "-".join(map(str, sizes))  # "2" or, where the cores do not split evenly, "1-2"
         pinned = "pinned to" if self.pin and self.jobs <= len(self.cores or range(self.cpus)) else "sharing"
         return (f"{self.jobs} grading worker{'s' if self.jobs != 1 else ''} side by side on {self.cpus} cores "
-                f"({pinned} {per} core{'s' if per != 1 else ''} each){where}")
+                f"({pinned} {per} core{'s' if per != '1' else ''} each){where}")
 
 
 def plan(jobs: int | None = None, env: dict | None = None, mem_gib: float | None = None) -> Plan:
