@@ -74,8 +74,8 @@ def _read(path: Path) -> str:
 
 def cgroup_memory_gib(root: Path = CGROUP) -> float | None:
     """This container's memory limit in GiB (cgroup v2 ``memory.max``, v1
-    ``memory/memory.limit_in_bytes``), or None where there is none: a Kubernetes pod's
-    ``limits.memory`` is no smaller ``MemTotal`` in ``/proc/meminfo``, which shows the node's."""
+    ``memory/memory.limit_in_bytes``), or None where there is none. A Kubernetes pod's
+    ``limits.memory`` shows only here: ``MemTotal`` in ``/proc/meminfo`` is the node's."""
     for text in (_read(root / "memory.max"), _read(root / "memory" / "memory.limit_in_bytes")):
         if text.isdigit() and int(text) < 2**60:  # v1 writes "no limit" as a huge number, v2 as "max"
             return int(text) / 2**30
