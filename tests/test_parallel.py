@@ -102,6 +102,9 @@ def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
     unknown = parallel.Plan(jobs=3, cpus=2, gpus=("0",), cores=(0, 1))  # more workers than cores: shared
     assert unknown.env(2, {})["CUDA_VISIBLE_DEVICES"] == "0" and sandbox.GPU_DEVICE_ENV not in unknown.env(2, {})
     assert [unknown.cores_of(i) for i in range(3)] == [(0,), (1,), (0,)]
+    (dev / "nvidia2").unlink()  # the driver's minor names no node here: that GPU is not pinned to a node
+    assert [g.uuid for g in parallel.gpu_table("0, GPU-aaaa\n1, GPU-bbbb\n", proc=tmp_path / "proc", dev=dev)] == [
+        "GPU-aaaa"]
 
 
 def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():

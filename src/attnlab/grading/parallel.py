@@ -149,8 +149,9 @@ def _smi() -> str:
 def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpus"),
               dev: Path = Path("/dev")) -> list[Gpu]:
     """The GPUs with their index, UUID and device node: nvidia-smi's ``index, uuid`` lines (``smi``,
-    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``; empty
-    when either is missing (the device nodes are then not known)."""
+    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``, for the
+    GPUs whose node ``dev``/nvidiaM exists; empty when either is missing (the device nodes are then
+    not known, and the sandbox binds every GPU's)."""
     minors = {}
     for info in proc.glob("*/information"):
         try:
@@ -163,8 +164,11 @@ def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpu
     table = []
     for line in (_smi() if smi is None else smi).splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1] in minors:
-            table.append(Gpu(parts[0], parts[1], str(dev / f"nvidia{minors[parts[1]]}")))
+        if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in minors:
+            continue
+        node = dev / f"nvidia{minors[parts[1]]}"
+        if node.exists():  # else the sandbox, binding that node only, would leave the kernel no GPU at all
+            table.append(Gpu(parts[0], parts[1], str(node)))
     return table
 
 
