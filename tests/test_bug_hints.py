@@ -312,6 +312,21 @@ def test_08_merge_weights_mistakes_are_named():
     assert merge_weights_hint(right, o_part, lse, 1e-9) == ""
 
 
+def test_08_a_merged_row_left_at_minus_inf_is_blamed_on_the_merge_not_a_causal_bound():
+    """The merge kernel sees no keys: its -inf rows get the merge's rule, not the partial kernel's
+    causal-bound question."""
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_decode import check_decode_merge_kernel
+
+    one_split_dropped = Mistake(
+        id="08-merge-lse-guard", notebook="08_flash_decoding", cell="_decode_merge_kernel",
+        edits=(("lse = tl.where(l > 0.0, m_use", "lse = tl.where(l > 1.0, m_use"),),  # l = 1: one split with keys
+        fails=(), why="a row whose keys lie in one split gets LSE -inf")
+    msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", one_split_dropped), num_splits=1, B=2,
+                   H=2, empty=0.5, seed=3)
+    assert msg.startswith("lse (merged") and "no split with keys" in msg and "causal bound" not in msg, msg
+
+
 def test_08_keys_read_past_the_length_get_the_load_rule_not_the_nan_guess():
     from attnlab.verify_decode import check_decode_partial_kernel
 

@@ -102,6 +102,9 @@ def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
     unknown = parallel.Plan(jobs=3, cpus=2, gpus=("0",), cores=(0, 1))  # more workers than cores: shared
     assert unknown.env(2, {})["CUDA_VISIBLE_DEVICES"] == "0" and sandbox.GPU_DEVICE_ENV not in unknown.env(2, {})
     assert [unknown.cores_of(i) for i in range(3)] == [(0,), (1,), (0,)]
+    (dev / "nvidia2").unlink()  # the driver's minor names no node here: that GPU is not pinned to a node
+    assert [g.uuid for g in parallel.gpu_table("0, GPU-aaaa\n1, GPU-bbbb\n", proc=tmp_path / "proc", dev=dev)] == [
+        "GPU-aaaa"]
 
 
 def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():
@@ -115,6 +118,44 @@ def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():
     assert parallel.plan(2, env={"CUDA_VISIBLE_DEVICES": ""}, mem_gib=20).note == ""
     with pytest.raises(ValueError, match="at least 1"):
         parallel.plan(0)
+
+
+@pytest.mark.parametrize("cores,jobs", [(7, 4), (5, 2), (3, 2), (8, 3), (6, 6)])
+def test_odd_core_counts_leave_no_core_idle(cores, jobs):
+    """Each worker gets a disjoint slice and together they cover every core (7 cores, 4 workers:
+    2+2+2+1, not 1 each with three cores idle); slices differ by one core at most."""
+    mask = tuple(range(0, 2 * cores, 2))  # a taskset mask with gaps
+    plan = parallel.Plan(jobs=jobs, cpus=cores, gpus=(), cores=mask)
+    slices = [plan.cores_of(i) for i in range(jobs)]
+    assert sorted(c for s in slices for c in s) == list(mask)
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    sizes = sorted({len(s) for s in slices})
+    assert f"pinned to {'-'.join(map(str, sizes))} core" in plan.describe()
+
+
+def test_a_containers_memory_and_cpu_limits_cap_the_default(tmp_path):
+    """A pod's limits (16 GiB, 2 CPUs) on a 512 GiB, 64-core node: /proc/meminfo and the affinity
+    mask show the node, the cgroup files the pod."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {512 * 2**20} kB\nMemFree: 1 kB\n")
+    v2, v1, none = tmp_path / "v2", tmp_path / "v1", tmp_path / "none"
+    for d in (v2, v1 / "memory", v1 / "cpu", none):
+        d.mkdir(parents=True)
+    (v2 / "memory.max").write_text(f"{16 * 2**30}\n")
+    (v2 / "cpu.max").write_text("200000 100000\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text(f"{16 * 2**30}\n")
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    for root in (v2, v1):
+        assert parallel.memory_gib(meminfo, root) == 16
+        assert parallel.cpu_budget(64, root) == 2
+    assert parallel.memory_gib(meminfo, none) == 512 and parallel.cpu_budget(64, none) == 64
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "cpu.max").write_text("max 100000\n")
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    for root in (v2, v1):
+        assert parallel.memory_gib(meminfo, root) == 512 and parallel.cpu_budget(64, root) == 64
 
 
 # ------------------------------------------------------------------------- slots (a stand-in worker)
@@ -328,5 +369,8 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
     assert contended(graded(notes=["cell 'test-x': the kernel died while running this cell (a crash, ...)"]))
     assert contended(graded(cells=[cell("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]))
     assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
+    # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel
+    assert contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
+                                        "60.2 s): an endless loop, or far too slow for these small test sizes?")]))
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

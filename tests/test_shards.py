@@ -116,6 +116,23 @@ def test_merge_flags_students_graded_twice_missing_and_missing_shards(tmp_path):
     assert intruder in problems and all(s in problems for s in lost)
 
 
+def test_merge_flags_a_shard_report_that_a_one_notebook_run_replaced(tmp_path):
+    """`--shard 1/2 --notebook 01_online_softmax` rewrote shard 1's report with that notebook only: its
+    students' other notebooks must not silently drop out of the class report."""
+    names = NAMES[:10]
+    for i in range(2):
+        rows = [_result(s, nb) for s in shards.select(names, i, 2)
+                for nb in (("01_online_softmax", "02_tiled_attention") if i == 0 else ("01_online_softmax",))]
+        write_report_json(rows, tmp_path / shards.report_name(i, 2, ".json"))
+    merged = shards.merge(shards.shard_reports(tmp_path), submitted=names)
+    assert sorted(merged.partial) == sorted(shards.select(names, 1, 2))
+    assert all(v == ["02_tiled_attention"] for v in merged.partial.values())
+    assert any("no row for 02_tiled_attention" in line and "--notebook" in line for line in merged.problems())
+    only_01 = [_result(s) for s in names]  # a class graded on one notebook only: nothing is short
+    write_report_json(only_01, tmp_path / shards.report_name(0, 1, ".json"))
+    assert shards.merge([tmp_path / shards.report_name(0, 1, ".json")], submitted=names).problems() == []
+
+
 def test_merge_takes_the_newest_shard_count_and_names_the_stale_reports(tmp_path):
     """An earlier run with N=3 left complete reports; the new run with N=2 has only shard 0 so far."""
     names = NAMES[:20]
@@ -183,7 +200,8 @@ def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
     assert gradebook.redact("sqlite:////x/gradebook.db") == "sqlite:////x/gradebook.db"
     for url in ("postgresql+psycopg://grader@db.example.org/course?password=s3cret-pw",
                 "postgresql+psycopg://grader@db.example.org/course?sslmode=require&PASSWORD=s3cret-pw",
-                "postgresql+psycopg://grader:s3cret-pw@db.example.org/course?password=s3cret-pw"):
+                "postgresql+psycopg://grader:s3cret-pw@db.example.org/course?password=s3cret-pw",
+                "postgresql+psycopg://grader@db.example.org/course?sslmode=verify-full&sslpassword=s3cret-pw"):
         shown = gradebook.redact(url)
         assert "s3cret-pw" not in shown and "***" in shown and "db.example.org" in shown, shown
     assert gradebook.redact("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require"

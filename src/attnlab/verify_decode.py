@@ -52,9 +52,24 @@ def _check_inputs_kept(before, after, what: str, case, names) -> None:
                                  f"to its outputs")
 
 
-def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, tol: float) -> None:
+#: Why a row or split whose keys are visible came out -inf, for the kernels that loop over keys.
+KEYS_MISSED = ("-inf means no key was visible to that row: is the causal bound inclusive (key j is visible when "
+               "j <= seqlens[b] - T_q + i, its own position included), and does the loop cover the slice's keys?")
+#: The same for the merge kernel, which sees no keys, only the splits' LSEs.
+SPLITS_MISSED = ("-inf means the merge found no split with keys for that row, though one had a finite LSE_s: "
+                 "the merged LSE is m + log(Σ_s exp(LSE_s − m)) with m = max_s LSE_s, where only splits with "
+                 "LSE_s = -inf weigh 0.")
+
+
+def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, tol: float,
+                          no_keys: str = KEYS_MISSED) -> None:
     """Like :func:`attnlab.checks.assert_close`, where ``expected`` may hold -inf (a row or split with
-    no visible key): ``actual`` must be exactly -inf there and finite everywhere else."""
+    no visible key): ``actual`` must be exactly -inf there and finite everywhere else.
+
+    Raises:
+        AssertionError: naming the first wrong element; a -inf where a finite value was expected is
+            explained by ``no_keys`` (:data:`KEYS_MISSED`, or :data:`SPLITS_MISSED` for the merge).
+    """
     assert_shape(actual, expected.shape, name=name, case=case)
     a = actual.detach().to(device="cpu", dtype=torch.float64)
     empty = torch.isneginf(expected)
@@ -64,9 +79,7 @@ def assert_close_or_empty(actual, expected: torch.Tensor, *, name: str, case, to
             idx = tuple(int(i) for i in bad.nonzero()[0])
             got = a[idx].item()
             if got == float("-inf"):  # a row that should see keys saw none
-                why = ("-inf means no key was visible to that row: is the causal bound inclusive (key j is "
-                       "visible when j <= seqlens[b] - T_q + i, its own position included), and does the loop "
-                       "cover the slice's keys?")
+                why = no_keys
             else:
                 why = ("NaN usually means an element was never written or exp(-inf - (-inf)) was computed for "
                        "a row with no visible key.")
@@ -231,11 +244,11 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
     _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
-    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol),
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol, no_keys=SPLITS_MISSED),
               lambda: merge_overflow_hint(o, lse_part32),
               lambda: merge_weights_hint(o, o_part32, lse_part32, tol))
     assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
-                          tol=1e-5)
+                          tol=1e-5, no_keys=SPLITS_MISSED)
 
 
 def _run_both(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, lse, *, causal, cfg,

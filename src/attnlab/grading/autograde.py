@@ -530,9 +530,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
 
 
 #: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken): a
-#: timeout, a dead or unresponsive kernel, an exhausted budget, an out-of-memory error.
-_CONTENDED = re.compile(r"ran past|kernel died|stopped responding|did not respond to an interrupt|used up its "
-                        r"[\d.]+ s budget|grading worker process died|out of memory|OutOfMemoryError", re.IGNORECASE)
+#: timeout (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
+#: :func:`attnlab.checks.time_limit`), a dead or unresponsive kernel, an exhausted budget, an
+#: out-of-memory error.
+_CONTENDED = re.compile(r"ran past|did not finish within|kernel died|stopped responding|did not respond to an "
+                        r"interrupt|used up its [\d.]+ s budget|grading worker process died|out of memory|"
+                        r"OutOfMemoryError", re.IGNORECASE)
 
 
 def contended(result: NotebookResult) -> bool:

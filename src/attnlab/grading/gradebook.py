@@ -44,8 +44,9 @@ def db_url(course: Course) -> str:
     return CourseDirectory(config=config, root=str(course.root)).db_url
 
 
-#: Query parameters that carry a password (libpq and psycopg read ``?password=``).
-_PASSWORD_ARGS = frozenset({"password", "passwd", "pwd"})
+#: Query parameters that carry a password (libpq and psycopg read ``?password=``, and
+#: ``?sslpassword=`` for the client key).
+_PASSWORD_ARGS = frozenset({"password", "passwd", "pwd", "sslpassword"})
 
 
 def redact(url: str) -> str:

@@ -19,13 +19,15 @@ sandboxed kernel. This module only decides the numbers and the environment:
   thread pools are sized to the set (``OMP_NUM_THREADS`` and the BLAS equivalents; a value the
   instructor set is kept); its kernels run one thread per pool (``GradingExecute.kernel_threads``).
 - **Default N** (:func:`default_jobs`): one worker per GPU on a GPU host, one per usable core on a
-  CPU host; and never more than fit in memory at one kernel's memory limit each
-  (:func:`memory_cap`; ``GradingExecute.memory_limit_gb``, :data:`KERNEL_MEMORY_ENV`). An explicit
+  CPU host (no more than a container's CPU quota, :func:`cpu_budget`); and never more than fit in
+  memory (the container's limit where it has one, :func:`memory_gib`) at one kernel's memory limit
+  each (:func:`memory_cap`; ``GradingExecute.memory_limit_gb``, :data:`KERNEL_MEMORY_ENV`). An explicit
   ``--jobs`` may put several workers on a GPU, but is capped by memory the same way (the plan says so).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -54,17 +56,58 @@ def usable_cores() -> tuple[int, ...]:
 
 
 def usable_cpus() -> int:
+    """How many cores this process may run on (:func:`usable_cores`; a CPU quota is not counted:
+    :func:`cpu_budget`)."""
     return len(usable_cores())
 
 
-def memory_gib() -> float | None:
-    """Total memory in GiB (``/proc/meminfo``), or None where unknown."""
+#: Where a container's cgroup limits are read (cgroup v2 files at the top, v1 in per-controller folders).
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _read(path: Path) -> str:
     try:
-        text = Path("/proc/meminfo").read_text()
+        return path.read_text().strip()
     except OSError:
-        return None
-    found = re.search(r"^MemTotal:\s+(\d+) kB", text, re.MULTILINE)
-    return int(found.group(1)) / 2**20 if found else None
+        return ""
+
+
+def cgroup_memory_gib(root: Path = CGROUP) -> float | None:
+    """This container's memory limit in GiB (cgroup v2 ``memory.max``, v1
+    ``memory/memory.limit_in_bytes``), or None where there is none. A Kubernetes pod's
+    ``limits.memory`` shows only here: ``MemTotal`` in ``/proc/meminfo`` is the node's."""
+    for text in (_read(root / "memory.max"), _read(root / "memory" / "memory.limit_in_bytes")):
+        if text.isdigit() and int(text) < 2**60:  # v1 writes "no limit" as a huge number, v2 as "max"
+            return int(text) / 2**30
+    return None
+
+
+def cgroup_cpus(root: Path = CGROUP) -> float | None:
+    """This container's CPU quota in cores (cgroup v2 ``cpu.max``, v1 ``cpu/cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``), or None where there is none. A pod's ``limits.cpu`` is a quota, not a
+    set of cores: its affinity mask still names every core of the node."""
+    parts = _read(root / "cpu.max").split()
+    if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]):
+        return int(parts[0]) / int(parts[1])
+    quota, period = _read(root / "cpu" / "cpu.cfs_quota_us"), _read(root / "cpu" / "cpu.cfs_period_us")
+    if quota.isdigit() and period.isdigit() and int(period):
+        return int(quota) / int(period)
+    return None
+
+
+def cpu_budget(cores: int, root: Path = CGROUP) -> int:
+    """``cores`` (the affinity mask's count), or the container's CPU quota rounded up where that is
+    smaller (:func:`cgroup_cpus`): workers beyond it would only be throttled."""
+    quota = cgroup_cpus(root)
+    return min(cores, max(1, math.ceil(quota))) if quota else cores
+
+
+def memory_gib(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = CGROUP) -> float | None:
+    """Memory this process may use in GiB: the smaller of ``MemTotal`` (``meminfo``) and the
+    container's limit (:func:`cgroup_memory_gib`); None where neither is known."""
+    found = re.search(r"^MemTotal:\s+(\d+) kB", _read(meminfo), re.MULTILINE)
+    known = [v for v in (int(found.group(1)) / 2**20 if found else None, cgroup_memory_gib(cgroup)) if v]
+    return min(known) if known else None
 
 
 def kernel_memory_gib(env: dict | None = None) -> float:
@@ -87,6 +130,9 @@ def memory_cap(mem_gib: float | None, kernel_gib: float) -> int | None:
 # ------------------------------------------------------------------------------ GPUs
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as :func:`gpu_table` found it: nvidia-smi's index, its UUID (what a worker's
+    ``CUDA_VISIBLE_DEVICES`` names) and its device node (what the sandbox binds)."""
+
     index: str   # nvidia-smi's index (PCI bus order)
     uuid: str
     device: str  # its device node, /dev/nvidiaM
@@ -103,8 +149,9 @@ def _smi() -> str:
 def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpus"),
               dev: Path = Path("/dev")) -> list[Gpu]:
     """The GPUs with their index, UUID and device node: nvidia-smi's ``index, uuid`` lines (``smi``,
-    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``; empty
-    when either is missing (the device nodes are then not known)."""
+    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``, for the
+    GPUs whose node ``dev``/nvidiaM exists; empty when either is missing (the device nodes are then
+    not known, and the sandbox binds every GPU's)."""
     minors = {}
     for info in proc.glob("*/information"):
         try:
@@ -117,8 +164,11 @@ def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpu
     table = []
     for line in (_smi() if smi is None else smi).splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit() and parts[1] in minors:
-            table.append(Gpu(parts[0], parts[1], str(dev / f"nvidia{minors[parts[1]]}")))
+        if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in minors:
+            continue
+        node = dev / f"nvidia{minors[parts[1]]}"
+        if node.exists():  # else the sandbox, binding that node only, would leave the kernel no GPU at all
+            table.append(Gpu(parts[0], parts[1], str(node)))
     return table
 
 
@@ -142,7 +192,7 @@ def visible_gpus(env: dict | None = None, dev: Path = Path("/dev"), table: list[
 def default_jobs(cpus: int | None = None, gpus: int | None = None, mem_gib: float | None = None,
                  kernel_gib: float | None = None) -> int:
     """The default worker count: one per GPU on a GPU host, else one per core; capped by memory."""
-    cpus = usable_cpus() if cpus is None else cpus
+    cpus = cpu_budget(usable_cpus()) if cpus is None else cpus
     gpus = len(visible_gpus()) if gpus is None else gpus
     mem_gib = memory_gib() if mem_gib is None else mem_gib
     kernel_gib = kernel_memory_gib() if kernel_gib is None else kernel_gib
@@ -169,12 +219,15 @@ class Plan:
         return max(1, self.cpus // self.jobs)
 
     def cores_of(self, worker: int) -> tuple[int, ...]:
-        """Worker ``worker``'s cores: its own slice when there are at least as many cores as workers."""
+        """Worker ``worker``'s cores (0-based): disjoint slices that together cover every usable core
+        when there are at least as many cores as workers; else one core, shared round-robin."""
         cores = self.cores or tuple(range(self.cpus))
         if self.jobs > len(cores):
             return (cores[worker % len(cores)],)
-        k = len(cores) // self.jobs
-        return cores[worker * k:(worker + 1) * k]
+        # the first len(cores) % jobs workers take one core more: no core is left idle (7 cores, 4 workers: 2+2+2+1)
+        k, extra = divmod(len(cores), self.jobs)
+        start = worker * k + min(worker, extra)
+        return cores[start:start + k + (worker < extra)]
 
     def gpu_of(self, worker: int) -> str | None:
         """The GPU id worker ``worker`` (0-based) uses: round-robin over the GPUs; None without GPUs."""
@@ -214,10 +267,11 @@ class Plan:
             where = f", GPUs {', '.join(self.gpus)} round-robin{nodes}"
         else:
             where = ", no GPU"
-        per = len(self.cores_of(0)) if self.pin else self.threads
+        sizes = sorted({len(self.cores_of(i)) for i in range(self.jobs)}) if self.pin else [self.threads]
+        per = "-".join(map(str, sizes))  # "2" or, where the cores do not split evenly, "1-2"
         pinned = "pinned to" if self.pin and self.jobs <= len(self.cores or range(self.cpus)) else "sharing"
         return (f"{self.jobs} grading worker{'s' if self.jobs != 1 else ''} side by side on {self.cpus} cores "
-                f"({pinned} {per} core{'s' if per != 1 else ''} each){where}")
+                f"({pinned} {per} core{'s' if per != '1' else ''} each){where}")
 
 
 def plan(jobs: int | None = None, env: dict | None = None, mem_gib: float | None = None) -> Plan:
@@ -235,7 +289,7 @@ def plan(jobs: int | None = None, env: dict | None = None, mem_gib: float | None
     kernel_gib = kernel_memory_gib(env)
     note = ""
     if jobs is None:
-        jobs = default_jobs(len(cores), len(gpus), mem_gib, kernel_gib)
+        jobs = default_jobs(cpu_budget(len(cores)), len(gpus), mem_gib, kernel_gib)
     else:
         cap = memory_cap(mem_gib, kernel_gib)
         if cap and jobs > cap:

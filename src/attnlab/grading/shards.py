@@ -91,6 +91,7 @@ class Merged:
     wrong_shard: dict[str, str] = field(default_factory=dict)  # student -> report of a shard that should not grade it
     left_out: list[str] = field(default_factory=list)          # reports of another shard count (stale)
     used: list[str] = field(default_factory=list)              # the reports merged
+    partial: dict[str, list[str]] = field(default_factory=dict)  # student -> notebooks others have and they lack
 
     def problems(self) -> list[str]:
         """One line per problem; empty when every submitted student was graded exactly once."""
@@ -99,6 +100,8 @@ class Merged:
         lines += [f"no report from shard {self._shard(f)} ({f}): not run yet, still running, or it failed"
                   for f in self.missing_shards]
         lines += [f"graded by a shard it does not belong to: {s} ({f})" for s, f in self.wrong_shard.items()]
+        lines += [f"no row for {', '.join(nbs)} of {s}, which other students' rows have: was the shard's full report "
+                  f"replaced by a --notebook run's?" for s, nbs in self.partial.items()]
         return lines
 
     def notes(self) -> list[str]:
@@ -142,7 +145,8 @@ def merge(reports: list[Path], submitted: list[str] | None = None) -> Merged:
 
     Returns:
         :class:`Merged`; a student found in several reports is listed in ``graded_twice`` and its
-        first report's results are kept.
+        first report's results are kept; a student without a row for a notebook that other students'
+        rows have (a report from a ``--notebook`` run) is listed in ``partial``.
     """
     from .autograde import read_report_json
 
@@ -164,6 +168,13 @@ def merge(reports: list[Path], submitted: list[str] | None = None) -> Merged:
                 merged.wrong_shard.setdefault(r.student, path.name)
             results.setdefault((r.student, r.notebook), r)
     merged.results = list(results.values())
+    # every student has a row per notebook (a notebook not submitted is a "missing" row): a student
+    # short of some is what a report written by `--shard i/N --notebook X` leaves behind
+    notebooks: dict[str, set[str]] = {}
+    for student, notebook in results:
+        notebooks.setdefault(student, set()).add(notebook)
+    every = set().union(*notebooks.values()) if notebooks else set()
+    merged.partial = {s: sorted(every - have) for s, have in notebooks.items() if every - have}
     merged.graded_twice = {s: files for s, files in by_student.items() if len(files) > 1}
     merged.missing = [s for s in submitted or [] if s not in by_student]
     merged.missing_shards = [report_name(i, n, ".json") for n, have in sorted(counts.items())
