@@ -1,0 +1,20 @@
+#!/bin/bash
+# A class of 200 synthetic submissions (no abuse cases) graded on this 2-core machine at --jobs 2, from
+# main after the speed and trust merges; CPU seconds of the whole process tree (benchmarks/cpu_seconds.sh),
+# /proc/loadavg sampled every 30 s. Results next to this file.
+set -u
+R=/work/main; M=/tmp/class200; OUTD=$R/notes/grading/2026-12-01/class200
+rm -rf $M && mkdir -p $M/course && cd $R && for f in notebooks source release samples nbgrader_config.py pyproject.toml; do cp -r $f $M/course/; done
+cd $M/course
+export PATH=$R/.venv/bin:$PATH PYTHONUNBUFFERED=1
+( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > $OUTD/load.txt &
+LOADPID=$!
+python -c "from attnlab.grading.build import generate_assignment; from attnlab.grading.course import Course; generate_assignment(Course.find())"
+attnlab synthetic-class 200 --kinds reference,mistake,variant,blank > $M/synthetic.txt
+echo "j2: start $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $OUTD/summary.txt
+$R/benchmarks/cpu_seconds.sh $OUTD/j2.cpu attnlab autograde --jobs 2 --report-json $M/j2.json > $M/j2.log 2>&1
+read -r wall user sys < $OUTD/j2.cpu
+echo "j2: wall $wall s, CPU $user user + $sys sys; per submission: $(echo "scale=1; $wall / 200" | bc) s wall, $(echo "scale=2; ($user + $sys) / 200" | bc) CPU s; end $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $OUTD/summary.txt
+kill $LOADPID
+python $R/benchmarks/compare_reports.py --expected $M/synthetic.txt $M/j2.json $R/notes/grading/2026-12-01/cpu-j2.json >> $OUTD/summary.txt 2>&1
+tail -3 $M/j2.log >> $OUTD/summary.txt
