@@ -609,6 +609,40 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     assert _processes_with(b"spare-test-daemon") == []
 
 
+def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_follows(tmp_path):
+    """03's kernel has no CUDA device; the spare started meanwhile is 04's kind (GPU shown) and is
+    taken by 04; the one started during 04 is the next student's 01 kind (GPU hidden)."""
+    from attnlab.grading import execute
+
+    def notebook(source):
+        nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                               "language": "python"}})
+        meta = {"nbgrader": {"grade_id": "t", "grade": True, "locked": True, "solution": False, "points": 1,
+                             "schema_version": 3}}
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+        return nb
+
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    for name in ("03_flash_backward", "04_triton_softmax"):
+        (folder / f"{name}.ipynb").write_text("{}")
+    hidden = notebook("import os\nassert os.environ['CUDA_VISIBLE_DEVICES'] == '' and os.environ['ATTNLAB_DEVICE'] == 'cpu'")
+    shown = notebook("import os\nassert os.environ.get('CUDA_VISIBLE_DEVICES') != '' and "
+                     "os.environ.get('ATTNLAB_DEVICE') != 'cpu'\nprint(os.getcwd())")
+    try:
+        nb1, _ = execute.GradingExecute(timeout=60, prewarm=True).preprocess(
+            hidden, {"unique_key": "03_flash_backward", "metadata": {"path": str(folder)}})
+        spare = execute._SPARE
+        assert spare is not None and spare.gpu is True and spare.attnlab_gpu is True
+        nb2, _ = execute.GradingExecute(timeout=60, prewarm=True).preprocess(
+            shown, {"unique_key": "04_triton_softmax", "metadata": {"path": str(folder)}})
+        assert execute._SPARE is not spare and execute._SPARE.gpu is False  # taken; the next is 03's kind
+    finally:
+        execute._drop_spare()
+    assert _enames(nb1) == [[]] and _enames(nb2) == [[]], (nb1.cells[-1].outputs, nb2.cells[-1].outputs)
+    assert nb2.cells[-1].outputs[0]["text"].strip() == spare.scratch  # 04 ran in the spare
+
+
 def _processes_with(text: bytes) -> list[int]:
     found = []
     for p in os.listdir("/proc"):

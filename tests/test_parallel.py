@@ -107,6 +107,32 @@ def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
         "GPU-aaaa"]
 
 
+def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path, monkeypatch):
+    """01-03 check everything on the CPU: their sandbox binds no GPU node and their environment names
+    no CUDA device, so they grade as on a CPU host; the spare follows the submission's next notebook."""
+    from attnlab.grading import execute, sandbox
+    from attnlab.grading.course import uses_gpu
+
+    assert [uses_gpu(n) for n in ("01_online_softmax", "02_flash_forward", "03_flash_backward")] == [False] * 3
+    assert all(uses_gpu(n) for n in ("04_triton_softmax", "05_triton_flash", "09_tuning_and_fp8",
+                                     "99_triton_probe", "notes", ""))
+    monkeypatch.setattr(sandbox, "gpu_nodes", lambda *a, **k: ["/dev/nvidia0", "/dev/nvidiactl"])
+    assert "/dev/nvidia0" in sandbox.wrap(["python"], str(tmp_path), None, hidden=[])
+    assert "/dev/nvidia0" not in sandbox.wrap(["python"], str(tmp_path), None, hidden=[], gpu=False)
+    for name in ("01_online_softmax", "03_flash_backward", "04_triton_softmax", "06_scaling_sweep"):
+        (tmp_path / f"{name}.ipynb").write_text("{}")
+    ep = execute.GradingExecute()
+    plan = {name: ep._gpu_plan({"unique_key": name, "metadata": {"path": str(tmp_path)}})
+            for name in ("01_online_softmax", "03_flash_backward", "04_triton_softmax", "06_scaling_sweep")}
+    assert plan == {"01_online_softmax": (False, False), "03_flash_backward": (False, True),
+                    "04_triton_softmax": (True, True), "06_scaling_sweep": (True, False)}  # then the next student's 01
+    assert ep._gpu_plan({}) == (True, True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa")
+    hidden, shown = ep._kernel_env(False), ep._kernel_env(True)
+    assert hidden["CUDA_VISIBLE_DEVICES"] == "" and hidden["ATTNLAB_DEVICE"] == "cpu"
+    assert shown["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa" and "ATTNLAB_DEVICE" not in shown
+
+
 def test_default_jobs_one_per_gpu_and_capped_by_kernel_memory():
     assert parallel.default_jobs(cpus=64, gpus=4, mem_gib=512, kernel_gib=8) == 4  # one per GPU
     assert parallel.default_jobs(cpus=64, gpus=8, mem_gib=40, kernel_gib=8) == 5   # 5 x 8 GiB fit in 40

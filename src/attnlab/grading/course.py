@@ -32,6 +32,22 @@ def assignment_of(notebook: str) -> str:
     return BEYOND if int(head) in _BEYOND_NUMBERS else ASSIGNMENT
 
 
+#: Notebooks whose every check runs on the CPU (the PyTorch notebooks 01-03: float64 references,
+#: small tensors, no Triton). Their kernels are graded with the GPU hidden (:func:`uses_gpu`).
+_CPU_ONLY_NUMBERS = range(1, 4)
+
+
+def uses_gpu(notebook: str) -> bool:
+    """Whether a graded notebook's kernel is given the host's GPU.
+
+    False for the PyTorch notebooks 01-03: none of their checks touches a GPU, so hiding it grades
+    them exactly as on a CPU host and spares each kernel CUDA's start-up (seconds on a busy GPU
+    host). True for every other name, the Triton notebooks and unknown names alike.
+    """
+    head = notebook.split("_", 1)[0]
+    return not (len(head) == 2 and head.isdigit() and int(head) in _CPU_ONLY_NUMBERS)
+
+
 def tool_env(env: dict | None = None) -> dict:
     """A copy of ``env`` (default: this process's) with this interpreter's bin folder first on PATH.
 

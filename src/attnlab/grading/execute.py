@@ -24,9 +24,13 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
 - truncates output past ``max_output_chars`` of text (metadata and non-figure data included) and
   ``max_figure_chars`` of figures per cell, and ``max_notebook_output_chars`` in all; error outputs are
   always kept, with their tracebacks shortened;
+- hides the GPU from notebooks with no GPU case (:func:`attnlab.grading.course.uses_gpu`: no device
+  node in the sandbox, ``CUDA_VISIBLE_DEVICES`` empty), so they grade as on a CPU host and skip
+  CUDA's start-up;
 - keeps one spare kernel warm (started, with torch and the course's package imported, in a
   sandbox and scratch folder of its own that no learner code has seen) while a notebook runs, so
-  the next notebook graded by the same process starts at once (``prewarm``);
+  the next notebook graded by the same process starts at once (``prewarm``); it is started with or
+  without the GPU as the submission's next notebook (in nbgrader's sorted order) needs;
 - installs the integrity guard (:mod:`attnlab.grading.guard`) in the kernel and runs it around
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
@@ -55,8 +59,10 @@ from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer
 
+from ..device import FORCE_ENV
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
+from .course import uses_gpu
 from .parallel import THREAD_VARS
 from .untrusted_html import clean_content, clean_markdown, clean_outputs
 
@@ -170,6 +176,7 @@ class GradingExecute(Execute):
         }
         start = monotonic()
         skipped: dict[int, object] = {}
+        self._gpu, self._next_gpu = self._gpu_plan(resources or {})
         if self.sandbox:
             ok, detail = _sandbox.check()
             if not ok:
@@ -242,14 +249,14 @@ class GradingExecute(Execute):
         if spare is not None:
             self.km = spare
         elif self.sandbox:
-            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
+            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, gpu=self._gpu)
         if self.sandbox:
             run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
         if run_dir:
             self._fill_run_dir(run_dir, resources or {})
         kwargs = {"cwd": run_dir} if run_dir else {}
-        if self._kernel_env() is not None:
-            kwargs["env"] = self._kernel_env()
+        if self._kernel_env(self._gpu) is not None:
+            kwargs["env"] = self._kernel_env(self._gpu)
         try:
             self._run_in_kernel(nb, resources, skipped, start, run_dir, spare, kwargs)
         finally:
@@ -468,12 +475,50 @@ class GradingExecute(Execute):
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
 
-    def _kernel_env(self) -> dict | None:
-        """The kernel's environment: the grader's, with thread pools of ``kernel_threads``; None to
-        leave it to jupyter_client (``kernel_threads`` 0)."""
-        if self.kernel_threads < 1:
+    def _kernel_env(self, gpu: bool = True) -> dict | None:
+        """The kernel's environment: the grader's, with thread pools of ``kernel_threads`` and, when
+        ``gpu`` is False, no CUDA device (and the course's CPU mode); None to leave it to
+        jupyter_client (``kernel_threads`` 0 and a GPU)."""
+        if self.kernel_threads < 1 and gpu:
             return None
-        return {**os.environ, **{var: str(self.kernel_threads) for var in THREAD_VARS}}
+        env = dict(os.environ)
+        if self.kernel_threads >= 1:
+            env.update({var: str(self.kernel_threads) for var in THREAD_VARS})
+        if not gpu:
+            env.update({"CUDA_VISIBLE_DEVICES": "", FORCE_ENV: "cpu"})
+        return env
+
+    def _gpu_plan(self, resources: dict) -> tuple[bool, bool]:
+        """Whether this notebook's kernel gets the GPU, and whether the next one's will (for the
+        spare): the next notebook of the submission folder in nbgrader's sorted order, else the
+        first one (the next student's). Without a notebook name (a plain nbconvert run): the GPU."""
+        name = str(resources.get("unique_key") or "")
+        if not name:
+            return True, True
+        names = sorted(n[:-6] for n in self._listing(self._submission_folder(resources)) if n.endswith(".ipynb"))
+        later = [n for n in names if n > name]
+        upcoming = later[0] if later else (names[0] if names else name)
+        return uses_gpu(name), uses_gpu(upcoming)
+
+    @staticmethod
+    def _listing(folder: str) -> list[str]:
+        try:
+            return os.listdir(folder)
+        except OSError:
+            return []
+
+    def _submission_folder(self, resources: dict) -> str:
+        """The student's submitted folder (nbgrader's), else the folder nbgrader says the notebook is in."""
+        here = resources.get("metadata", {}).get("path") or "."
+        info = resources.get("nbgrader", {})
+        if info.get("student") and info.get("assignment"):
+            from nbgrader.coursedir import CourseDirectory
+
+            coursedir = CourseDirectory(config=self.config)
+            folder = coursedir.format_path(coursedir.submitted_directory, info["student"], info["assignment"])
+            if os.path.isdir(folder):
+                return folder
+        return here
 
     def _kernel_name(self, nb) -> str:
         return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
@@ -482,14 +527,15 @@ class GradingExecute(Execute):
         return _sandbox.SandboxedKernelManager if self.sandbox else self.kernel_manager_class
 
     def _take_spare(self, nb):
-        """The spare kernel, if one is waiting for this kind of kernel and still alive."""
+        """The spare kernel, if one is waiting for this kind of kernel (GPU or not included) and still alive."""
         global _SPARE
         km, _SPARE = _SPARE, None
         if km is None:
             return None
         try:
             sandboxed = isinstance(km, _sandbox.SandboxedKernelManager)
-            if km.kernel_name == self._kernel_name(nb) and sandboxed == self.sandbox and run_sync(km.is_alive)():
+            if (km.kernel_name == self._kernel_name(nb) and sandboxed == self.sandbox
+                    and getattr(km, "attnlab_gpu", True) == self._gpu and run_sync(km.is_alive)()):
                 return km
         except Exception:  # noqa: BLE001
             pass
@@ -502,11 +548,13 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config)
+            kwargs = {"gpu": self._next_gpu} if self.sandbox else {}
+            km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, **kwargs)
+            km.attnlab_gpu = self._next_gpu
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
             if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
                 extra.append("--HistoryManager.hist_file=:memory:")
-            env = {"env": self._kernel_env()} if self._kernel_env() is not None else {}
+            env = {"env": self._kernel_env(self._next_gpu)} if self._kernel_env(self._next_gpu) is not None else {}
             run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir(), **env)
         except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
             self.log.warning("attnlab: could not start a spare kernel: %s", exc)
@@ -523,15 +571,7 @@ class GradingExecute(Execute):
                 src = os.path.join(here, name)
                 if os.path.isfile(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
                     shutil.copy(src, os.path.join(run, name))
-            submitted = here
-            info = resources.get("nbgrader", {})
-            if info.get("student") and info.get("assignment"):
-                from nbgrader.coursedir import CourseDirectory
-
-                coursedir = CourseDirectory(config=self.config)
-                folder = coursedir.format_path(coursedir.submitted_directory, info["student"], info["assignment"])
-                if os.path.isdir(folder):
-                    submitted = folder
+            submitted = self._submission_folder(resources)
             for name in os.listdir(submitted):
                 src = os.path.join(submitted, name)
                 if name.endswith(".ipynb") and os.path.isfile(src) and os.path.getsize(src) < _MAX_COPY:

@@ -22,7 +22,8 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
 - the GPU's device nodes (``/dev/nvidia*``, ``/dev/dri``) are bound in when the host has them; when
   the grading worker was given one GPU's node (:data:`GPU_DEVICE_ENV`, set by :mod:`.parallel` for
   ``--jobs``), only that node and the driver's control nodes (:data:`GPU_CONTROL_NODES`), so a
-  kernel cannot allocate memory on another worker's GPU.
+  kernel cannot allocate memory on another worker's GPU; a kernel started with ``gpu=False`` (a
+  notebook with no GPU case, :func:`.course.uses_gpu`) gets no GPU node at all.
 
 :class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
 way, each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
@@ -165,16 +166,17 @@ def _rebind(path: str, hide: list[str]) -> bool:
 
 
 def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
-         hidden: list[str] | None = None) -> list[str]:
+         hidden: list[str] | None = None, gpu: bool = True) -> list[str]:
     """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
-    sockets), ``read_only`` files bound back; see the module docstring for the rest."""
+    sockets), ``read_only`` files bound back, the GPU's device nodes unless ``gpu`` is False; see
+    the module docstring for the rest."""
     home = os.path.expanduser("~")
     hide = [h for h in dict.fromkeys([*HIDDEN, home, *(hidden if hidden is not None else _course_roots())])
             if h and h != "/" and os.path.isdir(h)]
     hide = [os.path.realpath(h) for h in hide]
     hide.sort(key=len)  # parents first: a tmpfs over a folder hides the mounts made before it under it
     args = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for dev in gpu_nodes():
+    for dev in gpu_nodes() if gpu else []:
         args += ["--dev-bind", dev, dev]
     args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
     for h in hide:
@@ -237,8 +239,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, gpu: bool = True, **kwargs):
         super().__init__(**kwargs)
+        self.gpu = gpu  # False: no GPU device node is bound (the caller also hides it in the environment)
         self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
         _seed_caches(self.scratch)
         self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
@@ -247,7 +250,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        return wrap(cmd, self.scratch, self._ipc_dir, read_only=[os.path.realpath(self.connection_file)])
+        return wrap(cmd, self.scratch, self._ipc_dir, read_only=[os.path.realpath(self.connection_file)],
+                    gpu=self.gpu)
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
