@@ -15,7 +15,7 @@ S=$OUT/summary.txt
 say() { echo "$*" | tee -a "$S"; }
 pack() { tar -czf "$OUT/grading.tar.gz" -C "$OUT" r 2>/dev/null; }
 if [ -z "${SKIP_INSTALL:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site \
     "$ROOT"/.gpu/wheels/*.whl "$ROOT"/.gpu/wheels-grade/*.whl 2>&1 | tail -2
   export PYTHONPATH=/tmp/site:$PWD/src PATH=$ROOT/.gpu/bwrap/bin:/tmp/site/bin:$PATH
 fi

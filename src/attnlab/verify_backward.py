@@ -53,9 +53,10 @@ def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
     forward, rounded as a forward kernel would save them; and the float64 reference gradients."""
     q, k, v, do = (randn(B, H, T, D, seed=seed + i) for i in range(4))
     q, k, v, do = (t.to(dtype) for t in (q, k, v, do))  # the reference sees what the kernel sees
-    exact = tuple(t.to(torch.float64) for t in (q, k, v, do))
+    # float64 on the kernel's device (a GPU computes GPU-sized references in milliseconds), back on the CPU
+    exact = tuple(t.to(device=device, dtype=torch.float64) for t in (q, k, v, do))
     o, lse = naive_attention(*exact[:3], causal=causal)
-    refs = reference_gradients(*exact, causal=causal)
+    refs = tuple(r.cpu() for r in reference_gradients(*exact, causal=causal))
     o, lse = o.to(dtype), lse.to(torch.float32)
     put = lambda t: tail_room(t.to(device), tail)  # noqa: E731
     return put(q), put(k), put(v), put(o), put(lse), put(do), refs
@@ -220,8 +221,9 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
     case = _case(B=B, H=H, T=T, D=D, causal=causal, dtype=dtype)
     q, k, v, do = (randn(B, H, T, D, seed=seed + i).to(dtype) for i in range(4))
     exact = tuple(t.to(torch.float64) for t in (q, k, v, do))
-    o_ref, _ = naive_attention(*exact[:3], causal=causal)
-    refs = reference_gradients(*exact, causal=causal)
+    on_device = tuple(t.to(device) for t in exact)  # the references computed there, compared on the CPU
+    o_ref = naive_attention(*on_device[:3], causal=causal)[0].cpu()
+    refs = tuple(r.cpu() for r in reference_gradients(*on_device, causal=causal))
     q, k, v = (t.to(device).requires_grad_(True) for t in (q, k, v))
     o = _call(attn, name, q, k, v, causal)
     tol = _tolerance(dtype, device)
