@@ -60,6 +60,31 @@ def test_grading_byte_compiles_the_package_for_the_kernels():
     assert os.path.getmtime(pyc) >= os.path.getmtime(attnlab.verify.__file__)
 
 
+def test_grading_byte_compiles_kernel_imports_installed_without_byte_code(tmp_path, monkeypatch):
+    """A package installed without .pyc (uv's default) is compiled once; one with byte code, or
+    read-only (for a user other than root), is left alone."""
+    import importlib.util
+    import sys
+
+    from attnlab.grading.bytecode import compile_kernel_imports
+
+    for name in ("nopyc_pkg", "readonly_pkg"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("X = 1\n")
+        (tmp_path / name / "sub.py").write_text("Y = 2\n")
+    os.chmod(tmp_path / "readonly_pkg", 0o555)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # find_spec imports nothing either way
+    try:
+        readonly = [] if os.geteuid() != 0 else ["readonly_pkg"]  # root may write anywhere
+        assert compile_kernel_imports(("nopyc_pkg", "readonly_pkg", "no_such_pkg")) == ["nopyc_pkg", *readonly]
+        assert os.path.exists(importlib.util.cache_from_source(str(tmp_path / "nopyc_pkg" / "sub.py")))
+        assert compile_kernel_imports(("nopyc_pkg",)) == []  # has its byte code now
+        assert "nopyc_pkg" not in sys.modules
+    finally:
+        os.chmod(tmp_path / "readonly_pkg", 0o755)
+
+
 def test_visible_gpus_are_cuda_ordinals_not_device_minors(tmp_path):
     for name in ("nvidia0", "nvidia2", "nvidia10", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / name).touch()
