@@ -1,12 +1,14 @@
 #!/bin/bash
 # A class of 200 synthetic submissions (no abuse cases) graded on this 2-core machine at --jobs 2, from
 # main after the speed and trust merges; CPU seconds of the whole process tree (benchmarks/cpu_seconds.sh),
-# /proc/loadavg sampled every 30 s. Results next to this file.
+# /proc/loadavg sampled every 30 s. Results next to this file. The package is a copy of src/ taken at the
+# start (PYTHONPATH), so edits to the working tree during the run do not reach its kernels.
 set -u
 R=/work/main; M=/tmp/class200; OUTD=$R/notes/grading/2026-12-01/class200
 rm -rf $M && mkdir -p $M/course && cd $R && for f in notebooks source release samples nbgrader_config.py pyproject.toml; do cp -r $f $M/course/; done
+cp -r $R/src $M/src && echo "commit $(git -C $R rev-parse --short HEAD)" > $OUTD/summary.txt
 cd $M/course
-export PATH=$R/.venv/bin:$PATH PYTHONUNBUFFERED=1
+export PATH=$R/.venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=$M/src
 ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > $OUTD/load.txt &
 LOADPID=$!
 python -c "from attnlab.grading.build import generate_assignment; from attnlab.grading.course import Course; generate_assignment(Course.find())"
