@@ -51,3 +51,21 @@ def event_attributes(html: str) -> list[str]:
 
     own = set(_live(formgrade_html(new_notebook())))
     return [a for a in _live(html) if a not in own]
+
+
+class _Ids(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.found: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name == "id":
+                self.found.append((value or "", tag))
+
+
+def first_with_id(html: str, element_id: str) -> str | None:
+    """The tag of the first element whose id is ``element_id`` (what ``$("#" + id)`` finds), or None."""
+    parser = _Ids()
+    parser.feed(html)
+    return next((tag for value, tag in parser.found if value == element_id), None)

@@ -764,6 +764,39 @@ def test_honest_figure_metadata_is_kept_and_not_flagged():
     assert "x.png" not in html
 
 
+def test_learner_html_cannot_take_over_formgraders_score_boxes():
+    """formgrade.js finds a cell's score box by ``$("#" + grade_id)``: an output, a raw-HTML answer or a
+    Markdown heading (its id is its text) with that id, before the box, would take the lookup over."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from attnlab.grading.repair import _clean_answers
+    from attnlab.grading.untrusted_html import clean_outputs
+
+    from .formgrade import first_with_id, formgrade_html
+
+    graded = {"nbgrader": {"grade_id": "answer-fp8", "grade": True, "solution": True, "points": 1,
+                           "schema_version": 3}}
+    out = new_output("display_data", data={"text/html": '<div id="answer-fp8-comment">x</div>'})
+    nb = new_notebook(cells=[new_markdown_cell("## answer-fp8\nmy notes"),
+                             new_markdown_cell('<span id="answer-fp8_extra_credit">x</span>'),
+                             new_code_cell("x", outputs=[out]),
+                             new_markdown_cell("FP8 halves the bytes of Q and K.", metadata=graded)])
+    html = formgrade_html(nb)
+    assert first_with_id(html, "answer-fp8") == "h2", "the formgrade render no longer shows this takeover"
+    assert first_with_id(html, "answer-fp8_extra_credit") == "span"
+    notes: list[str] = []
+    _clean_answers(nb, notes)
+    assert clean_outputs(nb) == []  # a dropped id alone is no script: not flagged as such
+    html = formgrade_html(nb)
+    assert (first_with_id(html, "answer-fp8"), first_with_id(html, "answer-fp8_extra_credit"),
+            first_with_id(html, "answer-fp8-comment")) == ("input", "input", "textarea")
+    assert len(notes) == 2 and all(n.startswith("needs review: ") for n in notes)
+    assert "my notes" in html and ">answer-fp8<" in html  # the learner's text is all still there
+    honest = new_notebook(cells=[new_markdown_cell("## My answer\nFP8 halves the bytes."), nb.cells[-1]])
+    _clean_answers(honest, notes := [])
+    assert notes == [] and honest.cells[0].source == "## My answer\nFP8 halves the bytes."
+
+
 def test_outputs_rewritten_behind_the_output_hook_are_cleaned():
     """update_display_data replaces an earlier output's data and metadata inside nbclient, without
     the executor's output hook: the final pass cleans what it left."""

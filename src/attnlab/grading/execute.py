@@ -64,7 +64,7 @@ from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
 from .course import uses_gpu
 from .parallel import THREAD_VARS
-from .untrusted_html import clean_content, clean_markdown, clean_outputs
+from .untrusted_html import clean_content, clean_markdown, clean_outputs, reserved_ids
 
 #: When set, the pid and start time (``PID:START``) of every kernel started, and its sandbox's folders,
 #: are appended to this file, one kernel a line: the grading parent kills them and removes the
@@ -241,7 +241,7 @@ class GradingExecute(Execute):
             text += "\n".join(f"- {n}" for n in others)
             # notes quote learner code and file names: a backtick in a quoted line ends the code span
             text = text.rstrip() + "\n"
-            nb.cells.insert(0, new_markdown_cell(clean_markdown(text) or text))
+            nb.cells.insert(0, new_markdown_cell(clean_markdown(text, reserved_ids(nb)) or text))
         return nb, self.resources
 
     def _run_all(self, nb, resources, skipped, start, run_dir) -> None:

@@ -429,16 +429,18 @@ def _check_functions(nb, release, notes: list[str]) -> None:
 def _clean_answers(nb, notes: list[str]) -> None:
     """Written answers (and any other learner Markdown) whose rendering holds script are replaced by a
     cleaned rendering: formgrader shows them in the instructor's Jupyter page (see untrusted_html)."""
-    from .untrusted_html import clean_markdown
+    from .untrusted_html import clean_markdown, reserved_ids
 
+    reserved = reserved_ids(nb)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown" or _meta(cell).get("locked"):
             continue
-        cleaned = clean_markdown(cell.source)
+        cleaned = clean_markdown(cell.source, reserved)
         if cleaned is not None:
             cell.source = cleaned
-            notes.append(f"{REVIEW}{_label(cell, i)} held HTML or a link that could run script where the "
-                         f"instructor reads it; it is graded as a cleaned copy")
+            notes.append(f"{REVIEW}{_label(cell, i)} held HTML, a link that could run script, or an element id "
+                         f"of formgrader's score boxes, where the instructor reads it; it is graded as a "
+                         f"cleaned copy")
 
 
 def scan(nb) -> list[str]:

@@ -19,10 +19,19 @@ student's grades. The grader therefore cleans, at autograde time:
   that reuses a ``display_id``) rewrites earlier outputs inside nbclient without going through the
   executor's ``output`` hook, so every output is cleaned once more after the run;
 - written answers (:func:`clean_markdown`): an answer whose rendering bleach would change is
-  replaced by its cleaned rendering (HTML is valid Markdown), so an honest answer stays as written.
+  replaced by its cleaned rendering (HTML is valid Markdown), so an honest answer stays as written;
+- element ids: formgrader finds each graded cell's score box, extra-credit box and comment with
+  ``$("#" + grade_id)`` (and ``-comment``, ``_extra_credit``), so an element of learner HTML with
+  such an id, placed before the real box, takes the lookup over and the instructor's box stops
+  working. Outputs lose every ``id`` (quietly: pandas styles set some); a written answer whose
+  rendering has a reserved id (:func:`reserved_ids`: a Markdown heading's id is its text, so
+  ``## answer-fp8`` gets one) is replaced by its rendering without it, and flagged.
 """
 
 from __future__ import annotations
+
+import re
+from html import unescape as html_unescape
 
 import bleach
 from nbformat import from_dict
@@ -33,15 +42,30 @@ TAGS = frozenset({"a", "abbr", "b", "blockquote", "br", "code", "dd", "del", "de
                   "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "tr", "ul"})
 ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt", "title", "width", "height"],
               "*": ["class", "id", "align", "colspan", "rowspan"]}
+#: Outputs keep no ``id`` (see the module docstring).
+OUTPUT_ATTRIBUTES = {**ATTRIBUTES, "*": [a for a in ATTRIBUTES["*"] if a != "id"]}
+#: Ids of formgrader's own page (nbgrader's formgrade/index.html.j2) besides the per-cell ones.
+PAGE_IDS = frozenset({"notebook", "notebook-container", "statusmessage"})
 PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
 #: Output types that carry script, or markup no cleaner here reads.
 DROPPED = frozenset({"application/javascript", "text/javascript", "application/x-javascript", "image/svg+xml",
                      "text/markdown"})
 
 
-def clean_html(html: str) -> str:
-    """``html`` with every tag and attribute outside :data:`TAGS`/:data:`ATTRIBUTES` escaped."""
-    return bleach.clean(html, tags=TAGS, attributes=ATTRIBUTES, protocols=PROTOCOLS)
+def clean_html(html: str, attributes: dict = ATTRIBUTES) -> str:
+    """``html`` with every tag and attribute outside :data:`TAGS`/``attributes`` escaped or dropped."""
+    return bleach.clean(html, tags=TAGS, attributes=attributes, protocols=PROTOCOLS)
+
+
+def reserved_ids(nb) -> frozenset[str]:
+    """The element ids formgrader's page uses for ``nb``: its own (:data:`PAGE_IDS`) and, for every
+    graded cell, the grade_id, ``<grade_id>_extra_credit`` and ``<grade_id>-comment``."""
+    ids = set(PAGE_IDS)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid:
+            ids.update({gid, f"{gid}_extra_credit", f"{gid}-comment"})
+    return frozenset(ids)
 
 
 def clean_data(data: dict) -> tuple[dict, bool]:
@@ -53,8 +77,8 @@ def clean_data(data: dict) -> tuple[dict, bool]:
             continue
         if mime == "text/html":
             text = "".join(value) if isinstance(value, list) else str(value)
-            value = clean_html(text)
-            if value != text:
+            value = clean_html(text, OUTPUT_ATTRIBUTES)
+            if clean_html(text) != text:  # dropped ids alone are no finding
                 changed = True
                 if "text/plain" in data:  # shown instead (a DataFrame's <style> block would show as text)
                     continue
@@ -145,11 +169,18 @@ def clean_outputs(nb) -> list[int]:
     return found
 
 
-def clean_markdown(source: str) -> str | None:
+def clean_markdown(source: str, reserved: frozenset[str] = frozenset()) -> str | None:
     """A cleaned replacement for a written answer whose rendering holds script (raw HTML, an event
-    attribute, a ``javascript:`` link), or None when bleach leaves its rendering unchanged."""
+    attribute, a ``javascript:`` link) or an element id in ``reserved`` (:func:`reserved_ids`), or
+    None when its rendering is safe as it is."""
     from nbconvert.filters.markdown import markdown2html
 
     html = markdown2html(source).replace(" />", ">")  # bleach writes void tags (<img>, <br>) this way
     cleaned = clean_html(html)
+    if reserved and _ID.search(cleaned):
+        cleaned = _ID.sub(lambda m: "" if html_unescape(m.group(2)) in reserved else m.group(0), cleaned)
     return None if cleaned == html else cleaned
+
+
+#: An id attribute as bleach writes it (double-quoted, entities escaped).
+_ID = re.compile(r'(\s+id="([^"]*)")')
