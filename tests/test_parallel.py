@@ -107,7 +107,12 @@ def _gpu_host(tmp_path):
         (dev / f"nvidia{minor}").touch()
     for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
         (dev / name).touch()
-    return parallel.gpu_table("0, GPU-aaaa\n1, GPU-bbbb\n", proc=proc, dev=dev), dev
+    return parallel.gpu_table(_SMI_L, proc=proc, dev=dev), dev
+
+
+#: ``nvidia-smi -L`` of that host.
+_SMI_L = ("GPU 0: NVIDIA H200 (UUID: GPU-aaaa)\n"
+          "GPU 1: NVIDIA H200 (UUID: GPU-bbbb)\n")
 
 
 def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
@@ -128,8 +133,26 @@ def test_each_worker_gets_its_own_gpu_node_and_cores(tmp_path):
     assert unknown.env(2, {})["CUDA_VISIBLE_DEVICES"] == "0" and sandbox.GPU_DEVICE_ENV not in unknown.env(2, {})
     assert [unknown.cores_of(i) for i in range(3)] == [(0,), (1,), (0,)]
     (dev / "nvidia2").unlink()  # the driver's minor names no node here: that GPU is not pinned to a node
-    assert [g.uuid for g in parallel.gpu_table("0, GPU-aaaa\n1, GPU-bbbb\n", proc=tmp_path / "proc", dev=dev)] == [
-        "GPU-aaaa"]
+    assert [g.uuid for g in parallel.gpu_table(_SMI_L, proc=tmp_path / "proc", dev=dev)] == ["GPU-aaaa"]
+
+
+def test_mig_instances_are_the_cuda_devices_named_by_their_uuid(tmp_path):
+    """A GPU in MIG mode is no CUDA device: its instances are, by MIG- UUID (CUDA ignores the parent's),
+    each with the parent's device node; a GPU beside it without MIG stays as it is."""
+    _, dev = _gpu_host(tmp_path)
+    smi = ("GPU 0: NVIDIA H200 (UUID: GPU-aaaa)\n"
+           "  MIG 3g.71gb     Device  0: (UUID: MIG-1111)\n"
+           "  MIG 3g.71gb     Device  1: (UUID: MIG-2222)\n"
+           "GPU 1: NVIDIA H200 (UUID: GPU-bbbb)\n")
+    table = parallel.gpu_table(smi, proc=tmp_path / "proc", dev=dev)
+    assert [(g.index, g.uuid, g.device) for g in table] == [
+        ("0:0", "MIG-1111", str(dev / "nvidia5")), ("0:1", "MIG-2222", str(dev / "nvidia5")),
+        ("1", "GPU-bbbb", str(dev / "nvidia2"))]
+    gpus = parallel.visible_gpus({}, dev=dev, table=table)
+    assert gpus == ["0:0", "0:1", "1"]
+    plan = parallel.Plan(jobs=3, cpus=6, gpus=tuple(gpus), cores=tuple(range(6)), table=tuple(table))
+    assert [plan.env(i, {})["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["MIG-1111", "MIG-2222", "GPU-bbbb"]
+    assert "MIG instances by UUID" in plan.describe()
 
 
 def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path, monkeypatch):

@@ -130,28 +130,42 @@ def memory_cap(mem_gib: float | None, kernel_gib: float) -> int | None:
 # ------------------------------------------------------------------------------ GPUs
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU as :func:`gpu_table` found it: nvidia-smi's index, its UUID (what a worker's
-    ``CUDA_VISIBLE_DEVICES`` names) and its device node (what the sandbox binds)."""
+    """One CUDA device as :func:`gpu_table` found it: nvidia-smi's index (``"0"``, or ``"0:1"`` for the
+    second MIG instance of GPU 0), its UUID (what a worker's ``CUDA_VISIBLE_DEVICES`` names: ``GPU-...``
+    or ``MIG-...``) and its device node (what the sandbox binds; a MIG instance's is its GPU's)."""
 
     index: str   # nvidia-smi's index (PCI bus order)
     uuid: str
     device: str  # its device node, /dev/nvidiaM
 
+    @property
+    def mig(self) -> bool:
+        return self.uuid.startswith("MIG-")
+
+
+#: ``nvidia-smi -L`` lines: a GPU, and a MIG instance of the GPU above it.
+_GPU_LINE = re.compile(r"^GPU (\d+):.*\(UUID: (GPU-[^)\s]+)\)")
+_MIG_LINE = re.compile(r"^\s+MIG\b.*\bDevice\s+(\d+):.*\(UUID: (MIG-[^)\s]+)\)")
+
 
 def _smi() -> str:
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
 def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpus"),
               dev: Path = Path("/dev")) -> list[Gpu]:
-    """The GPUs with their index, UUID and device node: nvidia-smi's ``index, uuid`` lines (``smi``,
-    default: run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``, for the
-    GPUs whose node ``dev``/nvidiaM exists; empty when either is missing (the device nodes are then
-    not known, and the sandbox binds every GPU's)."""
+    """The CUDA devices with their index, UUID and device node: ``nvidia-smi -L`` (``smi``, default:
+    run it) joined with the driver's ``Device Minor`` and ``GPU UUID`` in ``proc``, for the GPUs whose
+    node ``dev``/nvidiaM exists; empty when either is missing (the device nodes are then not known, and
+    the sandbox binds every GPU's).
+
+    A GPU in MIG mode is no CUDA device itself: its MIG instances are listed instead, each named by
+    its ``MIG-`` UUID (CUDA ignores the parent's UUID, and without ``CUDA_VISIBLE_DEVICES`` a process
+    sees one instance only), all with the parent's device node.
+    """
     minors = {}
     for info in proc.glob("*/information"):
         try:
@@ -161,14 +175,21 @@ def gpu_table(smi: str | None = None, proc: Path = Path("/proc/driver/nvidia/gpu
         uuid, minor = re.search(r"GPU UUID:\s*(\S+)", text), re.search(r"Device Minor:\s*(\d+)", text)
         if uuid and minor:
             minors[uuid.group(1)] = minor.group(1)
-    table = []
+    table: list[Gpu] = []
+    parent: Gpu | None = None  # the GPU line above, when its node is known
     for line in (_smi() if smi is None else smi).splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in minors:
-            continue
-        node = dev / f"nvidia{minors[parts[1]]}"
-        if node.exists():  # else the sandbox, binding that node only, would leave the kernel no GPU at all
-            table.append(Gpu(parts[0], parts[1], str(node)))
+        gpu, mig = _GPU_LINE.match(line), _MIG_LINE.match(line)
+        if gpu:
+            index, uuid = gpu.groups()
+            node = dev / f"nvidia{minors.get(uuid, '')}"
+            # a node that is not there would leave the sandbox, binding that node only, no GPU at all
+            parent = Gpu(index, uuid, str(node)) if uuid in minors and node.exists() else None
+            if parent is not None:
+                table.append(parent)
+        elif mig and parent is not None:
+            if table and table[-1] == parent:  # the parent is no CUDA device in MIG mode
+                table.pop()
+            table.append(Gpu(f"{parent.index}:{mig.group(1)}", mig.group(2), parent.device))
     return table
 
 
@@ -176,8 +197,9 @@ def visible_gpus(env: dict | None = None, dev: Path = Path("/dev"), table: list[
     """The GPU ids workers are spread over.
 
     ``CUDA_VISIBLE_DEVICES`` when set (its entries as given: indices or UUIDs; empty or ``-1``: no
-    GPU), else ``0..count-1``: the count of :func:`gpu_table` (nvidia-smi), else of ``/dev/nvidiaN``
-    nodes (their minor numbers are no CUDA ordinals: a host may number its nodes 0, 2, 5).
+    GPU), else the indices of :func:`gpu_table` (nvidia-smi; MIG instances as ``"0:1"``), else
+    ``0..count-1`` for the ``/dev/nvidiaN`` nodes (their minor numbers are no CUDA ordinals: a host
+    may number its nodes 0, 2, 5).
     """
     env = os.environ if env is None else env
     given = env.get("CUDA_VISIBLE_DEVICES")
@@ -185,7 +207,9 @@ def visible_gpus(env: dict | None = None, dev: Path = Path("/dev"), table: list[
         ids = [g.strip() for g in given.split(",") if g.strip()]
         return [] if not ids or ids[0].startswith("-") else ids
     table = gpu_table() if table is None else table
-    count = len(table) or sum(1 for p in dev.glob("nvidia[0-9]*") if re.fullmatch(r"nvidia\d+", p.name))
+    if table:
+        return [g.index for g in table]
+    count = sum(1 for p in dev.glob("nvidia[0-9]*") if re.fullmatch(r"nvidia\d+", p.name))
     return [str(i) for i in range(count)]
 
 
@@ -262,8 +286,10 @@ class Plan:
     def describe(self) -> str:
         """One line for the grading log: workers, cores, GPUs."""
         if self.gpus:
-            nodes = " (each sees only its own GPU's device node)" if all(
-                self.known_gpu(i) for i in range(min(self.jobs, len(self.gpus)))) else ""
+            known = [self.known_gpu(i) for i in range(min(self.jobs, len(self.gpus)))]
+            nodes = " (each sees only its own GPU's device node)" if all(known) else ""
+            if any(g is not None and g.mig for g in known):
+                nodes = " (MIG instances by UUID; the instances of one GPU share its device node)"
             where = f", GPUs {', '.join(self.gpus)} round-robin{nodes}"
         else:
             where = ", no GPU"
