@@ -277,6 +277,43 @@ def test_08_top_left_causal_mask_is_named():
     assert "top-left" not in msg, msg
 
 
+@pytest.mark.parametrize("edits, what", [
+    ((("l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)"),), "when l is not rescaled"),
+    ((("acc = acc * alpha[:, None]\n", "\n"),), "when acc is not rescaled"),
+    ((("l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)"),
+      ("acc = acc * alpha[:, None]\n", "\n")), "when l is not rescaled"),  # the LSE, checked first, needs l only
+])
+def test_08_running_sum_or_accumulator_not_rescaled_is_named(edits, what):
+    """The new student's l or acc left unrescaled got a bare relative error: now each is named, for
+    several key tiles per split only (with one tile there is nothing to rescale)."""
+    from attnlab.grading.samples import Mistake
+    from attnlab.verify_decode import check_decode_partial_kernel
+
+    mistake = Mistake(id="08-no-rescale-" + what.split()[1], notebook="08_flash_decoding",
+                      cell="_decode_partial_kernel", edits=edits, fails=(), why=what)
+    msg = _message(check_decode_partial_kernel, _dec("_decode_partial_kernel", mistake), seqlens=[70, 45],
+                   H_q=4, H_kv=2, T_q=2, num_splits=2, block_n=16, seed=3)
+    assert f"the online softmax gives {what} by exp(m_old − m_new)" in msg, msg
+    others = [w for w in ("when l is not", "when acc is not", "when l and acc") if not what.startswith(w)]
+    assert not any(o in msg for o in others), msg
+
+
+def test_08_rescale_hint_needs_a_match_and_several_tiles():
+    from attnlab import reference_decode
+    from attnlab.hints import rescale_hint
+
+    q, k, v = (torch.randn(1, 2, 1, 8, dtype=torch.float64) if i == 0 else
+               torch.randn(1, 2, 40, 8, dtype=torch.float64) for i in range(3))
+    lens = torch.tensor([40], dtype=torch.int32)
+    visible = reference_decode.decode_visible(1, 40, lens, True)
+    valid = reference_decode.decode_visible(1, 40, lens, False).transpose(-1, -2)
+    o_ref, _ = reference_decode.decode_partials_reference(q, k, v, lens, causal=True, num_splits=2, keys_per_split=32)
+    kw = dict(num_splits=2, keys_per_split=32, tol=1e-9)
+    assert rescale_hint(o_ref, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # right: no hint
+    assert rescale_hint(o_ref * 1.5, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # wrong another way
+    assert rescale_hint(o_ref * 1.5, "o", q, k, v, visible, valid, block_n=32, **kw) == ""  # one tile per split
+
+
 def test_08_merge_without_the_max_is_named_as_overflow():
     from attnlab.hints import merge_overflow_hint
     from attnlab.verify_decode import check_decode_merge_kernel

@@ -14,7 +14,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint",
+           "diagnosed", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -203,6 +203,65 @@ def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: flo
         want = (weights[..., None] * o_part).sum(-2)
         if _matches(o, want, tol):
             return f"Your merged O is the partials merged with {cause}."
+    return ""
+
+
+def _tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split: int, block_n: int,
+                    rescale_l: bool, rescale_acc: bool):
+    """Split-K partial O and LSE of an online softmax over ``block_n``-key tiles from each split's start,
+    with or without the rescale of l and acc by exp(m_old − m_new) when a tile raises the running max.
+    float64, (B, H_q, T_q, num_splits, D) and (B, H_q, T_q, num_splits); rows of a split with no
+    visible key give 0 and -inf."""
+    q, k, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.masked_fill(~valid.cpu(), 0.0).repeat_interleave(group, dim=1) for t in (k, v))
+    s_all = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    s_all = s_all.masked_fill(~visible.cpu(), float("-inf"))
+    outs, lses = [], []
+    for split in range(num_splits):
+        m = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float64)
+        l, acc = torch.zeros_like(m), torch.zeros(q.shape, dtype=torch.float64)
+        lo = split * keys_per_split
+        for j0 in range(lo, min(lo + keys_per_split, k.shape[2]), block_n):
+            s = s_all[..., j0:j0 + block_n]
+            m_new = torch.maximum(m, s.amax(-1))
+            base = m_new.masked_fill(torch.isneginf(m_new), 0.0)  # nothing visible yet: keep 0s
+            alpha = torch.exp(m - base)
+            p = torch.exp(s - base[..., None])
+            l = (l * alpha if rescale_l else l) + p.sum(-1)
+            acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., j0:j0 + block_n, :]
+            m = m_new
+        outs.append(acc / l.masked_fill(l == 0, 1.0)[..., None])
+        lses.append(torch.where(l > 0, m + torch.log(l.masked_fill(l == 0, 1.0)), float("-inf")))
+    return torch.stack(outs, dim=3), torch.stack(lses, dim=3)
+
+
+@_quiet
+def rescale_hint(got, which: str, q, k, v, visible, valid, *, num_splits: int, keys_per_split: int,
+                 block_n: int, tol: float) -> str:
+    """A sentence to append when a split-K partial kernel's output ``got`` is the online softmax with l,
+    acc or both left unrescaled when a key tile raises the running max; "" otherwise.
+
+    Args:
+        got: the learner's (B, H_q, T_q, S, D) partial O (``which="o"``) or (B, H_q, T_q, S) partial LSE
+            (``which="lse"``); q (B, H_q, T_q, D), k and v (B, H_kv, T_max, D):
+            the inputs as the kernel saw them; visible (B or 1, 1, T_q, T_max) and valid (B, 1, T_max, 1):
+            the keys each row may see and the keys inside the cache (:func:`reference_decode.decode_visible`);
+            the split layout and tile as launched; tol: relative error of a match.
+
+    Right (FlashAttention-2, Algorithm 1, lines 9-10): with m_new = max(m, rowmax(S_tile)),
+    l ← l·exp(m − m_new) + Σ exp(S_tile − m_new) and acc ← acc·exp(m − m_new) + exp(S_tile − m_new)·V_tile.
+    """
+    if keys_per_split <= block_n:  # one tile per split: nothing to rescale, every variant is right
+        return ""
+    causes = ((False, True, "l"), (True, False, "acc"), (False, False, "l and acc"))
+    for rescale_l, rescale_acc, what in causes:
+        o, lse = _tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
+                                 block_n=block_n, rescale_l=rescale_l, rescale_acc=rescale_acc)
+        if matches_with_empty(got, o if which == "o" else lse, tol):
+            return (f"Your partials are what the online softmax gives when {what} {'is' if what != 'l and acc' else 'are'} "
+                    f"not rescaled by exp(m_old − m_new) when a later key tile raises the running max m: "
+                    f"multiply {what} by alpha before adding the new tile.")
     return ""
 
 

@@ -28,7 +28,7 @@ from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
 from .hints import (_quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint,
-                    merge_weights_hint)
+                    merge_weights_hint, rescale_hint)
 from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -202,11 +202,18 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
                            strides=k.stride()[:3])
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
+    visible = reference_decode.decode_visible(T_q, T_max, lens.cpu(), causal)
+    valid = reference_decode.decode_visible(1, T_max, lens.cpu(), False).transpose(-1, -2)
+
+    def unscaled(got, which):  # l or acc not rescaled when a key tile raises the running max
+        return lambda: rescale_hint(got, which, *exact, visible, valid, num_splits=cfg.num_splits,
+                                    keys_per_split=cfg.keys_per_split, block_n=cfg.block_n, tol=max(tol, 1e-5))
+
     diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=max(tol, 1e-5),
                                             name="lse_part (natural-log LSE of each row over each split's keys)"),
-              top_left)
+              top_left, unscaled(lse_part, "lse"))
     diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                                            case=case, tol=tol), top_left)
+                                            case=case, tol=tol), top_left, unscaled(o_part, "o"))
 
 
 def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2, T_q: int = 1, D: int = 16,
