@@ -609,10 +609,13 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     assert _processes_with(b"spare-test-daemon") == []
 
 
-def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_follows(tmp_path):
+def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_follows(tmp_path, monkeypatch):
     """03's kernel has no CUDA device; the spare started meanwhile is 04's kind (GPU shown) and is
     taken by 04; the one started during 04 is the next student's 01 kind (GPU hidden)."""
     from attnlab.grading import execute
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # what a GPU host's worker passes on (none here)
+    monkeypatch.delenv("ATTNLAB_DEVICE", raising=False)
 
     def notebook(source):
         nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
@@ -795,6 +798,38 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     honest = new_notebook(cells=[new_markdown_cell("## My answer\nFP8 halves the bytes."), nb.cells[-1]])
     _clean_answers(honest, notes := [])
     assert notes == [] and honest.cells[0].source == "## My answer\nFP8 halves the bytes."
+
+
+@pytest.mark.parametrize("cell", [
+    ("markdown", "<script>\n\n## answer-fp8\n\n[click](javascript:alert(document.domain))\n</script>"),
+    ("markdown", "<textarea>\n\nanswer-fp8\n==========\n\n</textarea>"),
+    ("raw", '<span id="answer-fp8">x</span>'),
+    ("markdown", "## answer-gone-comment\nthe comment box of a cell the learner deleted"),
+    ("markdown", '<span class="comment">x</span>'),
+])
+def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
+    """A cleaned answer is Markdown again: text a <script> or <textarea> block hid from the first
+    rendering must not become a heading or a live link in the second. Raw cells, the boxes of a cell
+    the learner deleted (from the release), and formgrader's classes are covered too."""
+    from nbformat.v4 import new_markdown_cell, new_notebook, new_raw_cell
+
+    from attnlab.grading.repair import _clean_answers
+
+    from .formgrade import event_attributes, first_with_id, formgrade_html
+
+    graded = {"nbgrader": {"grade_id": "answer-fp8", "grade": True, "solution": True, "points": 1,
+                           "schema_version": 3}}
+    kind, source = cell
+    learner = (new_markdown_cell if kind == "markdown" else new_raw_cell)(source)
+    nb = new_notebook(cells=[learner, new_markdown_cell("FP8 halves the bytes.", metadata=graded)])
+    release = new_notebook(cells=[*nb.cells, new_markdown_cell("x", metadata={"nbgrader": {
+        "grade_id": "answer-gone", "grade": True, "solution": True, "points": 1, "schema_version": 3}})])
+    _clean_answers(nb, notes := [], release)
+    html = formgrade_html(nb)
+    assert notes and all(n.startswith("needs review: ") for n in notes)
+    assert first_with_id(html, "answer-fp8") in ("input", None) and first_with_id(html, "answer-gone-comment") is None
+    assert event_attributes(html) == []
+    assert 'class="comment"' not in html.split('id="answer-fp8"')[0]  # none before the real box
 
 
 def test_outputs_rewritten_behind_the_output_hook_are_cleaned():

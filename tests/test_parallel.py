@@ -176,6 +176,7 @@ def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path
                     "04_triton_softmax": (True, True), "06_scaling_sweep": (True, False)}  # then the next student's 01
     assert ep._gpu_plan({}) == (True, True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa")
+    monkeypatch.delenv("ATTNLAB_DEVICE", raising=False)
     hidden, shown = ep._kernel_env(False), ep._kernel_env(True)
     assert hidden["CUDA_VISIBLE_DEVICES"] == "" and hidden["ATTNLAB_DEVICE"] == "cpu"
     assert shown["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa" and "ATTNLAB_DEVICE" not in shown

@@ -84,10 +84,11 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
 
     start = time.perf_counter()
     compile_package()  # every kernel imports the package in a sandbox that writes no byte code
+    since = time.perf_counter()
     compiled = compile_kernel_imports()
     if compiled:
         print(f"Byte-compiled {', '.join(compiled)} (installed without byte code, which every sandboxed "
-              f"kernel would otherwise compile again): {time.perf_counter() - start:.0f} s")
+              f"kernel would otherwise compile again): {time.perf_counter() - since:.0f} s")
     workers = plan(jobs)
     if workers.note:
         print(workers.note)

@@ -7,12 +7,14 @@ sandboxed kernel. This module only decides the numbers and the environment:
 
 - **GPUs**: worker ``i`` uses GPU ``gpus[i % len(gpus)]`` (round-robin; workers share a GPU only
   when N exceeds the GPU count). ``gpus`` are the ids in the instructor's own
-  ``CUDA_VISIBLE_DEVICES`` when set (a Slurm allocation, say), else ``0..count-1`` in nvidia-smi's
-  numbering (PCI bus order, as Slurm counts; the count from nvidia-smi, else the ``/dev/nvidiaN``
-  nodes). Where nvidia-smi and ``/proc/driver/nvidia/gpus`` say which device node a GPU is
-  (:func:`gpu_table`), the worker's kernels get the GPU by UUID and the sandbox binds that node
-  only (:data:`GPU_DEVICE_ENV`): a kernel cannot allocate memory on another slot's GPU.
-  No torch import in the grader.
+  ``CUDA_VISIBLE_DEVICES`` when set (a Slurm allocation, say), else nvidia-smi's indices (PCI bus
+  order, as Slurm counts; a GPU in MIG mode counts as its instances, ``"0:0"``, ``"0:1"``...), else
+  ``0..count-1`` over the ``/dev/nvidiaN`` nodes. Where nvidia-smi and ``/proc/driver/nvidia/gpus``
+  say which device node a GPU is (:func:`gpu_table`), the worker's kernels get the GPU by UUID
+  (``MIG-...`` for an instance) and the sandbox binds that node only (:data:`GPU_DEVICE_ENV`): a
+  kernel cannot allocate memory on another slot's GPU. MIG instances of one GPU share its node, so
+  there a kernel could reach a sibling instance (binding only the instance's ``nvidia-caps`` node
+  would close that; not done). No torch import in the grader.
 - **CPU cores**: the usable cores are split into N disjoint sets and each worker (so its kernels,
   which inherit it) is pinned to its own set (``sched_setaffinity``): ``torch.set_num_threads(64)``
   or an OpenMP pool in one student's kernel then runs on that slot's cores only. The worker's own

@@ -426,16 +426,19 @@ def _check_functions(nb, release, notes: list[str]) -> None:
                              f"uses the definition that ran last before it")
 
 
-def _clean_answers(nb, notes: list[str]) -> None:
-    """Written answers (and any other learner Markdown) whose rendering holds script are replaced by a
-    cleaned rendering: formgrader shows them in the instructor's Jupyter page (see untrusted_html)."""
-    from .untrusted_html import clean_markdown, reserved_ids
+def _clean_answers(nb, notes: list[str], release=None) -> None:
+    """Written answers (and any other learner Markdown, and raw cells) whose rendering holds script or
+    takes over one of formgrader's score boxes are replaced by a cleaned rendering: formgrader shows
+    them in the instructor's Jupyter page (see untrusted_html). The reserved ids are those of the
+    release's cells and the submission's (a deleted cell keeps its boxes in the gradebook)."""
+    from .untrusted_html import clean_markdown, clean_raw, reserved_ids
 
-    reserved = reserved_ids(nb)
+    reserved = reserved_ids(nb) | (reserved_ids(release) if release is not None else frozenset())
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown" or _meta(cell).get("locked"):
+        if cell.cell_type not in ("markdown", "raw") or _meta(cell).get("locked"):
             continue
-        cleaned = clean_markdown(cell.source, reserved)
+        clean = clean_markdown if cell.cell_type == "markdown" else clean_raw
+        cleaned = clean(cell.source, reserved)
         if cleaned is not None:
             cell.source = cleaned
             notes.append(f"{REVIEW}{_label(cell, i)} held HTML, a link that could run script, or an element id "
@@ -467,6 +470,7 @@ def repair(nb, release) -> list[str]:
     _fix_format(nb, notes)
     if release is None:
         notes.append("the release notebook was not found: cells could not be checked against it")
+        _clean_answers(nb, notes)
         return notes
     release_meta = {_gid(c): _meta(c) for c in release.cells if _gid(c)}
     release_order = [_gid(c) for c in release.cells if _gid(c)]
@@ -474,7 +478,7 @@ def repair(nb, release) -> list[str]:
     _dedupe(nb, release_order, notes)
     _restore_missing(nb, release, notes)
     _check_functions(nb, release, notes)
-    _clean_answers(nb, notes)
+    _clean_answers(nb, notes, release)
     flagged = scan(nb)
     if flagged:
         notes.append("flagged for the instructor to review (code that reaches into the tests or the grader; "

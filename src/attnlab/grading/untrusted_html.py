@@ -20,12 +20,18 @@ student's grades. The grader therefore cleans, at autograde time:
   executor's ``output`` hook, so every output is cleaned once more after the run;
 - written answers (:func:`clean_markdown`): an answer whose rendering bleach would change is
   replaced by its cleaned rendering (HTML is valid Markdown), so an honest answer stays as written;
-- element ids: formgrader finds each graded cell's score box, extra-credit box and comment with
-  ``$("#" + grade_id)`` (and ``-comment``, ``_extra_credit``), so an element of learner HTML with
-  such an id, placed before the real box, takes the lookup over and the instructor's box stops
-  working. Outputs lose every ``id`` (quietly: pandas styles set some); a written answer whose
-  rendering has a reserved id (:func:`reserved_ids`: a Markdown heading's id is its text, so
-  ``## answer-fp8`` gets one) is replaced by its rendering without it, and flagged.
+- element ids and classes: formgrader finds each graded cell's score box, extra-credit box and
+  comment with ``$("#" + grade_id)`` (and ``-comment``, ``_extra_credit``), and inside a cell's panel
+  by class (``.score``, ``.comment``...), so learner HTML with such an id or class, placed before the
+  real box, takes the lookup over (a comment typed by the instructor is then read from the wrong
+  element). Outputs lose every ``id`` (quietly: pandas styles set some); a ``class`` naming one of
+  formgrader's (:data:`FORMGRADER_CLASSES`) is dropped everywhere; a written answer whose rendering
+  has a reserved id (:func:`reserved_ids`: a Markdown heading's id is its text, so ``## answer-fp8``
+  gets one) is replaced by its rendering without it, and flagged;
+- the replacement is itself Markdown, which formgrader renders again: it is cleaned until a pass
+  changes nothing (text that a ``<script>`` block hid from the first rendering becomes Markdown once
+  the tag is escaped), or, where it does not settle, the answer is shown as a code block;
+- learner raw cells, which the template writes as they are, are cleaned like outputs.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ ATTRIBUTES = {"a": ["href", "title"], "img": ["src", "alt", "title", "width", "h
               "*": ["class", "id", "align", "colspan", "rowspan"]}
 #: Outputs keep no ``id`` (see the module docstring).
 OUTPUT_ATTRIBUTES = {**ATTRIBUTES, "*": [a for a in ATTRIBUTES["*"] if a != "id"]}
+#: Classes formgrader's page and scripts find elements by (nbgrader's formgrade template and
+#: formgrade*.js): learner HTML may not carry them.
+FORMGRADER_CLASSES = frozenset({"score", "score-saved", "comment", "comment-saved", "extra-credit", "mark-graded",
+                                "full-credit", "no-credit", "tabbable", "nbgrader_cell", "help", "save-icon",
+                                "scoring-buttons", "nbgrader-label", "name-shown", "name-hidden", "live-notebook"})
 #: Ids of formgrader's own page (nbgrader's formgrade/index.html.j2) besides the per-cell ones.
 PAGE_IDS = frozenset({"notebook", "notebook-container", "statusmessage"})
 PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
@@ -52,18 +63,28 @@ DROPPED = frozenset({"application/javascript", "text/javascript", "application/x
                      "text/markdown"})
 
 
+def _allowed(attributes: dict):
+    def allowed(tag: str, name: str, value: str) -> bool:
+        if name not in attributes.get(tag, ()) and name not in attributes.get("*", ()):
+            return False
+        return not (name == "class" and FORMGRADER_CLASSES.intersection(value.split()))
+    return allowed
+
+
 def clean_html(html: str, attributes: dict = ATTRIBUTES) -> str:
-    """``html`` with every tag and attribute outside :data:`TAGS`/``attributes`` escaped or dropped."""
-    return bleach.clean(html, tags=TAGS, attributes=attributes, protocols=PROTOCOLS)
+    """``html`` with every tag and attribute outside :data:`TAGS`/``attributes`` escaped or dropped, and
+    any ``class`` that names one of :data:`FORMGRADER_CLASSES` dropped."""
+    return bleach.clean(html, tags=TAGS, attributes=_allowed(attributes), protocols=PROTOCOLS)
 
 
 def reserved_ids(nb) -> frozenset[str]:
     """The element ids formgrader's page uses for ``nb``: its own (:data:`PAGE_IDS`) and, for every
-    graded cell, the grade_id, ``<grade_id>_extra_credit`` and ``<grade_id>-comment``."""
+    cell with a grade_id, the grade_id, ``<grade_id>_extra_credit`` and ``<grade_id>-comment``."""
     ids = set(PAGE_IDS)
     for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if isinstance(gid, str) and gid:
             ids.update({gid, f"{gid}_extra_credit", f"{gid}-comment"})
     return frozenset(ids)
 
@@ -169,17 +190,49 @@ def clean_outputs(nb) -> list[int]:
     return found
 
 
-def clean_markdown(source: str, reserved: frozenset[str] = frozenset()) -> str | None:
-    """A cleaned replacement for a written answer whose rendering holds script (raw HTML, an event
-    attribute, a ``javascript:`` link) or an element id in ``reserved`` (:func:`reserved_ids`), or
-    None when its rendering is safe as it is."""
+def _drop_reserved_ids(html: str, reserved: frozenset[str]) -> str:
+    return _ID.sub(lambda m: "" if html_unescape(m.group(2)) in reserved else m.group(0), html)
+
+
+def _clean_rendering(source: str, reserved: frozenset[str]) -> str | None:
     from nbconvert.filters.markdown import markdown2html
 
     html = markdown2html(source).replace(" />", ">")  # bleach writes void tags (<img>, <br>) this way
-    cleaned = clean_html(html)
-    if reserved and _ID.search(cleaned):
-        cleaned = _ID.sub(lambda m: "" if html_unescape(m.group(2)) in reserved else m.group(0), cleaned)
+    cleaned = _drop_reserved_ids(clean_html(html), reserved)
     return None if cleaned == html else cleaned
+
+
+def _as_code_block(source: str) -> str:
+    """``source`` as a fenced code block: shown as typed, never rendered as Markdown or HTML."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", source)), default=0))
+    return f"{fence}text\n{source}\n{fence}\n"
+
+
+def clean_markdown(source: str, reserved: frozenset[str] = frozenset(), passes: int = 4) -> str | None:
+    """A cleaned replacement for a written answer whose rendering holds script (raw HTML, an event
+    attribute, a ``javascript:`` link), one of formgrader's classes, or an element id in ``reserved``
+    (:func:`reserved_ids`); None when its rendering is safe as it is.
+
+    The replacement is the cleaned rendering (HTML is valid Markdown), cleaned again until a pass
+    leaves it unchanged (formgrader renders it once more); after ``passes`` passes that still change
+    it, the answer as a code block.
+    """
+    current = _clean_rendering(source, reserved)
+    if current is None:
+        return None
+    for _ in range(passes):
+        again = _clean_rendering(current, reserved)
+        if again is None:
+            return current
+        current = again
+    return _as_code_block(source)
+
+
+def clean_raw(source: str, reserved: frozenset[str] = frozenset()) -> str | None:
+    """A cleaned replacement for a learner raw cell (nbconvert writes its text into the page as it is),
+    or None when bleach leaves it unchanged and it holds no reserved id."""
+    cleaned = _drop_reserved_ids(clean_html(source), reserved)
+    return None if cleaned == source else cleaned
 
 
 #: An id attribute as bleach writes it (double-quoted, entities escaped).
