@@ -302,14 +302,20 @@ def test_08_rescale_hint_needs_a_match_and_several_tiles():
     from attnlab import reference_decode
     from attnlab.hints import rescale_hint
 
-    q, k, v = (torch.randn(1, 2, 1, 8, dtype=torch.float64) if i == 0 else
-               torch.randn(1, 2, 40, 8, dtype=torch.float64) for i in range(3))
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 1, 8, dtype=torch.float64, generator=gen) if i == 0 else
+               torch.randn(1, 2, 40, 8, dtype=torch.float64, generator=gen) for i in range(3))
+    k[:, :, 16:32] += 2 * q  # the second key tile of split 0 raises every row's max
     lens = torch.tensor([40], dtype=torch.int32)
     visible = reference_decode.decode_visible(1, 40, lens, True)
     valid = reference_decode.decode_visible(1, 40, lens, False).transpose(-1, -2)
     o_ref, _ = reference_decode.decode_partials_reference(q, k, v, lens, causal=True, num_splits=2, keys_per_split=32)
     kw = dict(num_splits=2, keys_per_split=32, tol=1e-9)
     assert rescale_hint(o_ref, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # right: no hint
+    from attnlab.hints import _tiled_partials
+    l_kept, _ = _tiled_partials(q, k, v, visible, valid, num_splits=2, keys_per_split=32, block_n=16,
+                                rescale_l=False, rescale_acc=True)
+    assert "when l is not rescaled" in rescale_hint(l_kept, "o", q, k, v, visible, valid, block_n=16, **kw)
     assert rescale_hint(o_ref * 1.5, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # wrong another way
     assert rescale_hint(o_ref * 1.5, "o", q, k, v, visible, valid, block_n=32, **kw) == ""  # one tile per split
 

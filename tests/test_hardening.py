@@ -806,6 +806,10 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     ("raw", '<span id="answer-fp8">x</span>'),
     ("markdown", "## answer-gone-comment\nthe comment box of a cell the learner deleted"),
     ("markdown", '<span class="comment">x</span>'),
+    ("markdown", "[see figure](files/javascript:alert(document.domain))"),  # the templates strip files/
+    ("markdown", '<a href="files/&#106;avascript:alert(1)">x</a>'),
+    ("markdown", "![shot](attachment:missing.png)"),  # nbconvert cannot render it: shown as typed
+    ("locked", '<img src=x onerror="alert(1)">'),  # read-only by its own metadata, no release cell behind it
 ])
 def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     """A cleaned answer is Markdown again: text a <script> or <textarea> block hid from the first
@@ -820,7 +824,9 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     graded = {"nbgrader": {"grade_id": "answer-fp8", "grade": True, "solution": True, "points": 1,
                            "schema_version": 3}}
     kind, source = cell
-    learner = (new_markdown_cell if kind == "markdown" else new_raw_cell)(source)
+    learner = (new_raw_cell if kind == "raw" else new_markdown_cell)(source)
+    if kind == "locked":
+        learner.metadata["nbgrader"] = {"locked": True}
     nb = new_notebook(cells=[learner, new_markdown_cell("FP8 halves the bytes.", metadata=graded)])
     release = new_notebook(cells=[*nb.cells, new_markdown_cell("x", metadata={"nbgrader": {
         "grade_id": "answer-gone", "grade": True, "solution": True, "points": 1, "schema_version": 3}})])
@@ -830,6 +836,25 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     assert first_with_id(html, "answer-fp8") in ("input", None) and first_with_id(html, "answer-gone-comment") is None
     assert event_attributes(html) == []
     assert 'class="comment"' not in html.split('id="answer-fp8"')[0]  # none before the real box
+
+
+def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from attnlab.grading.repair import _clean_answers
+
+    from .formgrade import formgrade_html
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    answer = new_markdown_cell("My figure: ![roofline](attachment:r.png)", attachments={"r.png": {"image/png": png}})
+    code = new_code_cell("1", metadata={"tags": ["x tabbable", "score", "keep-me"]})
+    nb = new_notebook(cells=[answer, code])
+    _clean_answers(nb, notes := [])
+    assert answer.source == "My figure: ![roofline](attachment:r.png)"  # an honest answer stays as written
+    assert code.metadata["tags"] == ["keep-me"] and len(notes) == 1 and notes[0].startswith("needs review: ")
+    html = formgrade_html(nb)
+    assert "data:image/png;base64," + png in html
+    assert "celltag_keep-me" in html and "celltag_x" not in html and "celltag_score" not in html
 
 
 def test_outputs_rewritten_behind_the_output_hook_are_cleaned():

@@ -625,7 +625,7 @@ def instructor_script(s):
 CASES += [
     Abuse("instructor-script", "a written answer and outputs with script that formgrader would run in the "
           "instructor's Jupyter page", (NB1,), instructor_script,
-          {NB1: Expect(notes=("held HTML or a link that could run script", "displayed HTML, JavaScript"))}),
+          {NB1: Expect(notes=("held HTML, a link that could run script", "displayed HTML, JavaScript"))}),
 ]
 
 

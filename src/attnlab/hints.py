@@ -254,11 +254,17 @@ def rescale_hint(got, which: str, q, k, v, visible, valid, *, num_splits: int, k
     """
     if keys_per_split <= block_n:  # one tile per split: nothing to rescale, every variant is right
         return ""
-    causes = ((False, True, "l"), (True, False, "acc"), (False, False, "l and acc"))
-    for rescale_l, rescale_acc, what in causes:
+    def partials(rescale_l: bool, rescale_acc: bool) -> torch.Tensor:
         o, lse = _tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
                                  block_n=block_n, rescale_l=rescale_l, rescale_acc=rescale_acc)
-        if matches_with_empty(got, o if which == "o" else lse, tol):
+        return o if which == "o" else lse
+
+    right = partials(True, True)
+    causes = ((False, True, "l"), (True, False, "acc"), (False, False, "l and acc"))
+    for rescale_l, rescale_acc, what in causes:
+        wrong = partials(rescale_l, rescale_acc)
+        # where no tile raised any row's max the mistake changes nothing: it cannot be what was seen
+        if matches_with_empty(got, wrong, tol) and not matches_with_empty(wrong, right, 1e-12):
             return (f"Your partials are what the online softmax gives when {what} {'is' if what != 'l and acc' else 'are'} "
                     f"not rescaled by exp(m_old − m_new) when a later key tile raises the running max m: "
                     f"multiply {what} by alpha before adding the new tile.")

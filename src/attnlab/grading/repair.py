@@ -431,14 +431,26 @@ def _clean_answers(nb, notes: list[str], release=None) -> None:
     takes over one of formgrader's score boxes are replaced by a cleaned rendering: formgrader shows
     them in the instructor's Jupyter page (see untrusted_html). The reserved ids are those of the
     release's cells and the submission's (a deleted cell keeps its boxes in the gradebook)."""
-    from .untrusted_html import clean_markdown, clean_raw, reserved_ids
+    from .untrusted_html import FORMGRADER_CLASSES, clean_markdown, clean_raw, reserved_ids
 
     reserved = reserved_ids(nb) | (reserved_ids(release) if release is not None else frozenset())
+    # nbgrader puts back the source of the release's read-only cells; any other cell is the learner's,
+    # whatever its metadata says
+    restored = {_gid(c) for c in release.cells if _gid(c) and _meta(c).get("locked")} if release is not None else set()
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type not in ("markdown", "raw") or _meta(cell).get("locked"):
+        tags = cell.get("metadata", {}).get("tags")
+        if isinstance(tags, list):  # the template writes tags into the cell's class: no formgrader class
+            kept = [t for t in tags if isinstance(t, str) and not set(t.split()) & FORMGRADER_CLASSES
+                    and t == t.strip() and " " not in t]
+            if kept != tags:
+                cell.metadata["tags"] = kept
+                notes.append(f"{REVIEW}{_label(cell, i)} had tags naming formgrader's page elements; they were dropped")
+        if cell.cell_type not in ("markdown", "raw") or (_meta(cell).get("locked") and _gid(cell) in restored):
             continue
-        clean = clean_markdown if cell.cell_type == "markdown" else clean_raw
-        cleaned = clean(cell.source, reserved)
+        if cell.cell_type == "markdown":
+            cleaned = clean_markdown(cell.source, reserved, attachments=cell.get("attachments"))
+        else:
+            cleaned = clean_raw(cell.source, reserved)
         if cleaned is not None:
             cell.source = cleaned
             notes.append(f"{REVIEW}{_label(cell, i)} held HTML, a link that could run script, or an element id "

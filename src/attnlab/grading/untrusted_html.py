@@ -31,7 +31,11 @@ student's grades. The grader therefore cleans, at autograde time:
 - the replacement is itself Markdown, which formgrader renders again: it is cleaned until a pass
   changes nothing (text that a ``<script>`` block hid from the first rendering becomes Markdown once
   the tag is escaped), or, where it does not settle, the answer is shown as a code block;
-- learner raw cells, which the template writes as they are, are cleaned like outputs.
+- learner raw cells, which the template writes as they are, are cleaned like outputs;
+- links: the templates strip a leading ``files/`` from every ``href``/``src`` after rendering
+  (``strip_files_prefix``), so ``files/javascript:...`` would pass bleach as a relative link and
+  run as ``javascript:``; a URL is judged after that strip (and HTML entities), and the answers are
+  rendered as formgrader renders them (with the cell's attachments, then the strip).
 """
 
 from __future__ import annotations
@@ -63,9 +67,26 @@ DROPPED = frozenset({"application/javascript", "text/javascript", "application/x
                      "text/markdown"})
 
 
+#: What the templates' ``strip_files_prefix`` removes from a URL (repeatedly, to be safe), and a scheme.
+_FILES_PREFIX = re.compile(r"^(?:\.\./)*/?files/", re.IGNORECASE)
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+
+
+def _url_ok(value: str) -> bool:
+    """Whether a ``href``/``src`` value is safe once the page decodes its entities and the templates
+    strip ``files/``: no scheme (a relative link) or one of :data:`PROTOCOLS`."""
+    url = "".join(ch for ch in html_unescape(value) if ord(ch) > 0x20)  # browsers skip these in a scheme
+    while _FILES_PREFIX.match(url):
+        url = _FILES_PREFIX.sub("", url, count=1)
+    scheme = _SCHEME.match(url)
+    return scheme is None or scheme.group(1).lower() in PROTOCOLS
+
+
 def _allowed(attributes: dict):
     def allowed(tag: str, name: str, value: str) -> bool:
         if name not in attributes.get(tag, ()) and name not in attributes.get("*", ()):
+            return False
+        if name in ("href", "src") and not _url_ok(value):
             return False
         return not (name == "class" and FORMGRADER_CLASSES.intersection(value.split()))
     return allowed
@@ -194,10 +215,22 @@ def _drop_reserved_ids(html: str, reserved: frozenset[str]) -> str:
     return _ID.sub(lambda m: "" if html_unescape(m.group(2)) in reserved else m.group(0), html)
 
 
-def _clean_rendering(source: str, reserved: frozenset[str]) -> str | None:
-    from nbconvert.filters.markdown import markdown2html
+def render_markdown(source: str, attachments: dict | None = None) -> str:
+    """``source`` rendered as formgrader's exporter renders a Markdown cell: nbconvert's renderer with the
+    cell's attachments, then the templates' ``strip_files_prefix``.
 
-    html = markdown2html(source).replace(" />", ">")  # bleach writes void tags (<img>, <br>) this way
+    Raises:
+        Exception: whatever nbconvert raises (a missing attachment: ``InvalidNotebook``).
+    """
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+    from nbconvert.filters.strings import strip_files_prefix
+
+    renderer = IPythonRenderer(escape=False, attachments=dict(attachments or {}))
+    return strip_files_prefix(MarkdownWithMath(renderer=renderer).render(source))
+
+
+def _clean_rendering(source: str, reserved: frozenset[str], attachments: dict | None) -> str | None:
+    html = render_markdown(source, attachments).replace(" />", ">")  # bleach writes void tags this way
     cleaned = _drop_reserved_ids(clean_html(html), reserved)
     return None if cleaned == html else cleaned
 
@@ -208,23 +241,27 @@ def _as_code_block(source: str) -> str:
     return f"{fence}text\n{source}\n{fence}\n"
 
 
-def clean_markdown(source: str, reserved: frozenset[str] = frozenset(), passes: int = 4) -> str | None:
+def clean_markdown(source: str, reserved: frozenset[str] = frozenset(), passes: int = 4,
+                   attachments: dict | None = None) -> str | None:
     """A cleaned replacement for a written answer whose rendering holds script (raw HTML, an event
     attribute, a ``javascript:`` link), one of formgrader's classes, or an element id in ``reserved``
     (:func:`reserved_ids`); None when its rendering is safe as it is.
 
     The replacement is the cleaned rendering (HTML is valid Markdown), cleaned again until a pass
     leaves it unchanged (formgrader renders it once more); after ``passes`` passes that still change
-    it, the answer as a code block.
+    it, the answer as a code block (also when nbconvert cannot render it: a missing attachment).
     """
-    current = _clean_rendering(source, reserved)
-    if current is None:
-        return None
-    for _ in range(passes):
-        again = _clean_rendering(current, reserved)
-        if again is None:
-            return current
-        current = again
+    try:
+        current = _clean_rendering(source, reserved, attachments)
+        if current is None:
+            return None
+        for _ in range(passes):
+            again = _clean_rendering(current, reserved, attachments)
+            if again is None:
+                return current
+            current = again
+    except Exception:  # noqa: BLE001 (nbconvert would fail on it in formgrader too: show it as typed)
+        pass
     return _as_code_block(source)
 
 
