@@ -212,11 +212,10 @@ def _tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split:
     with or without the rescale of l and acc by exp(m_old − m_new) when a tile raises the running max.
     float64, (B, H_q, T_q, num_splits, D) and (B, H_q, T_q, num_splits); rows of a split with no
     visible key give 0 and -inf."""
+    from .reference_decode import masked_scores
+
     q, k, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.masked_fill(~valid.cpu(), 0.0).repeat_interleave(group, dim=1) for t in (k, v))
-    s_all = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    s_all = s_all.masked_fill(~visible.cpu(), float("-inf"))
+    s_all, v = masked_scores(q, k, v, visible.cpu(), valid.cpu(), q.shape[-1] ** -0.5)
     outs, lses = [], []
     for split in range(num_splits):
         m = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float64)

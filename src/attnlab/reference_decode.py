@@ -88,17 +88,28 @@ def decode_visible(T_q: int, T_max: int, cache_seqlens: torch.Tensor, causal: bo
     return visible[:, None]
 
 
-def _masked_attention(q, k, v, visible, valid_keys, scale):
-    """Attention of q over k, v (KV heads expanded to query heads) where ``visible`` allows.
+def keys_in_cache(T_max: int, cache_seqlens: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T_max, 1) bool: True for the keys inside each sequence's cache (j < cache_seqlens[b])."""
+    return decode_visible(1, T_max, cache_seqlens, False).transpose(-1, -2)
 
-    Rows with no visible key give O = 0 and LSE = -inf. Keys outside ``valid_keys`` are zeroed first,
-    so whatever they hold (NaN included) cannot leak through 0 * NaN.
-    """
+
+def masked_scores(q, k, v, visible, valid_keys, scale):
+    """Scores of q against k (KV heads expanded to query heads), -inf where ``visible`` is False, and
+    v expanded the same way; in ``lse_dtype(q.dtype)``. Keys outside ``valid_keys`` are zeroed first,
+    so whatever they hold (NaN included) cannot leak through 0 * NaN."""
     work = lse_dtype(q.dtype)
     group = q.shape[1] // k.shape[1]
     k, v = (t.to(work).masked_fill(~valid_keys, 0.0).repeat_interleave(group, dim=1) for t in (k, v))
     s = (q.to(work) @ k.transpose(-1, -2)) * scale
-    s = s.masked_fill(~visible, float("-inf"))
+    return s.masked_fill(~visible, float("-inf")), v
+
+
+def _masked_attention(q, k, v, visible, valid_keys, scale):
+    """Attention of q over k, v (KV heads expanded to query heads) where ``visible`` allows.
+
+    Rows with no visible key give O = 0 and LSE = -inf (see :func:`masked_scores`).
+    """
+    s, v = masked_scores(q, k, v, visible, valid_keys, scale)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.where(visible, torch.exp(s - lse[..., None]), 0.0)  # exp(-inf + inf) is never selected
     return p @ v, lse
@@ -131,7 +142,7 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, causal: bool 
     T_q, T_max = q.shape[2], k_cache.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     visible = decode_visible(T_q, T_max, cache_seqlens, causal, align)
-    valid = decode_visible(1, T_max, cache_seqlens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
+    valid = keys_in_cache(T_max, cache_seqlens)  # (B, 1, T_max, 1)
     return _masked_attention(q, k_cache, v_cache, visible, valid, scale)
 
 
@@ -150,7 +161,7 @@ def decode_partials_reference(q, k_cache, v_cache, cache_seqlens, *, causal: boo
     T_q, T_max = q.shape[2], k_cache.shape[2]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     visible = decode_visible(T_q, T_max, cache_seqlens, causal, align)
-    valid = decode_visible(1, T_max, cache_seqlens, False).transpose(-1, -2)
+    valid = keys_in_cache(T_max, cache_seqlens)
     j = torch.arange(T_max, device=q.device)
     outs, lses = [], []
     for s in range(num_splits):

@@ -104,7 +104,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     q = randn(B, H_q, T_q, D, seed=seed)
     k = randn(B, H_kv, T_max, D, seed=seed + 1)
     v = randn(B, H_kv, T_max, D, seed=seed + 2)
-    past = ~reference_decode.decode_visible(1, T_max, lens, False).transpose(-1, -2)  # (B, 1, T_max, 1)
+    past = ~reference_decode.keys_in_cache(T_max, lens)  # (B, 1, T_max, 1)
     k, v = (t.masked_fill(past, float("nan")) for t in (k, v))
     if kv_layout not in KV_LAYOUTS:
         raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
@@ -203,7 +203,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
     visible = reference_decode.decode_visible(T_q, T_max, lens.cpu(), causal)
-    valid = reference_decode.decode_visible(1, T_max, lens.cpu(), False).transpose(-1, -2)
+    valid = reference_decode.keys_in_cache(T_max, lens.cpu())
 
     def unscaled(got, which):  # l or acc not rescaled when a key tile raises the running max
         return lambda: rescale_hint(got, which, *exact, visible, valid, num_splits=cfg.num_splits,

@@ -255,8 +255,9 @@ class GradingExecute(Execute):
         if run_dir:
             self._fill_run_dir(run_dir, resources or {})
         kwargs = {"cwd": run_dir} if run_dir else {}
-        if self._kernel_env(self._gpu) is not None:
-            kwargs["env"] = self._kernel_env(self._gpu)
+        env = self._kernel_env(self._gpu)
+        if env is not None:
+            kwargs["env"] = env
         try:
             self._run_in_kernel(nb, resources, skipped, start, run_dir, spare, kwargs)
         finally:
@@ -554,7 +555,8 @@ class GradingExecute(Execute):
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
             if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
                 extra.append("--HistoryManager.hist_file=:memory:")
-            env = {"env": self._kernel_env(self._next_gpu)} if self._kernel_env(self._next_gpu) is not None else {}
+            env = self._kernel_env(self._next_gpu)
+            env = {"env": env} if env is not None else {}
             run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir(), **env)
         except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
             self.log.warning("attnlab: could not start a spare kernel: %s", exc)
