@@ -20,7 +20,9 @@
 # **No GPU? No problem.** Without a GPU, Triton runs your kernel through its *interpreter*: the same
 # Python source, executed with NumPy on the CPU. It is slow, so the tests use small sizes, but the
 # results are the same (and you can `print` inside a kernel). Cells that measure speed need a GPU;
-# without one they print a note and skip.
+# without one they print a note and skip. With a GPU, the tests still run their small float32
+# cases this way, where they can count which elements your kernel reads, and add large cases
+# compiled for the GPU.
 #
 # **How this notebook works.** Run the cells from the top. Cells marked *given* are read-only.
 # Write code where it says `YOUR CODE HERE` and answers where it says `YOUR ANSWER HERE`. Hidden

@@ -16,7 +16,9 @@
 # tiles past them. The $T \times T$ score matrix never reaches GPU memory.
 #
 # Without a GPU, the kernel runs through Triton's interpreter (set up by the first cell), and the
-# tests use small float32 inputs. With a GPU, the last section times your kernel against PyTorch's
+# tests use small float32 inputs. With a GPU, those small cases still run through the interpreter
+# (there the tests can count your kernel's loads), the hidden tests add large half-precision cases
+# compiled for the GPU, and the last section times your kernel against PyTorch's
 # `scaled_dot_product_attention`.
 #
 # **How this notebook works.** Run the cells from the top. Cells marked *given* are read-only.
@@ -290,8 +292,9 @@ def _flash_fwd_kernel(Q, K, V, O, LSE, stride_bh, stride_t, T, scale,
 # dtype: float32 or float16, and bfloat16 on a GPU only, as Triton's CPU interpreter gets bfloat16
 # tl.dot wrong; block sizes powers of two >= 16), makes them contiguous, allocates O and LSE full
 # of NaN (a row your kernel forgets stays NaN) and launches the grid (cdiv(T, block_m), B * H).
-# Without a GPU the tests also count your kernel's loads: K and V in tiles of at most BLOCK_N keys,
-# each key once per program, and no causal tile that lies entirely past the diagonal.
+# In the small float32 cases, which run through the interpreter on every machine, the tests also
+# count your kernel's loads: K and V in tiles of at most BLOCK_N keys, each key once per program,
+# and no causal tile that lies entirely past the diagonal.
 def triton_flash_attention(q, k, v, causal=False, block_m=64, block_n=64, num_warps=4, num_stages=2):
     """FlashAttention forward by your `_flash_fwd_kernel`: returns (o, lse), lse float32 (B, H, T)."""
     return launch.launch_flash_forward(_flash_fwd_kernel, q, k, v, causal=causal, block_m=block_m,

@@ -20,7 +20,9 @@
 # heads sharing one K/V head) and chunks of new queries with bottom-right causal alignment.
 #
 # Without a GPU, the kernels run through Triton's interpreter and the tests use small float32
-# inputs. With a GPU, the last section measures decoding throughput against the memory system.
+# inputs. With a GPU, those small cases still run through the interpreter (where the tests count
+# the loads), half-precision cases at GPU sizes run compiled, and the last section measures
+# decoding throughput against the memory system.
 #
 # **How this notebook works.** Run the cells from the top. Cells marked *given* are read-only.
 # Write code where it says `YOUR CODE HERE` and answers where it says `YOUR ANSWER HERE`. Hidden

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 
 __all__ = ["Runtime", "init", "quiet_init", "runtime", "interpreter_problem", "require_interpreter",
-           "runnable_kernel", "is_kernel", "is_interpreted", "FORCE_ENV"]
+           "runnable_kernel", "interpreted_twin", "is_kernel", "is_interpreted", "FORCE_ENV"]
 
 #: Set to ``cpu`` to force the interpreter on a machine that has a GPU (handy when debugging a kernel).
 FORCE_ENV = "ATTNLAB_DEVICE"
@@ -205,6 +205,80 @@ def runnable_kernel(kernel):
         _convert_namespace(kernel.fn.__globals__)
         return _interpreted(kernel)
     return kernel
+
+
+def _triton_namespaces() -> list:
+    """Every object whose attributes the switch below or Triton's interpreter may change: the loaded
+    ``triton`` modules and the classes they define (``tl.tensor``'s methods, ``tl.dtype``...)."""
+    owners = []
+    for name, mod in list(sys.modules.items()):
+        if not isinstance(mod, types.ModuleType) or not (name == "triton" or name.startswith("triton.")):
+            continue
+        owners.append(mod)
+        owners += [value for value in list(vars(mod).values())
+                   if isinstance(value, type) and value.__module__ == name]
+    return owners
+
+
+def _restore(owner, before: dict) -> None:
+    """Put ``owner``'s attributes back to ``before`` (a copy of its ``vars``), by identity.
+
+    Attributes that appeared meanwhile stay on a module (the interpreter adds its own globals to the
+    module of every function it rewrites, and reuses that rewrite later); on a class they are the
+    interpreter's patches, which the compiler must not see, and go."""
+    now = vars(owner)
+    if isinstance(owner, type):
+        for name in [n for n in list(now) if n not in before]:
+            with contextlib.suppress(AttributeError, TypeError):
+                delattr(owner, name)
+    for name, value in before.items():
+        if now.get(name, _ABSENT) is not value:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(owner, name, value)
+
+
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def interpreted_twin(kernel):
+    """``kernel`` (a compiled-mode ``JITFunction``) run through Triton's interpreter, on a machine whose
+    Triton compiles for its GPU: yields the kernel's interpreted twin, to launch on CPU tensors
+    inside the ``with`` block.
+
+    This is how a GPU machine runs the CPU-sized cases of a check exactly as a laptop does (loads
+    accounted by :mod:`attnlab.loads`, CPU tolerances), in the process that also compiles the
+    GPU-sized cases. For the duration of the block, Triton's interpret switch is on, its library's
+    ``@triton.jit`` functions are interpreted twins, and so are the ``@triton.jit`` helpers in the
+    kernel's module; Triton's interpreter also patches ``triton.language`` while it runs and leaves
+    some of that in place. Everything is put back on leaving the block (an exception or a timeout
+    included), so the next compile sees Triton as it was.
+
+    Raises:
+        TypeError: ``kernel`` is not exactly a compiled-mode ``JITFunction``.
+    """
+    from triton import knobs
+
+    jit_cls, _ = _jit_types()
+    if type(kernel) is not jit_cls:
+        raise TypeError(f"interpreted_twin takes a compiled-mode JITFunction, got {type(kernel).__qualname__}")
+    saved = [(owner, dict(vars(owner))) for owner in _triton_namespaces()]
+    module = kernel.fn.__globals__
+    before = dict(module)
+    was = knobs.runtime.interpret
+    try:
+        knobs.runtime.interpret = True
+        _switch_triton_library()
+        _convert_namespace(module)
+        yield _interpreted(kernel)
+    finally:
+        knobs.runtime.interpret = was
+        for name, value in before.items():
+            current = module.get(name, _ABSENT)
+            if current is not value and current is _CONVERTED.get(id(value), (None, _ABSENT))[1]:
+                module[name] = value  # our twin of a helper: the learner's own function again
+        for owner, attrs in saved:
+            _restore(owner, attrs)
 
 
 _QUIET = False  # set while another notebook's set-up cell runs (quiet_init)

@@ -608,7 +608,7 @@ def _native_target() -> Target | None:
 
 
 def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, num_stages: int = 3,
-                    targets: tuple[Target, ...] | None = None) -> None:
+                    targets: tuple[Target, ...] | None = None, native: bool = True) -> None:
     """Raise unless ``kernel[grid](*args, **constexprs, num_warps=, num_stages=)`` compiles for GPUs.
 
     Args:
@@ -620,6 +620,8 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
         what: the kernel's name in messages (``"_flash_fwd_kernel"``).
         num_warps, num_stages: as passed to the launch (the defaults are Triton's for CUDA).
         targets: default :data:`TARGETS`; on a GPU machine its own target is compiled first.
+        native: False for a launch that runs through the interpreter on a GPU machine (CPU tensors):
+            the gate then compiles for ``targets`` only, as on a machine without a GPU.
 
     Raises:
         NotImplementedError: the kernel (or a helper it calls) still raises ``NotImplementedError``.
@@ -635,13 +637,14 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
     targets = TARGETS if targets is None else targets
     # Every launch of a bench loop comes here: a launch seen before must cost microseconds, not the
     # ~150 us of building its signature (measured on the H200 as the decode step's launch floor).
-    fast = (_helpers_of(kernel), _launch_key(kernel, args, constexprs), num_warps, num_stages, tuple(targets))
+    fast = (_helpers_of(kernel), _launch_key(kernel, args, constexprs), num_warps, num_stages, tuple(targets),
+            native)
     if fast in _FAST_PASSED.get(id(kernel), ()):
         return
     spec = signature_of(kernel, args, constexprs)
     options = {"num_warps": num_warps, "num_stages": num_stages}
-    native = _native_target()
-    passed = (kernel, _helpers_of(kernel), spec.key(), num_warps, num_stages, tuple(targets))
+    native = _native_target() if native else None
+    passed = (kernel, _helpers_of(kernel), spec.key(), num_warps, num_stages, tuple(targets), native is None)
     if passed in _PASSED.get(id(kernel), ()):
         return  # this kernel, with the same helpers, passed this launch before
     for seen, make in _FAILED.get(id(kernel), ()):
@@ -806,10 +809,14 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
 
     Keyword arguments that are kernel parameters are the constexprs; ``num_warps`` and
     ``num_stages`` (Triton's defaults 4 and 3 when absent) are the compile options.
+
+    ``interpret=True`` (a compiled-mode kernel launched on CPU tensors on a GPU machine): the gate
+    compiles for the course's targets as on a machine without a GPU, and the launch runs the
+    kernel's interpreted twin (:func:`attnlab.device.interpreted_twin`).
     """
 
-    def __init__(self, kernel, what: str):
-        self.kernel, self.what = kernel, what
+    def __init__(self, kernel, what: str, interpret: bool = False):
+        self.kernel, self.what, self.interpret = kernel, what, interpret
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -820,8 +827,13 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
                                              options.get("num_stages", 3)))
                 return None
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
-                            num_stages=options.get("num_stages", 3))
-            return self.kernel[grid](*args, **kwargs)
+                            num_stages=options.get("num_stages", 3), native=not self.interpret)
+            if not self.interpret:
+                return self.kernel[grid](*args, **kwargs)
+            from .device import interpreted_twin
+
+            with interpreted_twin(self.kernel) as twin:
+                return twin[grid](*args, **kwargs)
 
         return launch
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import gpu_compile
-from .device import is_interpreted, is_kernel, runnable_kernel
+from .device import _gpu_available, is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
@@ -47,8 +47,11 @@ def _softmax_warps(block_size: int) -> int:
     return 4 if block_size < 2048 else 8 if block_size < 8192 else 16
 
 
-def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
-    """One dtype among float16/bfloat16/float32, one device, and a device the kernel runs on."""
+def _check_kernel_inputs(kernel, tensors: dict, where: str) -> bool:
+    """One dtype among float16/bfloat16/float32, one device, and a device the kernel runs on.
+
+    Returns True when a kernel compiled for the GPU is given CPU tensors: on a GPU machine the
+    launch then runs the kernel through Triton's interpreter, as on a machine without a GPU."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -60,7 +63,11 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
     dtype = first.dtype
     if dtype not in _KERNEL_DTYPES:
         raise TypeError(f"{where}: dtype {dtype} not supported; use float16, bfloat16 (GPU only) or float32")
-    if is_interpreted(kernel):
+    on_cpu = first.device.type == "cpu" and not is_interpreted(kernel)
+    if on_cpu and not _gpu_available():
+        raise ValueError(f"{where}: Triton compiles this kernel for a GPU, and this machine has none: switch to "
+                         f"the interpreter with attnlab.init() before the kernel is defined")
+    if is_interpreted(kernel) or on_cpu:
         if first.device.type not in ("cpu", "cuda"):  # the interpreter reads raw addresses
             raise ValueError(f"{where}: tensors on {first.device} have no memory Triton's interpreter can "
                              f"read; use CPU tensors")
@@ -71,8 +78,8 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> None:
                 f"wrong numbers (off by ~1e9). Use float32 (or float16) on the CPU; bfloat16 runs on a GPU.")
     elif first.device.type != "cuda":
         raise ValueError(f"{where}: the tensors are on {first.device}, but Triton compiles this kernel for "
-                         f"the GPU: move them to 'cuda' (or switch to the interpreter with attnlab.init() "
-                         f"before the kernel is defined, on a machine without a GPU)")
+                         f"the GPU: move them to 'cuda', or to the CPU to run it through Triton's interpreter")
+    return on_cpu
 
 
 # ---------------------------------------------------------------------------------------- softmax
@@ -90,15 +97,16 @@ def prepare_kernel(kernel, what: str, tensors: dict, where: str):
     Exactly a ``@triton.jit`` function, converted for the interpreter when its cell ran before the
     set-up cell (:func:`attnlab.device.runnable_kernel`); ``tensors`` (name -> tensor) on one device
     and of a dtype this mode computes right (:func:`_check_kernel_inputs`); then wrapped so that the
-    launch first compiles it for the course's GPU targets (:func:`attnlab.gpu_compile.gated`).
+    launch first compiles it for the course's GPU targets (:func:`attnlab.gpu_compile.gated`). On a
+    GPU machine, CPU tensors run the kernel through Triton's interpreter, exactly as on a machine
+    without a GPU (how the checks run their CPU-sized cases everywhere).
 
     Raises:
         TypeError: not a ``@triton.jit`` function, or a dtype this mode cannot compute right.
         ValueError: tensors on several devices, or on one the kernel cannot run on.
     """
     kernel = runnable_kernel(kernel)
-    _check_kernel_inputs(kernel, tensors, where)
-    return gpu_compile.gated(kernel, what)
+    return gpu_compile.gated(kernel, what, interpret=_check_kernel_inputs(kernel, tensors, where))
 
 
 def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

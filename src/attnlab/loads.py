@@ -11,8 +11,9 @@ notes, per program (``tl.program_id``), the element offsets of every active lane
 check owns. The rule functions then turn the ledger into a message that names the rule.
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
-so a wild load cannot crash the grader's Python process. On a GPU nothing is recorded: the same
-tests check the numbers only.
+so a wild load cannot crash the grader's Python process. A compiled launch records nothing: the
+checks run their CPU-sized cases through the interpreter on every machine, a GPU machine included
+(:func:`attnlab.verify._kernel_device`), and check only the numbers of the GPU-sized cases.
 """
 
 from __future__ import annotations

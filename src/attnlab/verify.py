@@ -409,8 +409,20 @@ _GUARD = -4096.0  # exactly representable in every float dtype; written where a 
 _PEAKS = ("first", "middle", "last")
 
 
-def _kernel_device(device: str | None) -> tuple[str, bool]:
+#: Score (or, for 04, input) elements of the largest CPU-sized case. A float32 case up to this size is
+#: a CPU-sized case: it runs through Triton's interpreter on the CPU on every machine, a GPU machine
+#: included, so its loads are accounted and its result is the one a laptop gets. Larger cases and
+#: 16-bit ones are the GPU cases (run on a GPU only). Every CPU-sized case of the notebooks is below
+#: 2**16; the smallest GPU case is above 2**20.
+CPU_CASE_ELEMENTS = 2 ** 18
+
+
+def _kernel_device(device: str | None, *, dtype=torch.float32, elements: int = 0) -> tuple[str, bool]:
     """The device for a Triton check and whether its loads are accounted (under the interpreter).
+
+    ``device=None`` picks the CPU for a CPU-sized case (float32, at most :data:`CPU_CASE_ELEMENTS`
+    ``elements``) and on a machine without a GPU, the GPU otherwise. A case on the CPU runs through
+    Triton's interpreter, on a GPU machine too (:func:`attnlab.device.interpreted_twin`).
 
     Raises:
         RuntimeError: interpreter mode is needed but cannot work in this process (see
@@ -418,16 +430,19 @@ def _kernel_device(device: str | None) -> tuple[str, bool]:
         ValueError: a CUDA device under the interpreter, where the checks account loads on the CPU.
     """
     rt = runtime()
-    device = device or rt.device
-    if not rt.interpret:
-        return device, False
-    require_interpreter()
+    if device is None:
+        small = dtype == torch.float32 and elements <= CPU_CASE_ELEMENTS
+        device = "cpu" if rt.interpret or small else rt.device
     if torch.device(device).type != "cpu":
-        raise ValueError(f"device={device!r}: under Triton's interpreter the kernel checks run on the CPU "
-                         f"(device='cpu'); GPU cases run on a GPU")
+        if rt.interpret:
+            raise ValueError(f"device={device!r}: under Triton's interpreter the kernel checks run on the CPU "
+                             f"(device='cpu'); GPU cases run on a GPU")
+        return device, False
+    if rt.interpret:
+        require_interpreter()
     if not loads_available():
         _flag("this Triton's interpreter cannot be instrumented, so the loads of the kernel (the method of "
-              "notebooks 04 and 05) are not checked; only its results are")
+              "notebooks 04, 05 and 08) are not checked; only its results are")
         return device, False
     return device, True
 
@@ -476,7 +491,8 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         padded: give input and output rows a stride larger than n_cols; the input's padding holds
             large values a kernel must not read, the output's a guard value it must not overwrite.
         peak: ``"first"``, ``"middle"`` or ``"last"``: put each row's maximum in that column.
-        device: defaults to the runtime's (``cuda`` on a GPU, ``cpu`` under the interpreter).
+        device: by default the CPU (through the interpreter, loads accounted) for a CPU-sized case on
+            every machine, the GPU for a larger or 16-bit one (:func:`_kernel_device`).
 
     Raises:
         AssertionError: a wrong value, a write outside the output, or a load the method forbids;
@@ -484,7 +500,7 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     """
     import triton
 
-    device, accounted = _kernel_device(device)
+    device, accounted = _kernel_device(device, dtype=dtype, elements=n_rows * n_cols)
     case = Case(n_rows=n_rows, n_cols=n_cols, dtype=str(dtype).replace("torch.", ""), offset=offset,
                 padded=padded)
     x64 = randn(n_rows, n_cols, seed=seed) * 3.0
@@ -582,7 +598,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16;
     with an offset, 1e-4 at least (float32 scores near 1000 carry absolute rounding near 1e-4).
     """
-    device, accounted = _kernel_device(device)
+    device, accounted = _kernel_device(device, dtype=dtype, elements=B * H * T * T)
     case = Case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
                 dtype=str(dtype).replace("torch.", ""))
     q, k, v = _qkv(B, H, T, T, D, seed=seed)

@@ -1,0 +1,119 @@
+"""CPU-sized cases on a GPU machine: they run through Triton's interpreter, exactly as on a laptop.
+
+A GPU machine grades a Triton notebook's CPU-sized cases (float32, small) on the CPU through the
+interpreter, with the load accounting, in the same process that compiles the GPU-sized cases for
+the GPU (attnlab.verify._kernel_device, attnlab.device.interpreted_twin). No GPU here: each test runs
+a script in a fresh Python whose Triton is in compiled mode and whose attnlab believes it has a GPU
+(the launch of a CPU case never touches it), then compiles the same kernel for sm_90 afterwards to
+show that Triton was left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRELUDE = textwrap.dedent('''
+    import os
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.pop("ATTNLAB_DEVICE", None)
+    import importlib.util, sys, textwrap
+    import torch, triton
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+    from attnlab import device, gpu_compile, launch, verify, verify_decode
+    # a GPU machine, as far as the checks can tell (no CUDA call is made for a CPU-sized case)
+    device._gpu_available = launch._gpu_available = lambda: True
+    fake = device.Runtime("cuda", False, "a simulated GPU")
+    device.runtime = verify.runtime = lambda: fake
+
+    def model_kernel(notebook, name, edit=None):
+        text = open(os.path.join(ROOT, "notebooks", notebook + ".py")).read()
+        start = text.index("@triton.jit\\ndef " + name + "(")
+        body = text[start:text.index("### END SOLUTION", start)].replace("    ### BEGIN SOLUTION\\n", "")
+        if edit:
+            body = body.replace(*edit)
+        path = os.path.join(TMP, name + ".py")
+        open(path, "w").write("import triton\\nimport triton.language as tl\\n\\n\\n" + textwrap.dedent(body))
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return getattr(mod, name)
+
+    def compiled_mode_intact():
+        assert not triton.knobs.runtime.interpret
+        assert type(tl.max) is JITFunction and type(tl.softmax) is JITFunction, (type(tl.max), type(tl.softmax))
+''')
+
+
+def _run(tmp_path: Path, body: str) -> str:
+    script = f"ROOT = {str(ROOT)!r}\nTMP = {str(tmp_path)!r}\n" + PRELUDE + textwrap.dedent(body)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "ATTNLAB_DEVICE")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_cpu_sized_flash_cases_are_interpreted_and_accounted_then_triton_compiles_again(tmp_path):
+    out = _run(tmp_path, '''
+        kernel = model_kernel("05_triton_flash", "_flash_fwd_kernel")
+        assert type(kernel) is JITFunction
+        assert verify._kernel_device(None, elements=37 * 37) == ("cpu", True)
+        assert verify._kernel_device(None, dtype=torch.bfloat16, elements=16)[0] == "cuda"
+        assert verify._kernel_device(None, elements=2 * 4 * 512 * 512)[0] == "cuda"
+        for causal in (False, True):
+            verify.check_flash_kernel(kernel, T=37, D=32, causal=causal, block_m=16, block_n=32, seed=11)
+        verify.check_flash_kernel(kernel, T=64, D=16, causal=True, block_m=32, block_n=16, growing=True)
+        compiled_mode_intact()
+        assert type(kernel) is JITFunction
+        # the same kernel then compiles for a GPU through Triton's compiler, in the same process
+        q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
+        args = (q, q, q, torch.empty_like(q), torch.empty(1, 2, 64), 64 * 64, 64, 64, 0.125)
+        gpu_compile.ensure_compiles(kernel, args, dict(CAUSAL=True, BLOCK_M=64, BLOCK_N=64, HEAD_DIM=64),
+                                    what="_flash_fwd_kernel", num_warps=4, num_stages=2, native=False)
+        verify.check_flash_kernel(kernel, T=33, D=16, causal=False, block_m=16, block_n=16, seed=13)
+        compiled_mode_intact()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok")
+
+
+def test_a_method_mistake_fails_on_a_gpu_machine_as_on_a_laptop(tmp_path):
+    # each row read twice: right numbers, wrong method, which only the load accounting sees
+    out = _run(tmp_path, '''
+        kernel = model_kernel("04_triton_softmax", "_softmax_kernel")
+        for n_cols in (37, 300, 5000):
+            verify.check_softmax_kernel(kernel, n_rows=3, n_cols=n_cols, seed=n_cols)
+        compiled_mode_intact()
+        again = "x = tl.load(input_ptr + row * input_row_stride + cols, mask=in_row, other=float('-inf'))"
+        twice = model_kernel("04_triton_softmax", "_softmax_kernel",
+                             edit=("    x = x.to(tl.float32)", "    " + again + "\\n    x = x.to(tl.float32)"))
+        try:
+            verify.check_softmax_kernel(twice, n_rows=3, n_cols=37)
+        except AssertionError as exc:
+            print("method failure:", str(exc).splitlines()[0])
+        else:
+            raise SystemExit("a row read twice passed on the simulated GPU machine")
+        compiled_mode_intact()
+    ''')
+    assert "method failure:" in out and "read column 0 of its row 2 times" in out, out
+
+
+def test_a_gpu_case_is_not_run_on_the_cpu(tmp_path):
+    out = _run(tmp_path, '''
+        kernel = model_kernel("05_triton_flash", "_flash_fwd_kernel")
+        try:  # bfloat16 is a GPU case: it goes to the (simulated, so missing) GPU, never to the interpreter
+            verify.check_flash_kernel(kernel, T=64, D=32, dtype=torch.bfloat16)
+        except Exception as exc:
+            print("went to the GPU:", exc)
+        else:
+            raise SystemExit("a bfloat16 case ran without a GPU")
+    ''')
+    assert "CUDA" in out, out
