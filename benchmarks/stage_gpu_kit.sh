@@ -12,10 +12,10 @@ mkdir -p .gpu/wheels .gpu/bwrap/bin .gpu/bwrap/lib
 pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   --platform linux_x86_64 --platform any -d .gpu/wheels \
-  "nbgrader==0.9.6" nbclient nbformat ipykernel jupyter_client "ipywidgets>=8" jupytext
+  "nbgrader==0.9.6" nbclient nbformat ipykernel jupyter_client "ipywidgets>=8" jupytext 2>&1 | grep -v "^WARNING: Location" || true
 # on the image already, or never imported while grading
 for name in jupyterlab jupyterlab_server jupyter_builder notebook notebook_shim babel json5 jupyter_lsp async_lru \
-    rapidfuzz widgetsnbextension pygments jinja2 markupsafe pyyaml packaging python_dateutil six attrs certifi \
+    widgetsnbextension pygments jinja2 markupsafe pyyaml packaging python_dateutil six attrs certifi \
     idna urllib3 requests charset_normalizer psutil setuptools typing_extensions anyio h11 httpx httpcore \
     prometheus_client markdown_it_py mdurl; do
   rm -f .gpu/wheels/"$name"-[0-9]*.whl

@@ -117,3 +117,24 @@ def test_a_gpu_case_is_not_run_on_the_cpu(tmp_path):
             raise SystemExit("a bfloat16 case ran without a GPU")
     ''')
     assert "CUDA" in out, out
+
+
+def test_the_interpreter_works_with_numpy_2_4_on_tritons_before_the_upstream_fix(tmp_path):
+    # Triton 3.6 (the H200 host's) converts with int(data); NumPy >= 2.4 refuses a 1-element array there
+    out = _run(tmp_path, '''
+        import numpy as np
+        from triton.runtime import interpreter as ti
+        assert tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4), np.__version__
+        upstream = ti._patch_lang_tensor
+
+        def as_in_triton_3_6(tensor, scope):
+            upstream(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))
+
+        ti._patch_lang_tensor = as_in_triton_3_6
+        kernel = model_kernel("05_triton_flash", "_flash_fwd_kernel")
+        verify.check_flash_kernel(kernel, T=37, D=16, causal=True, block_m=16, block_n=16)
+        compiled_mode_intact()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok")

@@ -198,13 +198,49 @@ def runnable_kernel(kernel):
                         f"got {kind.__qualname__}. Decorate the kernel's def with @triton.jit and nothing "
                         f"else: a wrapper or a subclass of Triton's kernel classes can run any Python when "
                         f"launched, so it is not graded as a kernel.")
-    jit_cls, _ = _jit_types()
+    jit_cls, interpreted_cls = _jit_types()
+    if type(kernel) is interpreted_cls:
+        _fix_interpreter_index()
     # cheap on a GPU (no device query beyond is_available): the bench cells launch through here
     if type(kernel) is jit_cls and (os.environ.get("TRITON_INTERPRET") == "1" or not _gpu_available()):
+        _fix_interpreter_index()
         _switch_triton_library()
         _convert_namespace(kernel.fn.__globals__)
         return _interpreted(kernel)
     return kernel
+
+
+def _fix_interpreter_index() -> None:
+    """Make Triton's interpreter work with NumPy >= 2.4 on Triton versions before the upstream fix.
+
+    While a kernel runs, the interpreter gives ``tl.tensor`` an ``__index__`` that converts the
+    tensor's one-element array with ``int(array)``; NumPy 2.4 made that a ``TypeError`` ("only
+    0-dimensional arrays can be converted to Python scalars"), so every ``range`` whose bounds are
+    tensors fails (triton-lang/triton#9171; Triton 3.6 with NumPy 2.5 on the H200 host, 2026-12-01).
+    After Triton's own patch, ``__index__`` squeezes the array first, as the upstream fix does.
+    Nothing changes where Triton already does so."""
+    try:
+        from triton.runtime import interpreter as ti
+    except ImportError:
+        return
+    original = getattr(ti, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "attnlab_index_fix", False):
+        return
+
+    def index(self):
+        return int(self.handle.data.squeeze())
+
+    def patch_lang_tensor(tensor, *args, **kwargs):
+        result = original(tensor, *args, **kwargs)
+        scope = args[0] if args else kwargs.get("scope")
+        if hasattr(scope, "set_attr"):  # Triton's patch scope undoes it after the run
+            scope.set_attr(tensor, "__index__", index)
+        else:
+            tensor.__index__ = index
+        return result
+
+    patch_lang_tensor.attnlab_index_fix = True
+    ti._patch_lang_tensor = patch_lang_tensor
 
 
 def _triton_namespaces() -> list:
@@ -262,6 +298,7 @@ def interpreted_twin(kernel):
     jit_cls, _ = _jit_types()
     if type(kernel) is not jit_cls:
         raise TypeError(f"interpreted_twin takes a compiled-mode JITFunction, got {type(kernel).__qualname__}")
+    _fix_interpreter_index()
     saved = [(owner, dict(vars(owner))) for owner in _triton_namespaces()]
     module = kernel.fn.__globals__
     before = dict(module)
@@ -317,6 +354,7 @@ def init(verbose: bool = True) -> Runtime:
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     if rt.interpret and "triton" in sys.modules:
         try:
+            _fix_interpreter_index()
             _switch_triton_library()
         except Exception:  # noqa: BLE001 (reported below, in words)
             pass
