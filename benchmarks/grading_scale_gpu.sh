@@ -4,6 +4,8 @@
 # every grade across the runs. Run from the course root (the device tool: stage the worktree at
 # .stage/scale, carry .stage/scale .gpu/wheels .gpu/wheels-grade .gpu/bwrap):
 #   cd .stage/scale && OUT=... bash benchmarks/grading_scale_gpu.sh
+# SHARD=I/N grades that shard of the class (attnlab autograde --shard) in each PLAN step: a class too
+# large for one device call is measured as its shards, one call each, on the same kind of host.
 # Each step is skipped when less time is left than it needs (DEADLINE seconds from the start);
 # everything it wrote is in $OUT/grading.tar.gz after each step, the summary in $OUT/summary.txt.
 set -u
@@ -47,11 +49,13 @@ grade() {
   local name=$1 jobs=$2 n=$3 need=$4; shift 4
   if [ "$(left)" -lt "$need" ]; then say "$name: skipped ($(left) s left, needs ~$need)"; return; fi
   local args=(); for s in "${STUDENTS[@]:0:$n}"; do args+=(--student "$s"); done
+  [ -n "${SHARD:-}" ] && args=(--shard "$SHARD")  # SHARD=I/N: that shard of the whole class instead
   local t=$(date +%s)
   timeout $(( $(left) + 5 )) "$@" $PY -m attnlab.grading.cli autograde --jobs "$jobs" "${args[@]}" $UNSAFE \
     --report-json "$R/$name.json" > "$R/$name.log" 2>&1
   local rc=$? wall=$(( $(date +%s) - t ))
-  say "$name: jobs=$jobs submissions=$n rc=$rc wall=${wall}s per-submission=$(python3 -c "print(round($wall/$n, 1))") | $(grep -E '^graded ' "$R/$name.log")"
+  [ -n "${SHARD:-}" ] && n=$(python3 -c "import json; print(len({r['student'] for r in json.load(open('$R/$name.json'))}))")
+  say "$name: jobs=$jobs submissions=$n${SHARD:+ (shard $SHARD)} rc=$rc wall=${wall}s per-submission=$(python3 -c "print(round($wall/max($n, 1), 1))") | $(grep -E '^graded ' "$R/$name.log")"
   say "  plan: $(grep -m1 -E 'worker' "$R/$name.log")"
   pack
 }
