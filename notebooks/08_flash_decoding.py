@@ -20,9 +20,9 @@
 # heads sharing one K/V head) and chunks of new queries with bottom-right causal alignment.
 #
 # Without a GPU, the kernels run through Triton's interpreter and the tests use small float32
-# inputs. With a GPU, those small cases still run through the interpreter (where the tests count
-# the loads), half-precision cases at GPU sizes run compiled, and the last section measures
-# decoding throughput against the memory system.
+# inputs. With a GPU, the split kernel's small cases still run through the interpreter (where the
+# tests count its loads), the other checks and the half-precision cases at GPU sizes run compiled,
+# and the last section measures decoding throughput against the memory system.
 #
 # **How this notebook works.** Run the cells from the top. Cells marked *given* are read-only.
 # Write code where it says `YOUR CODE HERE` and answers where it says `YOUR ANSWER HERE`. Hidden
@@ -235,8 +235,8 @@ for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 40
 # `tl.dot(p.to(v.dtype), v, acc)`. `b * stride_kb` can exceed $2^{31}$ on a large cache: widen to
 # 64 bits first. `BLOCK_M`, `BLOCK_N` and `HEAD_DIM` are powers of two $\ge 16$.
 #
-# **How the method is checked.** Without a GPU the tests of this kernel count its loads, as notebooks
-# 04 and 05 did: a program may read only its own (sequence, KV head), only its slice, nothing at or
+# **How the method is checked.** In the small float32 cases, which run through the interpreter on every
+# machine, the tests of this kernel count its loads, as notebooks 04 and 05 did: a program may read only its own (sequence, KV head), only its slice, nothing at or
 # past `SEQLENS[b]` (K included, even if you mask the scores afterwards), and **each K/V element
 # once**. A kernel that walks its slice once per query head of the group gets the right numbers but
 # reads the cache $g$ times; it fails with a message saying so. Load `q` as one `(BLOCK_M, HEAD_DIM)`

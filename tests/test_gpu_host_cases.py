@@ -47,9 +47,18 @@ PRELUDE = textwrap.dedent('''
         spec.loader.exec_module(mod)
         return getattr(mod, name)
 
+    from triton.runtime.interpreter import InterpretedFunction
+    START = (os.environ.get("TRITON_INTERPRET"), "interpret" in vars(triton.knobs.runtime),
+             sorted(vars(tl.core.tensor)))
+
     def compiled_mode_intact():
+        """Triton as this process imported it: no interpreted function or interpreter patch left anywhere."""
         assert not triton.knobs.runtime.interpret
-        assert type(tl.max) is JITFunction and type(tl.softmax) is JITFunction, (type(tl.max), type(tl.softmax))
+        assert (os.environ.get("TRITON_INTERPRET"), "interpret" in vars(triton.knobs.runtime),
+                sorted(vars(tl.core.tensor))) == START
+        left = [f"{name}.{k}" for name, mod in list(sys.modules.items()) if name.split(".")[0] == "triton"
+                for k, v in list(vars(mod).items()) if isinstance(v, InterpretedFunction)]
+        assert not left, left
 ''')
 
 
@@ -65,9 +74,9 @@ def test_cpu_sized_flash_cases_are_interpreted_and_accounted_then_triton_compile
     out = _run(tmp_path, '''
         kernel = model_kernel("05_triton_flash", "_flash_fwd_kernel")
         assert type(kernel) is JITFunction
-        assert verify._kernel_device(None, elements=37 * 37) == ("cpu", True)
+        assert verify._kernel_device(None, dtype=torch.float32, elements=37 * 37) == ("cpu", True)
         assert verify._kernel_device(None, dtype=torch.bfloat16, elements=16)[0] == "cuda"
-        assert verify._kernel_device(None, elements=2 * 4 * 512 * 512)[0] == "cuda"
+        assert verify._kernel_device(None, dtype=torch.float32, elements=2 * 4 * 512 * 512)[0] == "cuda"
         for causal in (False, True):
             verify.check_flash_kernel(kernel, T=37, D=32, causal=causal, block_m=16, block_n=32, seed=11)
         verify.check_flash_kernel(kernel, T=64, D=16, causal=True, block_m=32, block_n=16, growing=True)
@@ -79,6 +88,45 @@ def test_cpu_sized_flash_cases_are_interpreted_and_accounted_then_triton_compile
         gpu_compile.ensure_compiles(kernel, args, dict(CAUSAL=True, BLOCK_M=64, BLOCK_N=64, HEAD_DIM=64),
                                     what="_flash_fwd_kernel", num_warps=4, num_stages=2, native=False)
         verify.check_flash_kernel(kernel, T=33, D=16, causal=False, block_m=16, block_n=16, seed=13)
+        compiled_mode_intact()
+        print("ok")
+    ''')
+    assert out.strip().endswith("ok")
+
+
+def test_the_learners_module_and_helpers_are_given_back_unchanged(tmp_path):
+    out = _run(tmp_path, '''
+        path = os.path.join(TMP, "with_helper.py")
+        open(path, "w").write(textwrap.dedent(\'\'\'
+            import triton
+            import triton.language as tl
+
+
+            @triton.jit
+            def _stable(x):
+                return x - tl.max(x, axis=0)
+
+
+            @triton.jit
+            def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols,
+                                BLOCK_SIZE: tl.constexpr):
+                row = tl.program_id(0).to(tl.int64)
+                cols = tl.arange(0, BLOCK_SIZE)
+                x = tl.load(input_ptr + row * input_row_stride + cols, mask=cols < n_cols, other=float("-inf"))
+                num = tl.exp(_stable(x.to(tl.float32)))
+                tl.store(output_ptr + row * output_row_stride + cols, num / tl.sum(num, axis=0), mask=cols < n_cols)
+        \'\'\'))
+        spec = importlib.util.spec_from_file_location("with_helper", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        kernel, helper = mod._softmax_kernel, mod._stable
+        verify.check_softmax_kernel(kernel, n_rows=3, n_cols=37)
+        assert mod._softmax_kernel is kernel and mod._stable is helper and type(helper) is JITFunction
+        compiled_mode_intact()
+        x = torch.randn(4, 1000)
+        gpu_compile.ensure_compiles(kernel, (torch.empty_like(x), x, 1000, 1000, 1000), {"BLOCK_SIZE": 1024},
+                                    what="_softmax_kernel", native=False)
+        verify.check_softmax_kernel(kernel, n_rows=5, n_cols=300, seed=1)
         compiled_mode_intact()
         print("ok")
     ''')

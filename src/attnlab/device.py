@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import types
 import warnings
@@ -243,6 +244,13 @@ def _fix_interpreter_index() -> None:
     ti._patch_lang_tensor = patch_lang_tensor
 
 
+def _quiet_interpreter_warnings() -> None:
+    """The interpreter computes with numpy, which warns on log(0) = -inf, exp(-inf) = 0 and the like:
+    IEEE results a compiled kernel returns silently (an empty split's LSE is -inf by design). On
+    stderr the warning makes `nbgrader validate` report a correct notebook as failed."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+
+
 def _triton_namespaces() -> list:
     """Every object whose attributes the switch below or Triton's interpreter may change: the loaded
     ``triton`` modules and the classes they define (``tl.tensor``'s methods, ``tl.dtype``...)."""
@@ -299,23 +307,40 @@ def interpreted_twin(kernel):
     if type(kernel) is not jit_cls:
         raise TypeError(f"interpreted_twin takes a compiled-mode JITFunction, got {type(kernel).__qualname__}")
     _fix_interpreter_index()
+    _quiet_interpreter_warnings()
     saved = [(owner, dict(vars(owner))) for owner in _triton_namespaces()]
     module = kernel.fn.__globals__
     before = dict(module)
-    was = knobs.runtime.interpret
+    # the knob writes TRITON_INTERPRET when set: both go back exactly as they were, absence included
+    knob = vars(knobs.runtime).get("interpret", _ABSENT)
+    env = os.environ.get("TRITON_INTERPRET")
     try:
         knobs.runtime.interpret = True
         _switch_triton_library()
         _convert_namespace(module)
         yield _interpreted(kernel)
     finally:
-        knobs.runtime.interpret = was
-        for name, value in before.items():
-            current = module.get(name, _ABSENT)
-            if current is not value and current is _CONVERTED.get(id(value), (None, _ABSENT))[1]:
-                module[name] = value  # our twin of a helper: the learner's own function again
-        for owner, attrs in saved:
-            _restore(owner, attrs)
+        # a check's time limit re-arms its alarm until the exception arrives: none may stop the restore midway
+        blocked = hasattr(signal, "pthread_sigmask")
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM}) if blocked else None
+        try:
+            if knob is _ABSENT:
+                vars(knobs.runtime).pop("interpret", None)
+            else:
+                vars(knobs.runtime)["interpret"] = knob
+            if env is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = env
+            for name, value in before.items():
+                current = module.get(name, _ABSENT)
+                if current is not value and current is _CONVERTED.get(id(value), (None, _ABSENT))[1]:
+                    module[name] = value  # our twin of a helper: the learner's own function again
+            for owner, attrs in saved:
+                _restore(owner, attrs)
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 _QUIET = False  # set while another notebook's set-up cell runs (quiet_init)
@@ -348,10 +373,7 @@ def init(verbose: bool = True) -> Runtime:
         os.environ["TRITON_INTERPRET"] = "1"
     rt = runtime()
     if rt.interpret:
-        # The interpreter computes with numpy, which warns on log(0) = -inf, exp(-inf) = 0 and the
-        # like: IEEE results a compiled kernel returns silently (an empty split's LSE is -inf by
-        # design). On stderr the warning makes `nbgrader validate` report a correct notebook as failed.
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+        _quiet_interpreter_warnings()
     if rt.interpret and "triton" in sys.modules:
         try:
             _fix_interpreter_index()

@@ -12,8 +12,9 @@ check owns. The rule functions then turn the ledger into a message that names th
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
 so a wild load cannot crash the grader's Python process. A compiled launch records nothing: the
-checks run their CPU-sized cases through the interpreter on every machine, a GPU machine included
-(:func:`attnlab.verify._kernel_device`), and check only the numbers of the GPU-sized cases.
+accounted checks (04's and 05's kernels, 08's split kernel) run their CPU-sized cases through the
+interpreter on every machine, a GPU machine included (:func:`attnlab.verify._kernel_device`), and
+check only the numbers of their GPU-sized cases.
 """
 
 from __future__ import annotations

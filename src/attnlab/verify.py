@@ -413,11 +413,11 @@ _PEAKS = ("first", "middle", "last")
 #: a CPU-sized case: it runs through Triton's interpreter on the CPU on every machine, a GPU machine
 #: included, so its loads are accounted and its result is the one a laptop gets. Larger cases and
 #: 16-bit ones are the GPU cases (run on a GPU only). Every CPU-sized case of the notebooks is below
-#: 2**16; the smallest GPU case is above 2**20.
+#: 2**16; the smallest float32 GPU case is above 2**20.
 CPU_CASE_ELEMENTS = 2 ** 18
 
 
-def _kernel_device(device: str | None, *, dtype=torch.float32, elements: int = 0) -> tuple[str, bool]:
+def _kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, bool]:
     """The device for a Triton check and whether its loads are accounted (under the interpreter).
 
     ``device=None`` picks the CPU for a CPU-sized case (float32, at most :data:`CPU_CASE_ELEMENTS`

@@ -172,8 +172,8 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
             index, or the load rule broken (a K/V element loaded twice by one program: not once per
             GQA group; a key past the sequence's length or outside the program's slice).
     """
-    T_keys = max(seqlens) + 3 if T_max is None else T_max
-    device, accounted = _kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_keys)
+    T_max = max(seqlens) + 3 if T_max is None else T_max
+    device, accounted = _kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_max)
     device, T_max, cfg, (q, k, v), exact, lens, case, bufs = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device, kv_layout)
     def reference(align="bottom-right"):
