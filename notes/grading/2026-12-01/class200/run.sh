@@ -4,7 +4,7 @@
 # /proc/loadavg sampled every 30 s. Results next to this file. The package is a copy of src/ taken at the
 # start (PYTHONPATH), so edits to the working tree during the run do not reach its kernels.
 set -u
-R=/work/main; M=/tmp/class200; OUTD=$R/notes/grading/2026-12-01/class200
+R=/work/main; M=/tmp/class200; OUTD=${OUTD:-$R/notes/grading/2026-12-01/class200}  # OUTD: where the results go
 rm -rf $M && mkdir -p $M/course && cd $R && for f in notebooks source release samples nbgrader_config.py pyproject.toml; do cp -r $f $M/course/; done
 cp -r $R/src $M/src && echo "commit $(git -C $R rev-parse --short HEAD)" > $OUTD/summary.txt
 cd $M/course
