@@ -200,14 +200,13 @@ def runnable_kernel(kernel):
                         f"else: a wrapper or a subclass of Triton's kernel classes can run any Python when "
                         f"launched, so it is not graded as a kernel.")
     jit_cls, interpreted_cls = _jit_types()
-    if type(kernel) is interpreted_cls:
-        _fix_interpreter_index()
     # cheap on a GPU (no device query beyond is_available): the bench cells launch through here
     if type(kernel) is jit_cls and (os.environ.get("TRITON_INTERPRET") == "1" or not _gpu_available()):
-        _fix_interpreter_index()
         _switch_triton_library()
         _convert_namespace(kernel.fn.__globals__)
-        return _interpreted(kernel)
+        kernel = _interpreted(kernel)
+    if type(kernel) is interpreted_cls:
+        _fix_interpreter_index()
     return kernel
 
 

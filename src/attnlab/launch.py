@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import gpu_compile
-from .device import _gpu_available, is_interpreted, is_kernel, runnable_kernel
+from .device import is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
 
@@ -63,10 +63,8 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> bool:
     dtype = first.dtype
     if dtype not in _KERNEL_DTYPES:
         raise TypeError(f"{where}: dtype {dtype} not supported; use float16, bfloat16 (GPU only) or float32")
+    # a compiled-mode kernel here means a GPU machine: runnable_kernel converts it everywhere else
     on_cpu = first.device.type == "cpu" and not is_interpreted(kernel)
-    if on_cpu and not _gpu_available():
-        raise ValueError(f"{where}: Triton compiles this kernel for a GPU, and this machine has none: switch to "
-                         f"the interpreter with attnlab.init() before the kernel is defined")
     if is_interpreted(kernel) or on_cpu:
         if first.device.type not in ("cpu", "cuda"):  # the interpreter reads raw addresses
             raise ValueError(f"{where}: tensors on {first.device} have no memory Triton's interpreter can "
