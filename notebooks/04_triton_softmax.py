@@ -74,7 +74,7 @@ DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 # least 16) on the tensor cores. Feed it 16-bit inputs, accumulate in float32
 # (`tl.dot(a, b, acc)` adds into an fp32 accumulator), and convert to the output dtype only when
 # storing. With float32 inputs a GPU uses TF32 by default, about three decimal digits, which is
-# why float32 tests are looser on a GPU (2e-3) than on the CPU (1e-5).
+# why float32 tests compiled for a GPU are looser (2e-3) than those run on the CPU (1e-5).
 #
 # **Where data lives.** Everything a program creates, index vectors, loaded blocks, running
 # statistics, lives in registers or on-chip shared memory (SRAM). Global memory (HBM) is touched
