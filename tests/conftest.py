@@ -32,6 +32,27 @@ ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
 
 
+# ------------------------------------------------------------------ two workers (pytest-xdist)
+#: `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). A test module runs
+#: whole on one worker, so its module fixtures are built once; modules that share an expensive session
+#: fixture share a group, so that fixture is built once too. The groups whose set-up takes minutes are
+#: sent first: the other worker meanwhile runs the rest.
+SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
+                         "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
+FIRST = ("graded", "test_abuse", "package", "test_gradebook")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> str:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        return SHARED_FIXTURE_GROUPS.get(module, module)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: FIRST.index(group(item)) if group(item) in FIRST else len(FIRST))
+
+
 @pytest.fixture(scope="session")
 def course() -> Course:
     return Course(ROOT)

@@ -32,6 +32,7 @@ RT = device.init(verbose=False)
 MISTAKES = {m.id: m for m in load_mistakes(Course(ROOT))[0]}
 _HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n"
 _LOADED: dict[tuple, object] = {}
+_FILES = tempfile.TemporaryDirectory(prefix="attnlab-hints-")  # removed when the test session ends
 
 
 def solution(notebook: str, cell: str, mistake=None):
@@ -48,7 +49,7 @@ def solution(notebook: str, cell: str, mistake=None):
         if mistake:
             nb = apply_mistake(nb, mistake)
         src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
-        path = Path(tempfile.mkdtemp(prefix="attnlab-hints-")) / f"hint_{len(_LOADED)}.py"
+        path = Path(_FILES.name) / f"hint_{len(_LOADED)}.py"
         path.write_text(_HEADER + src)
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -52,11 +53,14 @@ def notebook_code(notebook: str, mistake_id: str | None = None) -> str:
     return "\n\n".join(by_id[g] for g in _CELLS[notebook])
 
 
+_FILES = tempfile.TemporaryDirectory(prefix="attnlab-test-")  # removed when the test session ends
+
+
 def load(notebook: str, mistake_id: str | None = None, tmp_dir: Path | None = None):
     """Import those cells as a module (``@triton.jit`` reads a kernel's source from its file)."""
     key = f"{notebook}:{mistake_id}"
     if key not in _LOADED:
-        folder = tmp_dir or Path(__import__("tempfile").mkdtemp(prefix="attnlab-test-"))
+        folder = tmp_dir or Path(_FILES.name)
         path = folder / f"nb_{notebook[:2]}_{(mistake_id or 'reference').replace('-', '_')}.py"
         path.write_text(notebook_code(notebook, mistake_id))
         spec = importlib.util.spec_from_file_location(path.stem, path)

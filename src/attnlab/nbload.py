@@ -6,9 +6,11 @@ with ``inspect``. So the notebook's code cells are written to a module file and 
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -84,6 +86,7 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
     except Exception as exc:  # unreadable JSON, wrong format
         raise NotebookLoadError(f"{path.name} could not be read as a notebook: {exc}") from None
     folder = Path(tempfile.mkdtemp(prefix="attnlab-nb-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the module's source lives until exit
     mod_name = "attnlab_nb_" + re.sub(r"\W", "_", path.stem)
     mod_file = folder / f"{mod_name}.py"
     mod_file.write_text("\n\n".join(code) + "\n")

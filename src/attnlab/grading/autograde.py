@@ -66,7 +66,7 @@ class NotebookResult:
                 if c.points is not None and c.points < c.max_points]
 
 
-def _points(course: Course, name: str) -> tuple[dict[str, float], float]:
+def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]:
     """({grade_id: points} of the autograded test cells, manual points) of source notebook ``name``."""
     auto, manual = {}, 0.0
     for cell in nbformat.read(course.source / f"{name}.ipynb", as_version=4).cells:
@@ -411,7 +411,7 @@ def _kill_kernels(pidfile: Path) -> None:
 
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
               seconds: float, limit_s: float) -> NotebookResult:
-    auto, manual_max = _points(course, notebook)
+    auto, manual_max = notebook_points(course, notebook)
     res = NotebookResult(student, notebook, "graded", max_points=sum(auto.values()), manual_max=manual_max,
                          seconds=seconds)
     out = course.autograded / student / course.assignment / f"{notebook}.ipynb"
@@ -491,7 +491,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         if first_job[s] == n:
             notes += folder_notes[s].get(WHOLE, [])
         if outcome is None:
-            auto, manual = _points(course, n)
+            auto, manual = notebook_points(course, n)
             folder = course.submitted / s / course.assignment
             others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
             reason = f"{n}.ipynb was not submitted"

@@ -49,9 +49,9 @@ class Synthetic:
 
 
 def _auto_points(course: Course, name: str) -> dict[str, float]:
-    from .autograde import _points
+    from .autograde import notebook_points
 
-    return _points(course, name)[0]
+    return notebook_points(course, name)[0]
 
 
 def _abuse_expected(case: Abuse, points: dict[str, dict[str, float]]) -> float | None:
