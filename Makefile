@@ -55,7 +55,7 @@ grade: install
 # Two pytest-xdist workers (the suite's machines have 2 cores): TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: install browser postgres
-	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.
 clean:

@@ -4,7 +4,8 @@
 # every grade across the runs. Run from the course root (the device tool: stage the worktree at
 # .stage/scale, carry .stage/scale .gpu/wheels .gpu/wheels-grade .gpu/bwrap):
 #   cd .stage/scale && OUT=... bash benchmarks/grading_scale_gpu.sh
-# SHARD=I/N grades that shard of the class (attnlab autograde --shard) in each PLAN step: a class too
+# KINDS=reference (say) makes every synthetic student of one kind, for a --jobs scan with one submission
+# per worker. SHARD=I/N grades that shard of the class (attnlab autograde --shard) in each PLAN step: a class too
 # large for one device call is measured as its shards, one call each, on the same kind of host.
 # Each step is skipped when less time is left than it needs (DEADLINE seconds from the start);
 # everything it wrote is in $OUT/grading.tar.gz after each step, the summary in $OUT/summary.txt.
@@ -42,7 +43,7 @@ if [ -n "${SAMPLES_JOBS:-}" ]; then  # `make grade` on this host: build, the sam
 fi
 $PY -c "from attnlab.grading.build import generate_assignment; from attnlab.grading.course import Course
 generate_assignment(Course.find())" > "$R/generate.log" 2>&1 || { say "generate_assignment failed"; tail -20 "$R/generate.log" >> "$S"; pack; exit 1; }
-$PY -m attnlab.grading.cli synthetic-class ${CLASS:-24} --kinds reference,mistake,variant,blank > "$R/synthetic.txt" 2>&1
+$PY -m attnlab.grading.cli synthetic-class ${CLASS:-24} --kinds ${KINDS:-reference,mistake,variant,blank} > "$R/synthetic.txt" 2>&1
 STUDENTS=($(ls submitted | sort))
 # name jobs n_students estimate_s [prefix...]
 grade() {

@@ -33,24 +33,35 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 
 
 # ------------------------------------------------------------------ two workers (pytest-xdist)
-#: `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). A test module runs
-#: whole on one worker, so its module fixtures are built once; modules that share an expensive session
-#: fixture share a group, so that fixture is built once too. The groups whose set-up takes minutes are
-#: sent first: the other worker meanwhile runs the rest.
+#: `make test` runs the suite on two pytest-xdist workers. A test module runs whole on one worker, so its
+#: module fixtures are built once; modules that share an expensive session fixture form one unit, so that
+#: fixture is built once too. The units whose set-up takes minutes go first, one per worker; the other
+#: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "package", "test_gradebook")
+FIRST = ("graded", "test_abuse", "test_gradebook", "package")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def _unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED_FIXTURE_GROUPS.get(module, module)
+
+
 def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        return SHARED_FIXTURE_GROUPS.get(module, module)
+    items.sort(key=lambda item: FIRST.index(_unit(item.nodeid)) if _unit(item.nodeid) in FIRST else len(FIRST))
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: FIRST.index(group(item)) if group(item) in FIRST else len(FIRST))
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler, with the units above and in collection order. (Its ``loadgroup`` marks
+    are not used: xdist 3.8 renames node ids in a way pytest 9.2 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep FIRST first
+    return ModuleUnits(config, log)
 
 
 @pytest.fixture(scope="session")
