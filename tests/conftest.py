@@ -25,8 +25,7 @@ from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
-from attnlab.grading.samples import (Mistake, reference_notebook, release_notebook, write_main_samples,
-                                     write_mistake_samples)
+from attnlab.grading.samples import reference_notebook, release_notebook, write_main_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
@@ -39,7 +38,7 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 #: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "test_gradebook", "package")
+FIRST = ("test_mistakes", "graded", "test_abuse", "package", "test_gradebook")
 
 
 def _unit(nodeid: str) -> str:
@@ -81,29 +80,25 @@ def copy_course(dest: Path) -> Course:
 class GradedCourse:
     course: Course
     results: dict[tuple[str, str], NotebookResult]
-    mistakes: list[Mistake]
 
 
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory) -> GradedCourse:
+    """The sample students of both assignments (reference, blank, typical mistakes), autograded end to
+    end in one batch. Each sample mistake on its own is run in-process (tests/test_mistakes.py)."""
     tmp = tmp_path_factory.mktemp("course")
     c = copy_course(tmp)
-    jobs, mistakes = [], []
+    jobs = []
     for each in c.assignments():  # both assignments, graded in one batch
         # register the assignment in a fresh gradebook; release/ must stay exactly as committed
         generate_assignment(each)
         shutil.rmtree(each.release)
         shutil.copytree(Course(ROOT).for_assignment(each.assignment).release, each.release)
-        students = write_main_samples(each)
-        mine = write_mistake_samples(each)
-        jobs += [(s, n) for s in students for n in each.notebook_names()]
-        jobs += [(f"mistake-{m.id}", m.notebook) for m in mine]
-        mistakes += mine
-    # one batch on two workers (the suite's machines have 2 cores; a serial run took 9 of the suite's 22
-    # minutes on a slow day), each kernel started while the last one runs; results equal a serial run's
-    # (test_parallel)
+        jobs += [(s, n) for s in write_main_samples(each) for n in each.notebook_names()]
+    # two workers (the suite's machines have 2 cores), each kernel started while the last one runs;
+    # results equal a serial run's (test_parallel)
     results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print, workers=2)}
-    return GradedCourse(c, results, mistakes)
+    return GradedCourse(c, results)
 
 
 # ------------------------------------------------------------------------------------------ abuse

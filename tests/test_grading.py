@@ -1,18 +1,22 @@
-"""Autograding the sample submissions: the reference earns everything, the blank release nothing,
-and every typical mistake loses exactly the points of the tests aimed at it."""
+"""Autograding the sample submissions end to end: the reference earns everything, the blank release
+nothing, and the typical mistakes lose exactly the points of the tests aimed at them. (Every other
+sample mistake: tests/test_mistakes.py.)"""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
+from attnlab import init
 from attnlab.grading.course import assignment_of
 from attnlab.grading.samples import load_mistakes
 
 from .conftest import ROOT, Course
+from .notebook_runner import run_as_autograded
 
 NOTEBOOKS = Course(ROOT).all_notebook_names()  # both assignments
 MISTAKES, TYPICAL = load_mistakes(Course(ROOT))
+init(verbose=False)  # interpreter mode before anything imports triton
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -53,12 +57,15 @@ def test_typical_mistakes_lose_points_only_where_aimed(graded):
             assert r.points == r.max_points, (notebook, r.losses())
 
 
-@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.id for m in MISTAKES])
-def test_each_mistake_fails_exactly_its_tests(graded, mistake):
-    r = graded.results[(f"mistake-{mistake.id}", mistake.notebook)]
-    assert r.status == "graded", r.reason
-    lost = {c.grade_id for c in r.cells if c.points < c.max_points}
-    assert lost == set(mistake.fails), f"{mistake.why}: lost {sorted(lost)}; {r.losses()}"
-    for c in r.cells:  # the reason a learner sees names the failing check
-        if c.grade_id in mistake.fails:
-            assert c.reason and "no points" not in c.reason
+def test_in_process_runs_lose_what_autograding_loses(graded):
+    """tests/test_mistakes.py runs every sample mistake in-process (notebook_runner.run_as_autograded);
+    here that way and nbgrader's agree, cell by cell, on the typical mistakes and the reference."""
+    by_id = {m.id: m for m in MISTAKES}
+    for mistake in [by_id[t] for t in TYPICAL] + [None]:
+        notebook = mistake.notebook if mistake else NOTEBOOKS[0]
+        r = graded.results[("typical_mistakes" if mistake else "reference", notebook)]
+        lost = {c.grade_id for c in r.cells if c.points < c.max_points}
+        assert lost == set(run_as_autograded(notebook, mistake)), (notebook, r.losses())
+        for c in r.cells:  # the reason a learner sees names the failing check
+            if c.grade_id in lost:
+                assert c.reason and "no points" not in c.reason, c

@@ -29,7 +29,7 @@ class Mistake:
     """A typical learner mistake, as edits to the reference solution of one cell.
 
     Attributes:
-        id: short name, also the sample student's id (``mistake-<id>``).
+        id: short name (a synthetic class's student ``NNN-mistake-<id>`` carries it).
         notebook: notebook name without extension.
         cell: grade_id of the solution cell to edit.
         edits: (old, new) pairs; each ``old`` must occur exactly once in the reference cell.
@@ -172,13 +172,3 @@ def write_main_samples(course: Course) -> list[str]:
     write_submission(course, "blank", {n: release_notebook(course, n) for n in names})
     write_submission(course, "typical_mistakes", typical_nbs)
     return list(SAMPLE_STUDENTS)
-
-
-def write_mistake_samples(course: Course) -> list[Mistake]:
-    """One submission per mistake of ``course.assignment``, ``mistake-<id>``, holding only the notebook
-    the mistake is in."""
-    mistakes, _ = load_mistakes(course)
-    mistakes = [m for m in mistakes if assignment_of(m.notebook) == course.assignment]
-    for m in mistakes:
-        write_submission(course, f"mistake-{m.id}", {m.notebook: apply_mistake(reference_notebook(course, m.notebook), m)})
-    return mistakes
