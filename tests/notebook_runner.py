@@ -62,6 +62,7 @@ def run_cells(cells, given=("setup",), edits_cell=None, edits=(), only=None, kee
         here, threads = os.getcwd(), torch.get_num_threads()
         stack.callback(os.chdir, here)
         stack.callback(torch.set_num_threads, threads)
+        stack.callback(_close_figures)
         os.chdir(folder)
         torch.set_num_threads(1)
         for index, cell in enumerate(cells):
@@ -86,6 +87,14 @@ def run_cells(cells, given=("setup",), edits_cell=None, edits=(), only=None, kee
                 elif not keep_going:
                     raise
     return failed, ns
+
+
+def _close_figures() -> None:
+    """Close the figures the cells drew (a kernel's inline backend closes them after each cell)."""
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 def run_as_autograded(notebook: str, mistake=None) -> dict[str, str]:
