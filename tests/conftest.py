@@ -25,7 +25,8 @@ from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.build import build_source, generate_assignment
 from attnlab.grading.course import Course
-from attnlab.grading.samples import reference_notebook, release_notebook, write_main_samples
+from attnlab.grading.samples import (apply_mistake, load_mistakes, reference_notebook, release_notebook,
+                                     write_main_samples, write_submission)
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py", "pyproject.toml")
@@ -38,21 +39,32 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 #: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("test_mistakes", "graded", "test_abuse", "package", "test_gradebook")
+FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook")
 
 
 def _unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its module, or its module's group; test_mistakes by notebook."""
     module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    if module == "test_mistakes" and "[" in nodeid:
+        return f"{module}:{nodeid.split('[', 1)[1][:2]}"
     return SHARED_FIXTURE_GROUPS.get(module, module)
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: FIRST.index(_unit(item.nodeid)) if _unit(item.nodeid) in FIRST else len(FIRST))
+    def rank(item) -> int:
+        group = _unit(item.nodeid).split(":")[0]
+        return FIRST.index(group) if group in FIRST else len(FIRST)
+
+    items.sort(key=rank)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (-p no:xdist) must not fail on it
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's scope scheduler, with the units above and in collection order. (Its ``loadgroup`` marks
-    are not used: xdist 3.8 renames node ids in a way pytest 9.2 no longer reads.)"""
+    """xdist's scope scheduler with the units above, in collection order (``-n N`` and ``--dist load``,
+    ``loadscope`` or ``loadgroup``; other modes keep xdist's own). xdist's ``loadgroup`` marks are not
+    used: xdist 3.8 renames node ids in a way pytest 9.2 no longer reads."""
+    if config.getvalue("dist") not in ("load", "loadscope", "loadgroup"):
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleUnits(LoadScopeScheduling):
@@ -76,6 +88,18 @@ def copy_course(dest: Path) -> Course:
     return Course(dest)
 
 
+def other_mistakes(course: Course) -> dict:
+    """One sample mistake per notebook besides the typical one (the first in its file that fails a
+    test), {notebook: Mistake}: graded end to end as the student ``other_mistakes``, so the in-process
+    runs of every mistake (tests/test_mistakes.py) are compared with nbgrader on more than the typical ones."""
+    mistakes, typical = load_mistakes(course)
+    picked = {}
+    for m in mistakes:
+        if m.fails and m.id not in typical:
+            picked.setdefault(m.notebook, m)
+    return picked
+
+
 @dataclass
 class GradedCourse:
     course: Course
@@ -84,20 +108,24 @@ class GradedCourse:
 
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory) -> GradedCourse:
-    """The sample students of both assignments (reference, blank, typical mistakes), autograded end to
-    end in one batch. Each sample mistake on its own is run in-process (tests/test_mistakes.py)."""
+    """The sample students of both assignments (reference, blank, typical mistakes) and
+    ``other_mistakes``, autograded end to end in one batch."""
     tmp = tmp_path_factory.mktemp("course")
     c = copy_course(tmp)
     jobs = []
+    picked = other_mistakes(c)
     for each in c.assignments():  # both assignments, graded in one batch
         # register the assignment in a fresh gradebook; release/ must stay exactly as committed
         generate_assignment(each)
         shutil.rmtree(each.release)
         shutil.copytree(Course(ROOT).for_assignment(each.assignment).release, each.release)
         jobs += [(s, n) for s in write_main_samples(each) for n in each.notebook_names()]
-    # two workers (the suite's machines have 2 cores), each kernel started while the last one runs;
-    # results equal a serial run's (test_parallel)
-    results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print, workers=2)}
+        write_submission(each, "other_mistakes", {n: apply_mistake(reference_notebook(each, n), picked[n])
+                                                  for n in each.notebook_names() if n in picked})
+        jobs += [("other_mistakes", n) for n in each.notebook_names() if n in picked]
+    # one grading worker beside the suite's other xdist worker (2 cores), two when the suite runs alone
+    workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+    results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print, workers=workers)}
     return GradedCourse(c, results)
 
 

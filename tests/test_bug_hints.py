@@ -12,6 +12,7 @@ and other mistakes must get no such sentence.
 from __future__ import annotations
 
 import importlib.util
+import os
 import tempfile
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def solution(notebook: str, cell: str, mistake=None):
         if mistake:
             nb = apply_mistake(nb, mistake)
         src = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
-        path = Path(_FILES.name) / f"hint_{len(_LOADED)}.py"
+        handle, name = tempfile.mkstemp(suffix=".py", prefix="hint_", dir=_FILES.name)  # a new name each load
+        os.close(handle)
+        path = Path(name)
         path.write_text(_HEADER + src)
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)

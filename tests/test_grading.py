@@ -11,7 +11,7 @@ from attnlab import init
 from attnlab.grading.course import assignment_of
 from attnlab.grading.samples import load_mistakes
 
-from .conftest import ROOT, Course
+from .conftest import ROOT, Course, other_mistakes
 from .notebook_runner import run_as_autograded
 
 NOTEBOOKS = Course(ROOT).all_notebook_names()  # both assignments
@@ -57,15 +57,19 @@ def test_typical_mistakes_lose_points_only_where_aimed(graded):
             assert r.points == r.max_points, (notebook, r.losses())
 
 
-def test_in_process_runs_lose_what_autograding_loses(graded):
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_in_process_runs_lose_what_autograding_loses(graded, notebook):
     """tests/test_mistakes.py runs every sample mistake in-process (notebook_runner.run_as_autograded);
-    here that way and nbgrader's agree, cell by cell, on the typical mistakes and the reference."""
-    by_id = {m.id: m for m in MISTAKES}
-    for mistake in [by_id[t] for t in TYPICAL] + [None]:
-        notebook = mistake.notebook if mistake else NOTEBOOKS[0]
-        r = graded.results[("typical_mistakes" if mistake else "reference", notebook)]
-        lost = {c.grade_id for c in r.cells if c.points < c.max_points}
-        assert lost == set(run_as_autograded(notebook, mistake)), (notebook, r.losses())
-        for c in r.cells:  # the reason a learner sees names the failing check
-            if c.grade_id in lost:
-                assert c.reason and "no points" not in c.reason, c
+    here that way and nbgrader's agree, cell by cell and error by error, on the reference, the typical
+    mistake and one other mistake of each notebook, all graded end to end."""
+    typical = {m.notebook: m for m in MISTAKES if m.id in TYPICAL}
+    for student, mistake in (("reference", None), ("typical_mistakes", typical.get(notebook)),
+                             ("other_mistakes", other_mistakes(graded.course).get(notebook))):
+        if student != "reference" and mistake is None:
+            continue
+        r = graded.results[(student, notebook)]
+        assert r.status == "graded", (student, r.reason)
+        lost = {c.grade_id: c.reason.split(":", 1)[0] for c in r.cells if c.points < c.max_points}
+        failed, others = run_as_autograded(notebook, mistake)
+        assert lost == {gid: error.split(":", 1)[0] for gid, error in failed.items()}, (student, r.losses(), failed)
+        assert others == {}, (student, others)

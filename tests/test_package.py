@@ -210,8 +210,9 @@ def test_selfcheck_from_an_installed_wheel_grades_the_reference_full_and_the_bla
                            env=env, capture_output=True, text=True, timeout=300)
     assert where.stdout.startswith(str(site)), where.stdout + where.stderr
     course = Course(ROOT)
-    # a PyTorch notebook and a Triton one (the graded sample run covers every notebook's points; `doctor`
-    # below checks that the hidden tests of all of them are in the package)
+    # a PyTorch notebook and a Triton one: the sample grading covers every notebook's points,
+    # test_wheel_and_sdist_carry_no_solution_and_no_model_answer each notebook's hidden tests in the wheel,
+    # and `doctor` below that this install finds all of them
     names = ("01_online_softmax", "04_triton_softmax")
     most = sum(sum(notebook_points(course, name)[0].values()) for name in names)
     for student, make in (("reference", reference_notebook), ("blank", release_notebook)):

@@ -2,8 +2,8 @@
 
 - Load accounting under Triton's interpreter (issue 10): each shortcut of ``samples/mistakes/04_*``
   and ``05_*`` fails with a message that names the rule; the reference and the correct variants
-  pass the new wide and value-regime cases. (That each mistake loses exactly its test cells under
-  nbgrader is tests/test_grading.py's job.)
+  pass the new wide and value-regime cases. (That each mistake loses exactly its test cells is
+  tests/test_mistakes.py's job.)
 - Issue 11: bfloat16 under the interpreter is refused with a reason (case01); every public
   function that takes tensors handles any strides or refuses them (case08); a learner's
   ``import triton`` above the set-up cell costs nothing (case19).

@@ -29,7 +29,8 @@ class Mistake:
     """A typical learner mistake, as edits to the reference solution of one cell.
 
     Attributes:
-        id: short name (a synthetic class's student ``NNN-mistake-<id>`` carries it).
+        id: short name (a synthetic class's students ``synthetic-NNN-mistake-<id>`` and
+            ``synthetic-NNN-variant-<id>`` carry it).
         notebook: notebook name without extension.
         cell: grade_id of the solution cell to edit.
         edits: (old, new) pairs; each ``old`` must occur exactly once in the reference cell.
