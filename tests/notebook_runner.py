@@ -135,13 +135,3 @@ def run_as_autograded(notebook: str, mistake=None) -> tuple[dict[str, str], dict
              if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"}
     failed, _ = run_cells(nb.cells, keep_going=True, autograding=True)
     return ({k: v for k, v in failed.items() if k in tests}, {k: v for k, v in failed.items() if k not in tests})
-
-
-def mistakes_of(path: Path) -> list:
-    """``MISTAKES`` of one ``samples/mistakes/NN_name.py`` file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"mistakes_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.MISTAKES

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from attnlab import init, launch_decode
+from attnlab.grading.course import Course
+from attnlab.grading.samples import load_mistakes
 from attnlab.reference import naive_attention
 from attnlab.reference_decode import (decode_attention_reference, decode_partials_reference,
                                       merge_partials_reference, validate_decode_inputs)
 
-from .notebook_runner import code_cells, mistakes_of, run_cells
+from .notebook_runner import code_cells, run_cells
 
 # Interpreter mode must be chosen before anything imports triton (the notebook's set-up cell does
 # it too, but another test may import triton first).
@@ -191,7 +193,7 @@ def test_model_solution_passes_every_test_cell_hidden_included():
 ])
 def test_load_accounting_names_the_rule_a_right_answer_broke(mistake_id, reason):
     """Both kernels give the right numbers; only the load count of the split kernel's checker fails them."""
-    (mistake,) = [m for m in mistakes_of(ROOT / "samples" / "mistakes" / "08_flash_decoding.py") if m.id == mistake_id]
+    mistake = {m.id: m for m in load_mistakes(Course(ROOT))[0]}[mistake_id]
     failed, _ = run_cells(code_cells(NOTEBOOK), GIVEN, mistake.cell, mistake.edits, only={"test_decode_partial_cache"})
     assert reason in failed["test_decode_partial_cache"]
 
