@@ -224,7 +224,7 @@ if T_VALUES:
 
 # %%
 if yours is None:
-    print("Skipped: your kernel was not loaded (section 3 says why).")
+    print("Skipped: your kernel is not in use here (section 3 says why).")
 else:
     if RUNTIME.interpret:
         print("No GPU: a tiny dry run through the interpreter; its timings mean nothing.")
@@ -272,7 +272,7 @@ else:
 
 # %%
 if yours is None:
-    print("Tuning skipped: your kernel was not loaded (section 3 says why).")
+    print("Tuning skipped: your kernel is not in use here (section 3 says why).")
     tuned = []
 else:
     if RUNTIME.interpret:

@@ -132,6 +132,24 @@ def test_no_ipywidgets_means_a_static_figure(monkeypatch):
     assert len(drawn) == 3
 
 
+def test_under_the_autograder_widgets_print_a_note_and_draw_nothing(monkeypatch, capsys):
+    from attnlab.grading import guard
+
+    drawn = []
+    monkeypatch.setattr(W, "_show_static", lambda fig: drawn.append(fig))
+    monkeypatch.setenv("ATTNLAB_WIDGETS", "0")
+    monkeypatch.setattr(guard, "active", lambda: True)
+    W.causal_tile_map()
+    W.online_softmax_explorer()
+    W.roofline_calculator()
+    assert drawn == [] and capsys.readouterr().out.count("not drawn while autograding") == 3
+    W.causal_tile_map(interactive=False)  # an explicit choice is still honoured
+    assert len(drawn) == 1
+    monkeypatch.setattr(guard, "active", lambda: False)
+    W.causal_tile_map()
+    assert len(drawn) == 2
+
+
 def test_widgets_redraw_when_a_control_changes():
     box = W.tile_map_widget(T=64, block_q=16, block_k=16)
     controls = {c.description: c for c in box.children[0].children}

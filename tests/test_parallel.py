@@ -156,12 +156,13 @@ def test_mig_instances_are_the_cuda_devices_named_by_their_uuid(tmp_path):
 
 
 def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path, monkeypatch):
-    """01-03 check everything on the CPU: their sandbox binds no GPU node and their environment names
-    no CUDA device, so they grade as on a CPU host; the spare follows the submission's next notebook."""
+    """01-03 and 06 check everything on the CPU: their sandbox binds no GPU node and their environment
+    names no CUDA device, so they grade as on a CPU host; the spare follows the submission's next notebook."""
     from attnlab.grading import execute, sandbox
     from attnlab.grading.course import uses_gpu
 
-    assert [uses_gpu(n) for n in ("01_online_softmax", "02_flash_forward", "03_flash_backward")] == [False] * 3
+    assert [uses_gpu(n) for n in ("01_online_softmax", "02_flash_forward", "03_flash_backward",
+                                  "06_scaling_sweep")] == [False] * 4
     assert all(uses_gpu(n) for n in ("04_triton_softmax", "05_triton_flash", "09_tuning_and_fp8",
                                      "99_triton_probe", "notes", ""))
     monkeypatch.setattr(sandbox, "gpu_nodes", lambda *a, **k: ["/dev/nvidia0", "/dev/nvidiactl"])
@@ -173,7 +174,7 @@ def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path
     plan = {name: ep._gpu_plan({"unique_key": name, "metadata": {"path": str(tmp_path)}})
             for name in ("01_online_softmax", "03_flash_backward", "04_triton_softmax", "06_scaling_sweep")}
     assert plan == {"01_online_softmax": (False, False), "03_flash_backward": (False, True),
-                    "04_triton_softmax": (True, True), "06_scaling_sweep": (True, False)}  # then the next student's 01
+                    "04_triton_softmax": (True, False), "06_scaling_sweep": (False, False)}  # then the next student's 01
     assert ep._gpu_plan({}) == (True, True)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa")
     monkeypatch.delenv("ATTNLAB_DEVICE", raising=False)

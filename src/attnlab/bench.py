@@ -202,8 +202,9 @@ def show_recorded_plot(filename: str, what: str) -> None:
 def autograding() -> bool:
     """True while a notebook is being autograded (:func:`attnlab.grading.guard.active`). The notebooks'
     measurement cells (timings, sweeps, compiling many tile configs) and figures are not graded; under
-    the grader they print a note and skip, so that grading a class costs minutes, not hours, and the
-    autograded notebook holds no shrunken stand-in for the learner's own measurements."""
+    the grader they skip with a note (or show the figures recorded on an H200 instead, 08 and 09), so
+    that grading a class costs minutes, not hours, and the autograded notebook holds no shrunken
+    stand-in for the learner's own measurements."""
     from .grading import guard
 
     return guard.active()

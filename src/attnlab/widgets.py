@@ -9,9 +9,10 @@
 
 Each ``show``-style function above displays a live widget when a frontend that renders widgets
 runs the kernel (JupyterLab, Notebook 7, VS Code, Google Colab) and otherwise draws one static
-matplotlib figure with the given parameters (nbconvert, nbgrader's autograde, CI, a plain Python
+matplotlib figure with the given parameters (nbconvert, nbgrader's Validate, CI, a plain Python
 script). The environment variable ``ATTNLAB_WIDGETS`` overrides the detection: ``0`` (or
-``static``) always draws the static figure, ``1`` always builds the widget.
+``static``) always draws the static figure, ``1`` always builds the widget. Under the autograder
+(:func:`attnlab.grading.guard.active`) they only print a note: no figure is graded.
 
 The computations behind the figures (:func:`online_softmax_trace`, :func:`tile_classes`,
 :func:`tile_summary`, :func:`attention_traffic`) are plain functions, usable and tested on their own.

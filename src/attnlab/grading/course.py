@@ -32,17 +32,19 @@ def assignment_of(notebook: str) -> str:
     return BEYOND if int(head) in _BEYOND_NUMBERS else ASSIGNMENT
 
 
-#: Notebooks whose every check runs on the CPU (the PyTorch notebooks 01-03: float64 references,
-#: small tensors, no Triton). Their kernels are graded with the GPU hidden (:func:`uses_gpu`).
-_CPU_ONLY_NUMBERS = range(1, 4)
+#: Notebooks whose every graded check runs on the CPU: the PyTorch notebooks 01-03 (float64 references,
+#: small tensors, no Triton) and 06 (numbers checked; its measurements skip under the grader). Their
+#: kernels are graded with the GPU hidden (:func:`uses_gpu`).
+_CPU_ONLY_NUMBERS = (1, 2, 3, 6)
 
 
 def uses_gpu(notebook: str) -> bool:
     """Whether a graded notebook's kernel is given the host's GPU.
 
-    False for the PyTorch notebooks 01-03: none of their checks touches a GPU, so hiding it grades
-    them exactly as on a CPU host and spares each kernel CUDA's start-up (seconds on a busy GPU
-    host). True for every other name, the Triton notebooks and unknown names alike.
+    False for 01-03 and 06: none of their graded checks touches a GPU, so hiding it grades them
+    exactly as on a CPU host, spares each kernel CUDA's start-up (seconds on a busy GPU host), and
+    keeps an edited measurement cell of 06 off the GPU. True for every other name, the Triton
+    notebooks and unknown names alike.
     """
     head = notebook.split("_", 1)[0]
     return not (len(head) == 2 and head.isdigit() and int(head) in _CPU_ONLY_NUMBERS)
