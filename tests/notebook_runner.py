@@ -31,12 +31,6 @@ def code_cells(notebook: Path) -> list:
     return [c for c in jupytext.read(notebook).cells if c.cell_type == "code"]
 
 
-def _read_only(cell) -> bool:
-    """A cell nbgrader restores from the gradebook before autograding (locked, or a test cell)."""
-    meta = cell.metadata.get("nbgrader", {})
-    return bool(meta.get("locked") or (meta.get("grade") and not meta.get("solution")))
-
-
 def autograded_notebook(notebook: str, mistake=None) -> nbformat.NotebookNode:
     """The notebook autograding runs for a submission of ``notebook`` that is the model solution with
     ``mistake``'s edits (a :class:`attnlab.grading.samples.Mistake`): the release with the solutions
@@ -46,6 +40,8 @@ def autograded_notebook(notebook: str, mistake=None) -> nbformat.NotebookNode:
     Raises:
         AssertionError: the mistake edits a read-only cell (nbgrader would undo that edit).
     """
+    from nbgrader.utils import is_locked  # the cells OverwriteCells restores from the gradebook
+
     from attnlab.grading.course import Course, assignment_of
     from attnlab.grading.samples import apply_mistake, reference_notebook
 
@@ -54,11 +50,11 @@ def autograded_notebook(notebook: str, mistake=None) -> nbformat.NotebookNode:
     if mistake:
         by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
         for grade_id in [mistake.cell, *(g for g, _ in mistake.other_cells)]:
-            assert grade_id in by_id and not _read_only(by_id[grade_id]), \
+            assert grade_id in by_id and not is_locked(by_id[grade_id]), \
                 f"mistake {mistake.id} edits {grade_id!r}, which is not a solution cell"
         nb = apply_mistake(nb, mistake)
     source = nbformat.read(course.for_assignment(assignment_of(notebook)).source / f"{notebook}.ipynb", as_version=4)
-    restored = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells if _read_only(c)}
+    restored = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells if is_locked(c)}
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id in restored:
