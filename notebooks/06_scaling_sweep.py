@@ -155,7 +155,8 @@ def load_yours(path="05_triton_flash.ipynb"):
 
 if bench.autograding():  # only the predictions and the written answers are graded
     print("Autograding: sections 3 to 7 measure, and measurements are not graded, so nothing is loaded, "
-          "timed or plotted here. The figures you measured are in the notebook you submitted.")
+          "timed or plotted here. Your own figures stay in your copy of this notebook (graders: the "
+          "submitted notebook).")
     yours = triton_flash_attention = flash_kernel = None
 else:
     yours, triton_flash_attention, flash_kernel = load_yours()
