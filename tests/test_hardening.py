@@ -305,7 +305,12 @@ GUARD_SCRIPT = """
     torch.set_grad_enabled(False)
     os.chdir("/")
     ns["check_online_softmax"] = lambda *a, **k: None
+    import builtins
+    ns["__builtins__"] = dict(vars(builtins), __import__=lambda *a, **k: types.ModuleType("fake"))
     notes = json.loads(guard.before_locked(ns))["notes"]
+    assert ns["__builtins__"] is builtins
+    exec("from attnlab.checks import assert_close", ns)
+    assert ns["assert_close"] is attnlab.checks.assert_close
     assert attnlab.reference.naive_attention is real
     assert sys.modules["attnlab.checks"] is attnlab.checks and attnlab.checks.assert_close.__name__ == "assert_close"
     assert (torch.ones(2) - torch.ones(2)).sum() == 0 and torch.logsumexp is not None and torch.is_grad_enabled()
@@ -335,7 +340,8 @@ def test_guard_restores_what_learner_code_replaced():
     notes = " | ".join(json.loads(proc.stdout.strip().splitlines()[-1]))
     for text in ("attnlab.reference.naive_attention", "sys.modules['attnlab.checks']", "torch.Tensor.__sub__",
                  "torch.logsumexp", "gradients", "working directory", "'check_online_softmax'",
-                 "the code of attnlab.verify.check_flash_forward", "attnlab.verify.naive_attention"):
+                 "the code of attnlab.verify.check_flash_forward", "attnlab.verify.naive_attention",
+                 "the notebook's __builtins__"):
         assert text in notes, text
 
 

@@ -504,6 +504,22 @@ def alias_guard(s):
     _body(s, NB1, "online_softmax_stats", SOFTMAX_BODY, _WRONG_STATS)
 
 
+def swapped_builtins(s):
+    """Wrong predictions, and the notebook's own __builtins__ swapped for a mapping whose __import__ hands
+    the test cell a stand-in attnlab.checks (found by the red team of 2026-12-01, fifth session)."""
+    s.edit(NB1, "predict-bytes", "bytes_scores_one_head = 8192 * 8192 * 2", "bytes_scores_one_head = 1")
+    s.append(NB1, "predict-bytes", (
+        "import types as _T\n"
+        "_g = globals()\n"
+        "_real = _g['__builtins__'] if isinstance(_g['__builtins__'], dict) else vars(_g['__builtins__'])\n"
+        "class _Fake(_T.ModuleType):\n"
+        "    def __getattr__(self, n):\n"
+        "        return lambda *a, **k: None\n"
+        "def _imp(name, *a, **k):\n"
+        "    return _Fake(name) if name.startswith('attnlab.che') else _real['__import__'](name, *a, **k)\n"
+        "_g.update({'__builtins__': dict(_real, __import__=_imp)})\n"))
+
+
 def exec_hidden(s):
     import codecs
 
@@ -586,6 +602,9 @@ CASES += [
     Abuse("alias-guard", "wrong m and l; the guard's snapshot emptied through `import attnlab.verify as v`, "
           "the checker rebound through globals().update", (NB1,), alias_guard,
           {NB1: Expect(lost=(T_LSE, T_GROW), notes=("through an alias", "uses globals()", "integrity check"))}),
+    Abuse("swapped-builtins", "wrong predictions; the notebook's __builtins__ swapped so that the test cell "
+          "imports a stand-in attnlab.checks", (NB1,), swapped_builtins,
+          {NB1: Expect(lost=(T_PREDICT,), notes=("the notebook's __builtins__ had been replaced",))}),
     Abuse("exec-hidden", "the same, as rot13 text run by exec", (NB1,), exec_hidden,
           {NB1: Expect(lost=(T_LSE, T_GROW), notes=("uses exec()", "imports codecs", "integrity check"))}),
     Abuse("numpy-clone", "02 as whole-matrix NumPy attention, cloned by torch", (NB2,), numpy_clone,

@@ -252,6 +252,15 @@ def _restore(ns: dict | None = None) -> None:
             _note("signals (SIGINT/SIGALRM) had been blocked")
     except Exception:  # noqa: BLE001 (not in the main thread)
         pass
+    # the notebook's own __builtins__: Python looks up `import`, `range`, `print`... there, not in the
+    # builtins module, so a swapped mapping would fake every import of a test cell
+    target = ns if ns is not None else state.ns
+    real = state.modules.get("builtins")
+    if target is not None and real is not None:
+        current = target.get("__builtins__", _MISSING)
+        if current is not real and current is not vars(real):
+            target["__builtins__"] = real
+            _note("the notebook's __builtins__ had been replaced")
     if ns is not None:
         for key, value in state.names.items():
             if ns.get(key, _MISSING) is not value:
