@@ -232,6 +232,25 @@ def test_no_process_outlives_its_notebook(abused):
     assert not (abused.course.root / "daemon-was-here").exists()
 
 
+def test_the_kernel_cannot_mount_the_file_system_again(abused):
+    """No capabilities in the sandbox, also when grading runs as root."""
+    out = _outputs(abused.course, "abuse-remount-root")
+    assert "MOUNT REFUSED" in out, out[:2000]
+    assert not (abused.course.root / "remounted-was-here").exists()
+
+
+def test_a_fork_bomb_stays_in_its_own_kernel(abused):
+    """The thread bomb gets at most the per-kernel bound of tasks (the reference beside it keeps full
+    marks: test_reference_keeps_full_marks_beside_the_abusers)."""
+    from attnlab.grading.tasks import MAX_TASKS, describe
+
+    bounded, line = describe()
+    if not bounded:
+        pytest.skip(line)
+    started = re.findall(r"THREADS STARTED (\d+)", _outputs(abused.course, "abuse-thread-bomb"))
+    assert started and 0 < int(started[0]) < MAX_TASKS, started
+
+
 def test_learner_code_cannot_reach_the_gradebook_the_course_or_other_students(abused):
     out = _outputs(abused.course, "abuse-snoop")
     assert "LEAKED" not in out, out[:3000]

@@ -177,6 +177,18 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("frame.f_lineno = after_the_raise", True),
     ("import builtins as b\nb.exec(text)", True),
     ("ip = get_ipython()\nip.run_cell(text)", True),
+    # the sixth red team (2026-12-01): private state reached past the alias tracking, frames through traceback
+    ("inspect.getmodule(tolerance)._TOL[torch.float64] = 1e9", True),
+    ("for i in range(n):\n    torch._C._get_dispatch_stack_at(i).violation = None", True),
+    ("def f(v):\n    v._guard._STATE.attrs.clear()", True),
+    ("v = (attnlab.verify,)[0]\nv._guard.drain()", True),
+    ("(v := attnlab.verify)._guard.drain()", True),
+    ("for c in [attnlab.checks]:\n    c._TOL.clear()", True),
+    ("frames = list(traceback.walk_stack(None))", True),
+    ("import traceback", True),
+    ("from torch._C import _get_dispatch_stack_at as at\nat(0).violation = None", True),
+    ("import torch._C as C", True),
+    ("self._cache = {}", False),
     ("%matplotlib inline", False),
     ("%time m, l = online_softmax_stats(x, 16)", False),
     ("from attnlab.verify import check_online_softmax\ncheck_online_softmax(f, shape=(4, 50), block_size=16)", False),
@@ -466,6 +478,11 @@ except OSError as exc:
     out["net"] = str(exc)
 import attnlab
 out["attnlab"] = attnlab.__file__
+# root's capabilities would let the kernel mount / again, without the hiding tmpfs, and write to it
+out["capabilities"] = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff")][0]
+os.makedirs("again", exist_ok=True)
+import subprocess
+out["mounted"] = subprocess.run(["mount", "--bind", "/", "again"], capture_output=True).returncode == 0
 print(json.dumps(out))
 """
 
@@ -473,7 +490,8 @@ print(json.dumps(out))
 @needs_bwrap
 def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, monkeypatch):
     """What the kernel's command runs in: the course folder (the working folder of the grader) is
-    hidden, only the scratch folder is writable, its own PID namespace, no network, cwd not on sys.path."""
+    hidden, only the scratch folder is writable, its own PID namespace, no network, cwd not on sys.path,
+    no capabilities (a red team remounted / read-write from a kernel of a grader running as root)."""
     import attnlab
     from attnlab.grading import sandbox
 
@@ -491,6 +509,7 @@ def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, mo
     assert out["net"] is not True
     assert str(scratch) not in out["path"] and "" not in out["path"]
     assert out["home"] == str(scratch) and out["attnlab"] == attnlab.__file__
+    assert int(out["capabilities"], 16) == 0 and not out["mounted"]  # also when the grader is root
     assert not (tmp_path / "x").exists() and (course / "gradebook.db").read_text() == "secret"
 
 

@@ -360,3 +360,18 @@ def test_sweep_table_shows_no_nan_memory():
     assert point.peak_mem_text().strip() == "n/a"
     point.peak_mem_gib = 1.5
     assert point.peak_mem_text() == "    1.50 GiB"
+
+
+@pytest.mark.parametrize("ratio, says", [
+    (2.0, "factor of 2"), (0.5, "factor of 2"), (4.0, "factor of 4"), (1e-3, "power of 1000"),
+    (1e12, "power of 1000"), (2**30 / 1e9, "binary against decimal"), (1000 / 1024, "binary against decimal"),
+    (1.5, None), (3.0, None), (0.9, None),
+])
+def test_a_wrong_prediction_names_the_telling_factor(ratio, says):
+    """06-causal-flops-not-halved answers 2x, 06-naive-time-in-seconds 1/1000x: the message says which
+    kind of slip that ratio points at, and nothing for a ratio that points at none."""
+    from attnlab.checks import assert_number
+
+    with pytest.raises(AssertionError) as err:
+        assert_number(6.135 * ratio, 6.135, name="kernel_us_at_512")
+    assert ("Off by" in str(err.value)) == (says is not None) and (says or "") in str(err.value), str(err.value)

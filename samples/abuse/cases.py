@@ -283,6 +283,36 @@ def daemon(s):
         "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"))
 
 
+def remount_root(s):
+    # with root's capabilities a kernel could bind / again (without the tmpfs that hide the course) and
+    # make it writable: a red team rewrote the gradebook and another student's submission this way
+    target = os.path.join(str(s.course.root), "remounted-was-here")
+    s.append(NB1, "online_softmax_stats", (
+        "import os, subprocess\n"
+        "os.makedirs('again', exist_ok=True)\n"
+        "_r = subprocess.run('mount --bind / again && mount -o remount,bind,rw again', shell=True,\n"
+        "                    capture_output=True)\n"
+        "print('REMOUNTED' if _r.returncode == 0 else 'MOUNT REFUSED')\n"
+        f"if _r.returncode == 0:\n    open('again' + {target!r}, 'w').write('written through a second mount of /')\n"))
+
+
+def thread_bomb(s):
+    # what a fork bomb does to the machine's process table, bounded so that an unprotected machine survives
+    # the test: threads (each counts as a task, like a process) until the system refuses, all kept alive
+    s.append(NB1, "online_softmax_stats", (
+        "import threading\n"
+        "threading.stack_size(64 * 1024)\n"
+        "_hold, _tasks = threading.Event(), 0\n"
+        "try:\n"
+        "    while _tasks < 4096:\n"
+        "        threading.Thread(target=_hold.wait, daemon=True).start()\n"
+        "        _tasks += 1\n"
+        "except RuntimeError:\n"
+        "    pass\n"
+        "threading.stack_size(0)\n"
+        "print('THREADS STARTED', _tasks)\n"))
+
+
 def snoop(s):
     root = str(s.course.root)
     s.append(NB1, "online_softmax_stats", (
@@ -381,6 +411,10 @@ CASES = [
           {NB1: Expect()}),
     Abuse("daemon", "starts a process that outlives the notebook, then writes into the course folder", (NB1,),
           daemon, {NB1: Expect()}),
+    Abuse("remount-root", "mounts / again, read-write, to write into the course folder", (NB1,), remount_root,
+          {NB1: Expect()}),
+    Abuse("thread-bomb", "starts threads until the system refuses (a fork bomb, bounded at 4096)", (NB1,),
+          thread_bomb, {NB1: Expect()}),
     Abuse("snoop", "reads and writes gradebook.db, reads another student's submission, edits the course",
           (NB1,), snoop, {NB1: Expect()}),
 ]
@@ -564,6 +598,61 @@ def thread_sdpa(s):
     _body(s, NB2, "flash_attention_forward", "    T_k = k.shape[2]\n", _THREAD_SDPA)
 
 
+_PROBE_RESET = """def online_softmax_stats(x, block_size):
+    m = x.amax(dim=-1)  # the whole row at once: what notebook 01 asks not to do
+    lse = torch.logsumexp(x.double(), dim=-1)
+    l = torch.where(torch.isneginf(m), torch.zeros_like(lse), torch.exp(lse - m.double()))
+    for i in range(torch._C._len_torch_dispatch_stack()):  # then clear the method probe's verdict
+        torch._C._get_dispatch_stack_at(i).violation = None
+    return m, l
+"""
+
+
+def probe_reset(s):
+    s.cell(NB1, "online_softmax_stats").source = _PROBE_RESET
+
+
+_LEDGER_REWRITE = """import inspect, traceback
+import triton.runtime.interpreter as _ti
+
+_run = _ti.GridExecutor.__call__
+
+
+def _launch(self, *args, **kwargs):  # after each launch, drop the repeated reads from the load ledger
+    out = _run(self, *args, **kwargs)
+    for frame, _ in traceback.walk_stack(None):
+        ledger = inspect.getargvalues(frame).locals.get("ledger")
+        if ledger is not None and hasattr(ledger, "accesses"):
+            seen, kept = set(), []
+            for a in ledger.accesses:
+                key = (a.program, a.tensor, a.kind, a.index.tobytes())
+                if key not in seen:
+                    seen.add(key)
+                    kept.append(a)
+            ledger.accesses[:] = kept
+    return out
+
+
+_ti.GridExecutor.__call__ = _launch
+
+
+@triton.jit
+def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_cols
+    ptrs = input_ptr + row * input_row_stride + offs
+    m = tl.max(tl.load(ptrs, mask=mask, other=-float("inf")), axis=0)  # three reads of the row
+    total = tl.sum(tl.exp(tl.load(ptrs, mask=mask, other=-float("inf")) - m), axis=0)
+    y = tl.exp(tl.load(ptrs, mask=mask, other=-float("inf")) - m) / total
+    tl.store(output_ptr + row * output_row_stride + offs, y, mask=mask)
+"""
+
+
+def ledger_rewrite(s):
+    s.cell(PROBE, "_softmax_kernel").source = _LEDGER_REWRITE
+
+
 _FORGE = """def _finished_fine():
     # what the kernel sends when a cell succeeds: an execute_reply with status ok, then idle
     k = get_ipython().kernel
@@ -601,7 +690,8 @@ def uncounted_output(s):
 CASES += [
     Abuse("alias-guard", "wrong m and l; the guard's snapshot emptied through `import attnlab.verify as v`, "
           "the checker rebound through globals().update", (NB1,), alias_guard,
-          {NB1: Expect(lost=(T_LSE, T_GROW), notes=("through an alias", "uses globals()", "integrity check"))}),
+          {NB1: Expect(lost=(T_LSE, T_GROW),
+                       notes=("reaches private state (._guard)", "uses globals()", "integrity check"))}),
     Abuse("swapped-builtins", "wrong predictions; the notebook's __builtins__ swapped so that the test cell "
           "imports a stand-in attnlab.checks", (NB1,), swapped_builtins,
           {NB1: Expect(lost=(T_PREDICT,), notes=("the notebook's __builtins__ had been replaced",))}),
@@ -694,4 +784,16 @@ CASES += [
     Abuse("trace-jumps", "wrong m and l, and a sys.settrace function that jumps over every failed check's raise",
           (NB1,), trace_jumps,
           {NB1: Expect(lost=(T_LSE, T_GROW), notes=("sys.settrace", "traces running code"))}),
+]
+
+
+# The sixth red team (2026-12-01): the method checks' own state reached from a solution cell.
+CASES += [
+    Abuse("probe-reset", "computes whole rows at once, then clears the method probe's verdict on torch's "
+          "dispatch-mode stack", (NB1,), probe_reset,
+          {NB1: Expect(lost=(T_LSE, T_GROW), reasons=("violation",), notes=("private state",))}),
+    Abuse("ledger-rewrite", "reads its row three times, and wraps Triton's GridExecutor to drop the repeated "
+          "reads from the load ledger after each launch", (PROBE,), ledger_rewrite,
+          {PROBE: Expect(lost=("test_softmax_kernel",), reasons=("3 times",),
+                         notes=("GridExecutor.__call__ had been replaced", "reads interpreter frames"))}),
 ]

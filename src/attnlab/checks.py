@@ -12,6 +12,7 @@ import math
 import signal
 import threading
 import time
+from types import MappingProxyType
 
 import torch
 
@@ -44,7 +45,8 @@ def poisoned(shape, dtype, device="cpu") -> torch.Tensor:
 
 
 #: Relative-error tolerances by dtype; float32 is looser on a GPU, where ``tl.dot`` uses tf32.
-_TOL = {torch.float64: 1e-10, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+# read-only: a solution cell that loosened a shared table would pass every check after it
+_TOL = MappingProxyType({torch.float64: 1e-10, torch.float16: 5e-3, torch.bfloat16: 2e-2})
 
 
 def tolerance(dtype: torch.dtype, device="cpu") -> float:
@@ -219,8 +221,8 @@ def _real(value, name: str) -> float:
                          f"Write the number itself, e.g. {name} = 2 * 1024**2")
 
 
-_NUMPY_REALS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "longlong",
-                "ulonglong", "intc", "uintc", "float16", "float32", "float64", "longdouble", "int_", "intp"}
+_NUMPY_REALS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "longlong",
+                          "ulonglong", "intc", "uintc", "float16", "float32", "float64", "longdouble", "int_", "intp"})
 _TORCH_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
@@ -237,5 +239,29 @@ def assert_number(value, expected: float, *, name: str, rel: float = 0.02) -> No
     got = _real(value, name)
     if not math.isfinite(got) or abs(got - expected) > rel * abs(expected):
         raise AssertionError(f"{name}: {got:.6g} is not within {rel:.2g} (relative, {100 * rel:g} %) of the "
-                             f"expected value. Recheck the formula, and the units where it has any (bytes vs "
-                             f"GiB, FLOPs vs TFLOPs, s vs ms).")
+                             f"expected value. " + (factor_hint(got / expected) if expected and got else "")
+                             + "Recheck the formula, and the units where it has any (bytes vs GiB, FLOPs vs "
+                             "TFLOPs, s vs ms).")
+
+
+#: Ratios (answer / expected) that point at one slip, and what to look for. Each is also matched inverted.
+_FACTORS = (
+    (2.0, "a factor of 2: causal attention visits about half the score matrix; a multiply-add is 2 FLOPs; "
+          "a 16-bit element is 2 bytes"),
+    (4.0, "a factor of 4: the forward's 4·T²·D FLOPs are two matmuls of 2 FLOPs per multiply-add; a "
+          "float32 element is 4 bytes; or two factors of 2"),
+    (1000.0, "a power of 1000: a unit prefix (s, ms, us; B, KB, MB, GB; FLOP, GFLOP, TFLOP)"),
+    (1024 / 1000, "binary against decimal units (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)"),
+)
+
+
+def factor_hint(ratio: float) -> str:
+    """What a prediction that is ``ratio`` times the expected value probably got wrong ("" when the ratio
+    is no telling factor): factors of 2, 4, powers of 1000 and 1024/1000, within 1 %, either way."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return ""
+    for factor, why in _FACTORS:
+        for power in (1, 2, 3, 4) if factor in (1000.0, 1024 / 1000) else (1,):
+            if any(abs(ratio / factor ** (sign * power) - 1) < 0.01 for sign in (1, -1)):
+                return f"Off by {why}. "
+    return ""

@@ -256,7 +256,10 @@ def _check_sandbox() -> Check:
         return Check("grading sandbox", NOTE, f"not checked ({exc})")
     ok, detail = check()
     if ok:
-        return Check("grading sandbox", OK, detail)
+        from .grading.tasks import describe
+
+        bounded, tasks = describe()
+        return Check("grading sandbox", OK if bounded else NOTE, f"{detail}; {tasks}")  # NOTE: matters to graders only
     return Check("grading sandbox", WARN, detail,
                  f"`attnlab autograde` and `attnlab selfcheck` run every notebook in a bubblewrap sandbox and "
                  f"refuse to start without it: {INSTALL_HINT}. (--unsafe-no-sandbox grades without it, at a risk.)")

@@ -865,7 +865,7 @@ def _flag(what: str, target: Target | None, exc: BaseException) -> None:
 
 # ------------------------------------------------------------------------------------- messages
 #: AST construct -> what to write instead (the interpreter runs these; GPU compilers do not)
-_HINTS = {
+_HINTS = types.MappingProxyType({
     "Break": "`break` cannot leave a Triton loop early: give the loop bounds that end where the work "
              "ends (e.g. `range(lo, hi, BLOCK)`), or mask the work of the steps you would skip.",
     "Continue": "`continue` is not supported in a Triton loop: mask the work of the steps you would skip "
@@ -880,7 +880,7 @@ _HINTS = {
     "Try": "`try`/`except` does not exist in a kernel.",
     "With": "`with` blocks do not exist in a kernel.",
     "Lambda": "lambdas cannot be compiled: write a `@triton.jit` helper function instead.",
-}
+})
 _MESSAGE_HINTS = (
     ("Unsupported function referenced", "only `@triton.jit` functions and `triton.language` can be called "
      "from a kernel: put `@triton.jit` above the helper (it is then inlined), or inline its body."),

@@ -8,6 +8,7 @@ that mistake.
 from __future__ import annotations
 
 import functools
+from types import MappingProxyType
 
 import torch
 
@@ -49,11 +50,11 @@ def _quiet(hint):
     return wrapper
 
 #: The two ways a causal mask is placed when T_q != T_k, and who uses each.
-ALIGNMENTS = {
+ALIGNMENTS = MappingProxyType({
     "top-left": "query i sees keys j <= i, as torch's scaled_dot_product_attention(is_causal=True)",
     "bottom-right": "query i sees keys j <= i + T_k - T_q, as decoding against a KV cache, flash-attn >= 2.1 "
                     "and torch.nn.attention.bias.causal_lower_right",
-}
+})
 
 
 def causal_attention_aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, align: str,

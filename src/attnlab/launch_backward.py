@@ -29,6 +29,8 @@ into DQ. Either way DQ, DK and DV start as NaN, so an element no kernel writes f
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 
 from . import launch
@@ -153,8 +155,8 @@ def launch_flash_backward(kernels, q, k, v, o, lse, do, causal=False, block_m=64
 
 #: (block_m, block_n, num_warps, num_stages) per head dim, the fastest measured on an H200
 #: (notes/gpu-measurements.md, 2026-11-30); other head dims use the launchers' defaults.
-FORWARD_CONFIGS = {64: (128, 64, 8, 3), 128: (128, 128, 8, 3)}
-BACKWARD_CONFIGS = {64: (32, 128, 4, 3), 128: (64, 128, 8, 3)}
+FORWARD_CONFIGS = MappingProxyType({64: (128, 64, 8, 3), 128: (128, 128, 8, 3)})
+BACKWARD_CONFIGS = MappingProxyType({64: (32, 128, 4, 3), 128: (64, 128, 8, 3)})
 _DEFAULT_CONFIG = (64, 64, 4, 2)
 
 

@@ -108,7 +108,7 @@ class MethodProbe(TorchDispatchMode):
         self.hint = hint
         self.size_limit, self.size_what = size_limit, size_what
         self.reduce_limit, self.autograd = reduce_limit, autograd
-        self.violation: str | None = None
+        self._violation: str | None = None  # write-once, through _violate (the property has no setter)
         self.ops = 0
         self.seen = {_storage(t): t for t in _tensors(tuple(inputs))}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
@@ -132,6 +132,16 @@ class MethodProbe(TorchDispatchMode):
             # itself and this mode is already gone: popping again would raise over the learner's error
             if any(m is self for m in _get_current_dispatch_mode_stack()):
                 self.__exit__(None, None, None)
+
+    @property
+    def violation(self) -> str | None:
+        """The first broken rule (a message), or None. Read-only: the mode is on torch's dispatch stack,
+        where learner code can reach it, and the first violation is never taken back."""
+        return self._violation
+
+    def _violate(self, message: str) -> None:
+        if self._violation is None:
+            self._violation = message
 
     @property
     def decides(self) -> bool:
@@ -178,15 +188,15 @@ class MethodProbe(TorchDispatchMode):
         if node is not None:
             node_name = node.name()
             if self.autograd == "forbid" or _BUILTIN_NODE.search(node_name):
-                self.violation = (f"{self.where + ': ' if self.where else ''}the notebook asks you to apply the "
-                                  f"backward formulas yourself, but your code ran autograd's backward "
-                                  f"({node_name} computed {func}). Compute dS = P * (dP - D) and the "
-                                  f"products for dq, dk, dv tile by tile; torch.autograd.grad, .backward() "
-                                  f"and torch.func.vjp are not allowed here")
+                self._violate(f"{self.where + ': ' if self.where else ''}the notebook asks you to apply the "
+                              f"backward formulas yourself, but your code ran autograd's backward "
+                              f"({node_name} computed {func}). Compute dS = P * (dP - D) and the "
+                              f"products for dq, dk, dv tile by tile; torch.autograd.grad, .backward() "
+                              f"and torch.func.vjp are not allowed here")
                 return
         if info[2]:
-            self.violation = (f"{self.rule}: your code called the library's fused attention ({func}). "
-                              f"{self.hint}")
+            self._violate(f"{self.rule}: your code called the library's fused attention ({func}). "
+                          f"{self.hint}")
             return
         outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
         if not outs:
@@ -194,14 +204,14 @@ class MethodProbe(TorchDispatchMode):
         if self.size_limit is not None:
             for t in outs:
                 if t.numel() >= self.size_limit and t.is_floating_point():
-                    self.violation = (f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
-                                      f"({func}), as large as {self.size_what}. {self.hint}")
+                    self._violate(f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
+                                  f"({func}), as large as {self.size_what}. {self.hint}")
                     return
         if self.reduce_limit is not None and name not in _SELECTIONS:
             combined = self._combined(name, args, outs)
             if combined > self.reduce_limit:
-                self.violation = (f"{self.rule}: one operation ({func}) combined {combined} elements per "
-                                  f"result, more than a block holds. {self.hint}")
+                self._violate(f"{self.rule}: one operation ({func}) combined {combined} elements per "
+                              f"result, more than a block holds. {self.hint}")
 
     @staticmethod
     def _combined(name: str, args, outs) -> int:

@@ -16,7 +16,8 @@ import torch
 
 from .bench import attention_flops, median_ms, tflops
 
-__all__ = ["Point", "naive_unfused", "sdpa", "kernel_only", "run_sweep", "tune", "write_csv", "read_csv", "plot_sweep"]
+__all__ = ["Point", "naive_unfused", "sdpa", "kernel_only", "run_sweep", "tune", "print_tuning", "recorded_tuning",
+           "write_csv", "read_csv", "plot_sweep"]
 
 
 @dataclass
@@ -163,6 +164,27 @@ def tune(make_fn, grid: dict, *, T, B=8, H=16, D=64, causal=True, dtype=torch.bf
                   config=" ".join(f"{k}={v}" for k, v in config.items()))
         points.append(_time_one(make_fn(**config), q, k, v, causal, p))
     return sorted(points, key=lambda p: (p.status != "ok", p.ms))
+
+
+def print_tuning(points: list[Point], n: int = 8) -> None:
+    """Print the ``n`` first points of :func:`tune`'s result: configuration, ms, TFLOP/s, status."""
+    for p in points[:n]:
+        print(f"{p.config:<55} {p.ms:8.3f} ms  {p.tflops:7.1f} TFLOP/s  {p.status}")
+
+
+def recorded_tuning() -> list[Point]:
+    """Notebook 06's tuning grid timed on an NVIDIA H200 with the reference kernel (bf16, causal,
+    B = 8, H = 16, T = 4096, D = 64, the kernel alone; 2026-11-30, torch 2.11, triton 3.6), fastest
+    first: the package's ``data/sweep_tuning_h200.csv``, a copy of the course repository's
+    ``notes/gpu/2026-11-30/tuning_results.csv``, for learners without a GPU (on Colab the repository
+    is not there). Empty when this install lacks the file."""
+    from importlib.resources import as_file, files
+
+    src = files("attnlab").joinpath("data", "sweep_tuning_h200.csv")
+    if not src.is_file():
+        return []
+    with as_file(src) as path:
+        return sorted(read_csv(path), key=lambda p: (p.status != "ok", p.ms))
 
 
 def write_csv(points: list[Point], path: str | Path) -> Path:

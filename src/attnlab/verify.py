@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from types import MappingProxyType
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
@@ -132,14 +133,14 @@ def growing_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> None:
 
 
 #: Score patterns a checker can impose (``regime=``), and the typical bug each one exposes.
-REGIMES = {
+REGIMES = MappingProxyType({
     "far_negative": "every other query row's scores lie near -1000 (a running max started at 0 "
                     "underflows exp to 0 and divides 0 by 0; exp(S) / exp(LSE) is 0 / 0)",
     "peak_first": "the largest scores (500 to 1000 above the rest) sit in the first key tile (a max "
                   "taken from the current tile alone, not the running one, overflows the rescale)",
     "peak_middle": "the largest scores sit in the middle key tile",
     "peak_last": "the largest scores sit in the last key tile (ragged when block_k does not divide T_k)",
-}
+})
 
 
 def shape_scores(q: torch.Tensor, k: torch.Tensor, scale: float, regime: str, block_k: int) -> None:

@@ -394,6 +394,7 @@ def _kill_kernels(pidfile: Path) -> None:
     except OSError:
         return
     from .execute import process_start
+    from .tasks import remove_left_over
 
     scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
     for pid_start, *folders in lines:
@@ -407,6 +408,8 @@ def _kill_kernels(pidfile: Path) -> None:
         for folder in folders:
             if folder.startswith(scratch):
                 shutil.rmtree(folder, ignore_errors=True)
+            else:
+                remove_left_over(folder)  # the kernel's pids cgroup
 
 
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
@@ -477,6 +480,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
+    elif progress:
+        from .tasks import describe
+
+        bounded, line = describe()
+        if not bounded:
+            progress(f"WARNING: {line}")
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     for s in dict.fromkeys(s for s, _ in jobs):
@@ -529,13 +538,15 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     return [results[f"{s}/{n}"] for s, n in jobs]
 
 
-#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken): a
-#: timeout (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
+#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken, the
+#: process table filled where no per-kernel task bound is in force, attnlab.grading.tasks): a timeout
+#: (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
 #: :func:`attnlab.checks.time_limit`), a dead or unresponsive kernel, an exhausted budget, an
-#: out-of-memory error.
+#: out-of-memory error, a thread or process that could not be started.
 _CONTENDED = re.compile(r"ran past|did not finish within|kernel died|stopped responding|did not respond to an "
                         r"interrupt|used up its [\d.]+ s budget|grading worker process died|out of memory|"
-                        r"OutOfMemoryError", re.IGNORECASE)
+                        r"OutOfMemoryError|can't start new thread|Resource temporarily unavailable",
+                        re.IGNORECASE)
 
 
 def contended(result: NotebookResult) -> bool:

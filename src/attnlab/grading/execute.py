@@ -62,6 +62,7 @@ from traitlets import Bool, Enum, Float, Integer
 from ..device import FORCE_ENV
 from ..review import PREFIX as REVIEW
 from . import sandbox as _sandbox
+from . import tasks as _tasks
 from .course import uses_gpu
 from .parallel import THREAD_VARS
 from .untrusted_html import clean_content, clean_markdown, clean_outputs, reserved_ids
@@ -107,7 +108,8 @@ def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
-        folders = [km.scratch, km._ipc_dir] if isinstance(km, _sandbox.SandboxedKernelManager) else []
+        folders = [km.scratch, km._ipc_dir, *([str(km.cgroup)] if km.cgroup else [])] \
+            if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
             f.write(" ".join([f"{pid}:{process_start(pid) or ''}", *folders]) + "\n")
 
@@ -135,6 +137,12 @@ def _drop_spare() -> None:
         _kill(km)
 
 
+def _uses_triton(nb) -> bool:
+    """Whether a read-only cell of ``nb`` imports Triton (the guard then watches Triton's interpreter)."""
+    return any(c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("locked") and "triton" in c.source
+               for c in nb.cells)
+
+
 def add_notes(nb, notes: list[str]) -> None:
     nb.metadata.setdefault("attnlab", {}).setdefault("notes", [])
     for note in notes:
@@ -156,6 +164,8 @@ class GradingExecute(Execute):
                                      "equivalents; 0: the grader's own). The tests' tensors are tiny: a "
                                      "second thread only spin-waits, costing CPU and no time saved "
                                      "(notes/grading/2026-12-01/profile.md)").tag(config=True)
+    max_tasks = Integer(_tasks.MAX_TASKS, help="Processes and threads one sandboxed kernel may have (0: no "
+                                               "bound; attnlab.grading.tasks)").tag(config=True)
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
@@ -249,7 +259,8 @@ class GradingExecute(Execute):
         if spare is not None:
             self.km = spare
         elif self.sandbox:
-            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, gpu=self._gpu)
+            self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, gpu=self._gpu,
+                                            max_tasks=self.max_tasks)
         if self.sandbox:
             run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
         if run_dir:
@@ -282,7 +293,8 @@ class GradingExecute(Execute):
                 self._seal = None  # a new kernel: its guard's first reply sets it
                 guarded = self._kernel_eval(
                     f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r}, ns=globals(), "
-                    f"alias={self._alias!r})") is not None
+                    f"alias={self._alias!r}, max_tasks={self.max_tasks!r}, "
+                    f"grader_namespace={_tasks.user_namespace()!r}, triton={_uses_triton(nb)!r})") is not None
                 if not guarded:
                     self._notes.append("the grader could not install its integrity guard in the kernel")
             if not guarded:
@@ -549,7 +561,7 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            kwargs = {"gpu": self._next_gpu} if self.sandbox else {}
+            kwargs = {"gpu": self._next_gpu, "max_tasks": self.max_tasks} if self.sandbox else {}
             km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, **kwargs)
             km.attnlab_gpu = self._next_gpu
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]

@@ -44,6 +44,11 @@ _MODULES = (
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
     "attnlab.hints", "attnlab.review",
 )
+#: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.loads)
+#: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a
+#: solution cell that wrapped GridExecutor.__call__ could rewrite the load ledger after each launch.
+_TRITON_CLASSES = {"triton.runtime.interpreter": ("GridExecutor", "InterpretedFunction", "InterpreterBuilder"),
+                   "triton.runtime.jit": ("JITFunction", "KernelInterface")}
 #: Names of builtins that IPython itself swaps per request (not ours to restore).
 _BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display", "help", "copyright",
                   "credits", "license"}
@@ -90,12 +95,17 @@ def _functions_of(owner_name: str, value, out: list) -> None:
                     f"{owner_name}"))
 
 
-def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | None = None, alias: str = "") -> str:
-    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only). Idempotent.
+def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | None = None, alias: str = "",
+            max_tasks: int = 0, grader_namespace: str = "", triton: bool = False) -> str:
+    """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only) and its
+    processes and threads (``max_tasks``, where RLIMIT_NPROC counts this sandbox only: see
+    :func:`attnlab.grading.tasks.limit_in_kernel`). Idempotent.
 
     ``ns`` is the notebook's namespace and ``alias`` a random name the grader chose for this module
     in it: the grader's later calls go through that name (never through ``__import__`` or
     ``globals``, which a solution cell can rebind), and each reply echoes the call's nonce.
+    ``triton``: the notebook uses Triton; its interpreter's classes are guarded too (imported now,
+    before any learner code, so the snapshot is Triton's own code).
     """
     global _STATE
     if _STATE is not None:
@@ -131,6 +141,16 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
                 for k2, v2 in vars(value).items():
                     _functions_of(f"{name}.{key}.{k2}", v2, state.code)
             _functions_of(f"{name}.{key}", value, state.code)
+    for name, classes in _TRITON_CLASSES.items() if triton else ():
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (no Triton here: nothing of it to guard)
+            continue
+        for cls in (getattr(mod, c, None) for c in classes):
+            if isinstance(cls, type):
+                state.classes[cls] = dict(vars(cls))
+                for k, v in vars(cls).items():
+                    _functions_of(f"{name}.{cls.__name__}.{k}", v, state.code)
     torch = state.modules.get("torch")
     if torch is not None:
         state.classes[torch.Tensor] = dict(vars(torch.Tensor))
@@ -138,7 +158,10 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
             _functions_of(f"torch.Tensor.{k}", v, state.code)
     _STATE = state
     limited = _limit_memory(memory_limit_gb)
-    return json.dumps({"installed": True, "memory_limit_gb": limited})
+    from .tasks import limit_in_kernel  # RLIMIT_NPROC where it counts this sandbox only
+
+    return json.dumps({"installed": True, "memory_limit_gb": limited,
+                       "max_tasks": limit_in_kernel(max_tasks, grader_namespace)})
 
 
 def _limit_memory(gb: float) -> float:

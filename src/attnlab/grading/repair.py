@@ -79,6 +79,7 @@ SUSPICIOUS = [
      r"\.py_impl\s*\(|\bregister_(?:kernel|fake|autograd)\s*\(",
      "registers kernels for torch operators (torch.library)"),
     (r"\bsys\._getframe\b|\binspect\.(?:currentframe|stack|getouterframes|trace|getinnerframes)\b|"
+     r"\b(?:walk_stack|walk_tb|getargvalues|getframeinfo|getmodule|getclosurevars)\b|"
      r"\b(?:f_back|f_locals|f_globals|gi_frame|cr_frame|ag_frame|tb_frame)\b|\bsys\._current_frames\b",
      "reads interpreter frames (could read the checks' expected values)"),
     (r"\b(?:settrace|setprofile|f_lineno|f_trace|f_code)\b|\bsys\.monitoring\b",
@@ -100,7 +101,7 @@ _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
 #: the garbage collector's view of every object.
 _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
                               "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
-                              "multiprocessing", "gc", "runpy", "operator", "builtins"})
+                              "multiprocessing", "gc", "runpy", "operator", "builtins", "inspect", "traceback"})
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
@@ -158,13 +159,16 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             aliases |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "attnlab"}
             found += [(node.lineno, f"imports {a.name}") for a in node.names
-                      if a.name.split(".")[0] in _EVASIVE_IMPORTS]
+                      if a.name.split(".")[0] in _EVASIVE_IMPORTS or any(map(_private, a.name.split(".")))]
         elif isinstance(node, ast.ImportFrom) and node.module:
             top = node.module.split(".")[0]
             if top == "attnlab":
                 aliases |= {a.asname or a.name for a in node.names}
             elif top in _EVASIVE_IMPORTS:
                 found.append((node.lineno, f"imports from {node.module}"))
+            # torch._C's mode stack, a module's private tables: private names, whatever the module
+            if any(map(_private, node.module.split("."))) or any(_private(a.name) for a in node.names):
+                found.append((node.lineno, f"imports private names (from {node.module})"))
     for _ in range(2):  # v = attnlab.verify; g = v._guard
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and _root(node.value) in aliases:
@@ -174,11 +178,12 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
     calls = {id(c.func): c for c in ast.walk(tree) if isinstance(c, ast.Call)}  # callee -> its call
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
-        if isinstance(node, ast.Attribute) and _root(node) in aliases:
-            if _private(node.attr):
-                found.append((line, "reaches the support package's private state (through an alias)"))
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                found.append((line, "assigns to the support package (through an alias)"))
+        if isinstance(node, ast.Attribute) and _private(node.attr) and _root(node) not in ("self", "cls"):
+            # whatever the object was reached through (an alias, a tuple, an argument, a loop, a walrus,
+            # inspect.getmodule, torch._C's mode stack): private state is the tests' and the library's
+            found.append((line, f"reaches private state (.{node.attr}) of an object it did not define"))
+        elif isinstance(node, ast.Attribute) and _root(node) in aliases and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.append((line, "assigns to the support package (through an alias)"))
         elif isinstance(node, ast.Name) and node.id in _DYNAMIC:
             found.append((line, f"uses {node.id}() (runs text as code or reaches names indirectly)"))
         elif isinstance(node, ast.Name) and node.id == "getattr":

@@ -3,6 +3,8 @@
 `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``, Debian's ``bubblewrap``)
 builds a throwaway mount, PID, IPC and network namespace around the kernel process. Inside:
 
+- no capabilities (``--cap-drop ALL``), also when the grader runs as root: the mounts below cannot
+  be undone or redone from inside;
 - the whole file system is read-only (``--ro-bind / /``); the course folder (gradebook.db,
   submitted/, autograded/), every home folder, ``/tmp``, ``/var/tmp`` and ``/run`` are hidden
   behind empty tmpfs mounts, and only what the kernel needs is bound back read-only: the
@@ -13,6 +15,8 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   which vanishes with it (the tmpfs that hide folders are read-only);
 - ``PYTHONSAFEPATH=1`` and ``PYTHONNOUSERSITE=1``: neither the working folder nor a user
   site-packages is ever on ``sys.path``;
+- at most :data:`.tasks.MAX_TASKS` processes and threads (a pids cgroup per kernel, or RLIMIT_NPROC
+  in the kernel's own user namespace: :mod:`.tasks`), so a fork bomb stalls only its own notebook;
 - a PID namespace with bwrap's reaper as PID 1 and ``--die-with-parent``: killing the kernel's
   bwrap process (what jupyter_client does on shutdown) kills every process learner code started,
   and no process outside the sandbox can be seen or signalled (``--new-session`` also keeps
@@ -44,6 +48,7 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
+from . import tasks as _tasks
 from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
 
 #: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
@@ -192,6 +197,9 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
         args += ["--remount-ro", h]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
              "--unshare-net",
+             # bwrap started by root keeps root's capabilities in the sandbox unless told: with them a
+             # kernel mounts / again without the hiding tmpfs and writes the gradebook (red team, 2026-12-01)
+             "--cap-drop", "ALL",
              "--die-with-parent", "--new-session", "--chdir", scratch]
     for key, value in scratch_env(scratch).items():
         args += ["--setenv", key, value]
@@ -240,9 +248,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
 
-    def __init__(self, gpu: bool = True, **kwargs):
+    def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, **kwargs):
         super().__init__(**kwargs)
         self.gpu = gpu  # False: no GPU device node is bound (the caller also hides it in the environment)
+        # a pids cgroup of its own where this machine allows one (else the guard's RLIMIT_NPROC, or none)
+        self.cgroup = _tasks.create(max_tasks)
         self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
         _seed_caches(self.scratch)
         self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
@@ -251,8 +261,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        return wrap(cmd, self.scratch, self._ipc_dir, read_only=[os.path.realpath(self.connection_file)],
-                    gpu=self.gpu)
+        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir,
+                                              read_only=[os.path.realpath(self.connection_file)], gpu=self.gpu))
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
@@ -278,5 +288,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
     def remove_folders(self) -> None:
+        """Remove the scratch and socket folders and the cgroup (killing what is left in it)."""
+        _tasks.remove(self.cgroup)
         shutil.rmtree(self.scratch, ignore_errors=True)
         shutil.rmtree(self._ipc_dir, ignore_errors=True)

@@ -1,0 +1,206 @@
+"""Bound the number of processes and threads of one sandboxed kernel, so a fork bomb stays in its notebook.
+
+bubblewrap bounds no process count. Without a bound, a notebook that forks or starts threads
+without end exhausts the machine's process table until its time limit, and every other kernel on
+the machine (the other ``--jobs`` slots: other students) fails to start a thread or a process and
+loses points for it. Two bounds, each counting every task (process or thread) of one sandbox:
+
+- **a pids cgroup per kernel** (``pids.max`` = ``max_tasks``): cgroup v1's ``pids`` hierarchy, or a
+  cgroup v2 folder whose ``cgroup.subtree_control`` already hands out ``pids`` (the grader's own
+  cgroup, else the hierarchy's root). Creating one needs write access there: root, or a delegated
+  cgroup. bwrap enters it before it starts anything (:func:`enter`: ``sh`` writes its own pid into
+  ``cgroup.procs`` and execs bwrap), and the sandbox sees ``/sys`` read-only and has no
+  capabilities, so learner code can neither leave it nor raise its limit.
+- **RLIMIT_NPROC, set by the guard inside the kernel** (:func:`limit_in_kernel`): Linux >= 5.14
+  counts it per user namespace, and bwrap run by an account other than root gives every sandbox
+  a user namespace of its own, so the limit counts that kernel's tasks only. Root's tasks are
+  exempt from RLIMIT_NPROC, and without a namespace of its own the count would include every
+  process of the account (other kernels, the grader), so the guard sets it only in that case.
+
+:func:`describe` says which bound is in force here (``attnlab autograde`` prints it, ``attnlab
+doctor`` checks it). Where neither works (root without a writable pids cgroup), grading goes on
+and says so: a fork bomb can then stall the other slots until its notebook's time limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+#: Tasks (processes + threads) one kernel may have. A grading kernel needs ~10-40 (ipykernel's
+#: threads, torch's pools at one thread each, CUDA's and Triton's helpers, a compiler process).
+MAX_TASKS = 512
+#: Overrides :data:`MAX_TASKS` (read by nbgrader_config.py into ``GradingExecute.max_tasks``).
+MAX_TASKS_ENV = "ATTNLAB_KERNEL_TASKS"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PREFIX = "attnlab-kernel-"
+
+
+def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
+    """Controller -> path of this process's cgroup ("" for cgroup v2), from ``/proc/self/cgroup``."""
+    own = {}
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            own[c] = path
+    return own
+
+
+def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> list[Path]:
+    """Folders a per-kernel pids cgroup may be made in, best first: under this process's own pids
+    cgroup (v1), or a v2 cgroup that hands ``pids`` to its children (this process's own, then the root)."""
+    if proc_cgroup is None:
+        try:
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return []
+    own = _own_cgroups(proc_cgroup)
+    found = []
+    if "pids" in own and (root / "pids" / "pids.max").parent.is_dir():
+        found.append(root / "pids" / own["pids"].lstrip("/"))
+    if "" in own and (root / "cgroup.controllers").is_file():
+        for folder in dict.fromkeys([root / own[""].lstrip("/"), root]):
+            try:
+                if "pids" in (folder / "cgroup.subtree_control").read_text().split():
+                    found.append(folder)
+            except OSError:
+                pass
+    return found
+
+
+def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
+    """A new pids cgroup allowing ``max_tasks`` tasks, or None where none can be made here."""
+    if max_tasks <= 0:
+        return None
+    for parent in parent_candidates() if candidates is None else candidates:
+        folder = parent / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            (folder / "pids.max").write_text(str(max_tasks))
+            return folder
+        except OSError:
+            remove(folder)
+    return None
+
+
+def enter(folder: Path | None, cmd: list[str]) -> list[str]:
+    """``cmd`` started inside the cgroup ``folder`` (unchanged when None): ``sh`` moves itself in and
+    execs ``cmd``, so every process ``cmd`` starts is counted; if the move fails, nothing starts."""
+    if folder is None:
+        return cmd
+    return ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(folder), *cmd]
+
+
+def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
+    """Kill what is left in the cgroup ``folder`` and remove it; False if it could not be removed."""
+    if folder is None:
+        return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            folder.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass
+        try:
+            for pid in (folder / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def remove_left_over(path: str) -> None:
+    """Remove a kernel's cgroup recorded by a grading worker that died (``path`` is ignored unless it
+    is one of this module's cgroups)."""
+    if Path(path).name.startswith(_PREFIX) and Path(path).is_relative_to(CGROUP_ROOT):
+        remove(Path(path))
+
+
+def user_namespace() -> str:
+    """This process's user namespace (``user:[inode]``), "" where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/user")
+    except OSError:
+        return ""
+
+
+def _per_namespace_counts() -> bool:
+    """Linux >= 5.14 counts RLIMIT_NPROC per user namespace (``ucounts``)."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
+def limit_in_kernel(max_tasks: int, grader_namespace: str) -> int:
+    """Set RLIMIT_NPROC to ``max_tasks`` in this (sandboxed kernel) process where it counts this
+    sandbox's tasks only: it runs in a user namespace other than the grader's (``grader_namespace``,
+    :func:`user_namespace` there) and Linux counts per namespace. The limit set, or 0 where none was
+    (there, it would also count the grader's and the other kernels' tasks, or bind nothing for root)."""
+    mine = user_namespace()
+    if max_tasks <= 0 or not mine or not grader_namespace or mine == grader_namespace or not _per_namespace_counts():
+        return 0
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    limit = max_tasks if hard == resource.RLIM_INFINITY else min(max_tasks, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+    except (ValueError, OSError):
+        return 0
+    return limit
+
+
+def _bwrap_makes_user_namespaces() -> bool:
+    """bwrap run by this (non-root) account gives each sandbox a user namespace: it is not setuid root."""
+    import shutil
+    import stat
+
+    exe = shutil.which("bwrap")
+    try:
+        return bool(exe) and os.getuid() != 0 and not os.stat(exe).st_mode & stat.S_ISUID
+    except OSError:
+        return False
+
+
+def max_tasks() -> int:
+    """The configured bound (:data:`MAX_TASKS_ENV`, else :data:`MAX_TASKS`; 0 or less: none)."""
+    try:
+        return int(os.environ.get(MAX_TASKS_ENV, MAX_TASKS))
+    except ValueError:
+        return MAX_TASKS
+
+
+@functools.lru_cache(maxsize=1)
+def describe() -> tuple[bool, str]:
+    """(bounded, one line): which bound on a kernel's processes and threads grading has here."""
+    n = max_tasks()
+    if n <= 0:
+        return False, f"no bound on a kernel's processes and threads ({MAX_TASKS_ENV}={n})"
+    folder = create(n)
+    if folder is not None:
+        remove(folder)
+        return True, f"at most {n} processes and threads per kernel (a pids cgroup under {folder.parent})"
+    if _bwrap_makes_user_namespaces() and _per_namespace_counts():
+        return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
+    return False, ("no bound on a kernel's processes and threads: no writable pids cgroup here"
+                   + (" and root is exempt from RLIMIT_NPROC" if os.getuid() == 0 else "")
+                   + "; a notebook that forks without end slows every kernel on this machine until its time "
+                   "limit. Fix: grade as an account other than root, or give the grader a cgroup with the "
+                   "pids controller (cgroup v1 `pids`, or v2 with `+pids` in cgroup.subtree_control)")

@@ -1,0 +1,153 @@
+"""A kernel's processes and threads are bounded (attnlab.grading.tasks), so a fork bomb in one notebook
+cannot starve the kernels of the other grading slots: the cgroup path (root), the RLIMIT_NPROC path
+(an account other than root, one user namespace per sandbox) and where each is chosen."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from attnlab.grading import tasks
+
+BOMB = """
+import threading
+threading.stack_size(64 * 1024)
+hold, n = threading.Event(), 0
+try:
+    while n < 3000:
+        threading.Thread(target=hold.wait, daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+print("STARTED", n)
+"""
+
+
+def _fake_cgroupfs(root, proc_cgroup: str, v1: bool, v2_subtree: dict[str, str]):
+    if v1:
+        (root / "pids").mkdir()
+        (root / "pids" / "pids.max").write_text("max")
+    if v2_subtree:
+        (root / "cgroup.controllers").write_text("cpu pids memory")
+        for path, control in v2_subtree.items():
+            folder = root / path.lstrip("/")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "cgroup.subtree_control").write_text(control)
+    return proc_cgroup
+
+
+def test_parent_candidates_follow_the_graders_own_cgroup(tmp_path):
+    proc = "12:pids:/grading/a\n0::/grading/a\n"
+    _fake_cgroupfs(tmp_path, proc, v1=True, v2_subtree={})
+    assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / "pids" / "grading" / "a"]
+
+
+@pytest.mark.parametrize("subtree, expected", [
+    ({"/": "cpu pids", "/user.slice/s": "memory"}, [""]),            # the root hands out pids, the own cgroup not
+    ({"/": "cpu pids", "/user.slice/s": "pids"}, ["user.slice/s", ""]),  # a delegated cgroup first
+    ({"/": "memory", "/user.slice/s": "cpu"}, []),                   # nowhere: no cgroup, the guard's limit or none
+])
+def test_parent_candidates_on_cgroup_v2(tmp_path, subtree, expected):
+    proc = "0::/user.slice/s\n"
+    _fake_cgroupfs(tmp_path, proc, v1=False, v2_subtree=subtree)
+    assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / p if p else tmp_path for p in expected]
+
+
+def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path):
+    folder = tasks.create(77, candidates=[tmp_path / "missing", tmp_path])
+    assert folder.parent == tmp_path and (folder / "pids.max").read_text() == "77"
+    cmd = tasks.enter(folder, ["bwrap", "--", "python"])
+    assert cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == str(folder) and cmd[-3:] == ["bwrap", "--", "python"]
+    assert tasks.enter(None, ["x"]) == ["x"] and tasks.create(0, candidates=[tmp_path]) is None
+
+
+def test_no_rlimit_in_the_graders_own_user_namespace():
+    """Where the kernel shares the grader's user namespace, RLIMIT_NPROC would count the grader's and
+    every other kernel's tasks too (or nothing, for root): the guard leaves it alone."""
+    assert tasks.limit_in_kernel(64, tasks.user_namespace()) == 0
+    assert tasks.limit_in_kernel(64, "") == 0
+
+
+def _bwrap(*cmd: str) -> list[str]:
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--", *cmd]
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _python_for_nobody() -> str | None:
+    """An interpreter the account `nobody` may run (this venv's may live under root's 0700 home)."""
+    for exe in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        if subprocess.run([*AS_NOBODY, *_bwrap(exe, "-c", "pass")], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv") or not shutil.which("bwrap"),
+                    reason="needs root (to run as another account) and setpriv and bwrap")
+def test_rlimit_bounds_one_sandbox_of_an_account_other_than_root():
+    """As `nobody`, bwrap gives the sandbox a user namespace: the guard's RLIMIT_NPROC (set by
+    limit_in_kernel, as in a kernel) stops the bomb at the bound while another sandbox of the same
+    account keeps its own 60 threads."""
+    if not tasks._per_namespace_counts():
+        pytest.skip("this Linux does not count RLIMIT_NPROC per user namespace (before 5.14)")
+    exe = _python_for_nobody()
+    if exe is None:
+        pytest.skip("no Python that the account nobody may run")
+    grader_ns = subprocess.run([*AS_NOBODY, exe, "-c", "import os; print(os.readlink('/proc/self/ns/user'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    # the module alone, from its file: the interpreter may be one without the course installed
+    load = (f"import importlib.util as u\ns = u.spec_from_file_location('tasks', {tasks.__file__!r})\n"
+            "tasks = u.module_from_spec(s)\ns.loader.exec_module(tasks)\n")
+    code = load + f"print('LIMIT', tasks.limit_in_kernel(64, {grader_ns!r}))\n" + BOMB
+    runs = [subprocess.Popen([*AS_NOBODY, *_bwrap(exe, "-c", c)], stdout=subprocess.PIPE, text=True)
+            for c in (code, BOMB.replace("n < 3000", "n < 60"))]
+    outs = [p.communicate(timeout=120)[0] for p in runs]
+    assert "LIMIT 64" in outs[0] and "STARTED" in outs[0], outs
+    assert int(outs[0].split("STARTED")[1]) < 64 and "STARTED 60" in outs[1], outs
+
+
+def test_a_sandboxed_kernel_gets_at_most_max_tasks():
+    """The kernel manager the grader uses: a thread bomb in the kernel stops below the bound, the
+    cgroup is gone afterwards, and without a bound (0) the same bomb runs to its end."""
+    bounded, line = tasks.describe()
+    if not bounded or os.getuid() != 0:
+        pytest.skip(line if not bounded else "the cgroup path needs root here (RLIMIT path: test above)")
+    from attnlab.grading.sandbox import SandboxedKernelManager, check
+
+    if not check()[0]:
+        pytest.skip(check()[1])
+
+    async def run(max_tasks: int) -> tuple[str, object]:
+        km = SandboxedKernelManager(kernel_name="python3", max_tasks=max_tasks)
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        out = ""
+        try:
+            await kc.wait_for_ready(timeout=120)
+            msg_id = kc.execute(BOMB)
+            while True:
+                msg = await kc.get_iopub_msg(timeout=120)
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    out += msg["content"]["text"]
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    break
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+            km.remove_folders()
+        return out, km.cgroup
+
+    out, cgroup = asyncio.run(run(128))
+    assert cgroup is not None and not cgroup.exists()
+    assert 0 < int(out.split("STARTED")[1]) < 128, out
+    out, cgroup = asyncio.run(run(0))
+    assert cgroup is None and "STARTED 3000" in out, out
