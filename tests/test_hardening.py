@@ -289,10 +289,20 @@ def test_time_limit_stops_code_that_swallows_the_alarm():
             pass
 
     start = time.perf_counter()
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as err:
         with checks.time_limit(0.3, "stubborn"):
             stubborn()
     assert time.perf_counter() - start < 3
+    assert checks.RAN_ALL_ALONG in str(err.value)  # it spun on the CPU: no reason to grade it again alone
+
+
+def test_a_timed_out_call_that_waited_is_not_said_to_have_run_all_along():
+    """A call that was off the CPU (sleeping here; starved by other kernels in a grading run) gets no
+    such verdict, so the grader grades its notebook again alone."""
+    with pytest.raises(TimeoutError) as err:
+        with checks.time_limit(0.3, "sleepy"):
+            time.sleep(2)
+    assert "s of CPU" in str(err.value) and checks.RAN_ALL_ALONG not in str(err.value), str(err.value)
 
 
 GUARD_SCRIPT = """

@@ -436,6 +436,7 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
 
 
 def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
+    from attnlab.checks import RAN_ALL_ALONG
     from attnlab.grading.autograde import CellResult, NotebookResult, contended, overlapped
 
     cell = lambda reason: CellResult("t", 0.0, 1.0, reason)  # noqa: E731
@@ -447,6 +448,10 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
     assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
     # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel
     assert contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
-                                        "60.2 s): an endless loop, or far too slow for these small test sizes?")]))
+                                        "60.2 s, 31.0 s of CPU): an endless loop, or far too slow for these small "
+                                        "test sizes?")]))
+    # ... unless it ran on the CPU all along: alone it would only time out again
+    assert not contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
+                                            f"60.2 s, 60.1 s of CPU{RAN_ALL_ALONG}): an endless loop, or ...")]))
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

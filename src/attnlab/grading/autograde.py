@@ -550,9 +550,13 @@ _CONTENDED = re.compile(r"ran past|did not finish within|kernel died|stopped res
 
 
 def contended(result: NotebookResult) -> bool:
-    """Whether ``result`` failed (or lost a cell) in a way a kernel in another slot can cause."""
+    """Whether ``result`` failed (or lost a cell) in a way a kernel in another slot can cause. A call
+    that timed out while running on the CPU all along (:data:`attnlab.checks.RAN_ALL_ALONG`) was not
+    slowed by other work: graded again alone, it would only spend its time limit again."""
+    from ..checks import RAN_ALL_ALONG
+
     texts = [result.reason, *result.notes, *(c.reason for c in result.cells)]
-    return result.status == "timeout" or any(_CONTENDED.search(t) for t in texts if t)
+    return result.status == "timeout" or any(_CONTENDED.search(t) and RAN_ALL_ALONG not in t for t in texts if t)
 
 
 def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan, limit_s: float,
