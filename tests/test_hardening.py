@@ -185,10 +185,29 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("(v := attnlab.verify)._guard.drain()", True),
     ("for c in [attnlab.checks]:\n    c._TOL.clear()", True),
     ("frames = list(traceback.walk_stack(None))", True),
-    ("import traceback", True),
     ("from torch._C import _get_dispatch_stack_at as at\nat(0).violation = None", True),
     ("import torch._C as C", True),
-    ("self._cache = {}", False),
+    ("class C:\n    def __init__(self):\n        self._cache = {}", False),
+    # a maintainer review: a name spelled self or cls is no proof the object is the cell's own
+    ("for self in (torch,):\n    for self in (self._C._get_dispatch_stack_at(0),):\n        self._violation = None", True),
+    ("self = attnlab.verify\nself._guard._STATE.attrs.clear()", True),
+    ("def f(cls):\n    return cls._guard", True),
+    ("class A:\n    def f(self):\n        return self._guard\nA.f(attnlab.verify)", True),
+    ("object.__setattr__(mode, '_violation', None)", True),
+    ("class Acc:\n    def __init__(self):\n        self._m = 0\nacc = Acc()\nacc._m += 1", False),
+    ("class F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x, s):\n        ctx._s = s\n"
+     "        return x", False),
+    ("q = p._replace(x=3)._asdict()", False),
+    ("class B(A):\n    def g(self):\n        return super()._g()", False),
+    ("import traceback\ntraceback.print_exc()", False),
+    ("import inspect\nprint(inspect.signature(f))", False),
+    # the seventh red team: a match pattern, text paths, the interpreter's builder instance
+    ("match torch:\n    case object(_C=c):\n        pass", True),
+    ("import pkgutil\npkgutil.resolve_name('attnlab.verify:_guard')", True),
+    ("string.Formatter().get_field('0._guard', (v,), {})", True),
+    ("getattr(sys, 'modules')", True),
+    ("from triton.runtime.interpreter import interpreter_builder as ib\nib.create_load = again", True),
+    ("from unittest import mock", True),
     ("%matplotlib inline", False),
     ("%time m, l = online_softmax_stats(x, 16)", False),
     ("from attnlab.verify import check_online_softmax\ncheck_online_softmax(f, shape=(4, 50), block_size=16)", False),
@@ -493,6 +512,14 @@ out["capabilities"] = [ln.split()[1] for ln in open("/proc/self/status") if ln.s
 os.makedirs("again", exist_ok=True)
 import subprocess
 out["mounted"] = subprocess.run(["mount", "--bind", "/", "again"], capture_output=True).returncode == 0
+# uid 0 needs no capability for a sysctl: core_pattern would run a program as root outside the sandbox
+out["sysctl"] = []
+for p in ("/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger"):
+    try:
+        os.close(os.open(p, os.O_WRONLY))  # opened, never written
+        out["sysctl"].append(p)
+    except OSError:
+        pass
 print(json.dumps(out))
 """
 
@@ -520,6 +547,7 @@ def test_sandbox_sees_one_writable_folder_and_nothing_of_the_course(tmp_path, mo
     assert str(scratch) not in out["path"] and "" not in out["path"]
     assert out["home"] == str(scratch) and out["attnlab"] == attnlab.__file__
     assert int(out["capabilities"], 16) == 0 and not out["mounted"]  # also when the grader is root
+    assert out["sysctl"] == []
     assert not (tmp_path / "x").exists() and (course / "gradebook.db").read_text() == "secret"
 
 

@@ -50,6 +50,11 @@ _SCANS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "so
 #: Matrix products: the contraction length is the last dim of the first operand (``addmm``: second).
 _PRODUCTS = MappingProxyType({"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addbmm": 1,
              "addmv": 1, "_addmm_activation": 1})
+#: Operators that accumulate source elements into the places an index names: how many can land on one
+#: output is bounded by the index's length along ``dim`` (scatter) or the whole index (index_add).
+_SCATTERS = frozenset({"scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "scatter", "scatter_"})
+_INDEX_ADDS = frozenset({"index_add", "index_add_", "index_reduce", "index_reduce_"})
+_PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_"})
 #: Operators whose output is smaller than an input without combining elements (selection, factories).
 _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
                "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
@@ -143,6 +148,11 @@ class MethodProbe(TorchDispatchMode):
         if self._violation is None:
             self._violation = message
 
+    def __setattr__(self, name: str, value) -> None:
+        if name == "_violation" and getattr(self, "_violation", None) is not None:
+            raise AttributeError("a method probe's violation is never taken back")
+        super().__setattr__(name, value)
+
     @property
     def decides(self) -> bool:
         """False when no rule but the fused-attention one applies to this case (sizes too small to
@@ -203,7 +213,8 @@ class MethodProbe(TorchDispatchMode):
             return
         if self.size_limit is not None:
             for t in outs:
-                if t.numel() >= self.size_limit and t.is_floating_point():
+                # complex too: a red team held the score matrix as complex numbers and kept .real
+                if t.numel() >= self.size_limit and (t.is_floating_point() or t.is_complex()):
                     self._violate(f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
                                   f"({func}), as large as {self.size_what}. {self.hint}")
                     return
@@ -219,6 +230,15 @@ class MethodProbe(TorchDispatchMode):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not tensors:
             return 0
+        # accumulating through an index combines what lands on one place, whatever the output's size
+        # (a red team reduced whole rows with scatter_reduce into one column)
+        if name in _SCATTERS and len(args) > 2 and isinstance(args[2], torch.Tensor) and args[2].dim():
+            dim = args[1] if isinstance(args[1], int) else -1
+            return int(args[2].shape[dim])
+        if name in _INDEX_ADDS and len(args) > 2 and isinstance(args[2], torch.Tensor):
+            return int(args[2].numel())
+        if name in _PUTS and len(args) > 3 and args[3] is True and isinstance(args[2], torch.Tensor):
+            return int(args[2].numel())
         if name in _PRODUCTS:
             operand = tensors[min(_PRODUCTS[name], len(tensors) - 1)]
             return int(operand.shape[-1]) if operand.dim() else 1

@@ -37,9 +37,11 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import functools
 import os
 import re
 import uuid
+from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -55,7 +57,12 @@ SUSPICIOUS = [
      "assigns to an attribute of the course's support package"),
     (r"\bsetattr\s*\(\s*(?:attnlab|torch|verify|checks|reference|builtins|math|sys|F)\b",
      "patches a module with setattr"),
-    (r"\bsys\.modules\b", "touches sys.modules"),
+    (r"\bsys\.modules\b|\.modules\b|['\"]modules['\"]", "touches sys.modules"),
+    (r"\b(?:resolve_name|get_field|Formatter)\b|attnlab[\w.]*\.__dict__",
+     "reaches names through a text path (pkgutil.resolve_name, string formatting)"),
+    (r"\b(?:interpreter_builder|InterpreterBuilder|GridExecutor|InterpretedFunction|interpreter_semantic|"
+     r"_patch_lang)\b|\btriton\.runtime\.interpreter\b",
+     "reaches Triton's interpreter (where the load accounting watches the kernel's loads)"),
     (r"\b__import__\b|\bglobals\s*\(\s*\)\s*\[|_attnlab_guard", "rebinds names the grader looks up (__import__, globals())"),
     (r"\bset_custom_exc\b|\bast_transformers\b|\binput_transformers|\bevents\.(?:register|unregister)\b",
      "changes how IPython runs cells or reports errors"),
@@ -101,7 +108,8 @@ _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
 #: the garbage collector's view of every object.
 _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
                               "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
-                              "multiprocessing", "gc", "runpy", "operator", "builtins", "inspect", "traceback"})
+                              "multiprocessing", "gc", "runpy", "operator", "builtins", "unittest", "pkgutil",
+                              "copyreg"})
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
@@ -121,6 +129,69 @@ def _root(node):
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+#: Private names that are public API in all but name: namedtuple's methods, a compiled Triton kernel's
+#: handles (Triton's softmax tutorial calls it to read register use).
+_PUBLIC_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_init_handles"})
+
+
+@functools.lru_cache(maxsize=1)
+def checked_private_names() -> frozenset[str]:
+    """Every private name the support package's source and Triton's interpreter and JIT use (attributes,
+    functions, classes, module names): state a solution cell must not reach, even through an object it
+    calls ``self``. Read from the source files (nothing imported), once per process."""
+    import importlib.util
+
+    files = list(Path(__file__).resolve().parents[1].rglob("*.py"))
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        runtime = Path(spec.origin).parent / "runtime"
+        files += [runtime / "interpreter.py", runtime / "jit.py"]
+    names = set()
+    for file in files:
+        try:
+            tree = ast.parse(file.read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
+                    else node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                    else None)
+            if name and _private(name):
+                names.add(name)
+    return frozenset(names - _PUBLIC_PRIVATE)
+
+
+def _own_objects(tree) -> tuple[set[int], set[str]]:
+    """What a cell's own code may reach private names of: (ids of attribute nodes rooted at a method's
+    first parameter, ``self``/``cls``/``ctx``, in a method that never rebinds it; names bound only to
+    instances of classes the cell defines)."""
+    receivers: set[int] = set()
+    classes = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)}
+    for cls in (c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)):
+        for fn in cls.body:
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (fn.args.posonlyargs + fn.args.args):
+                continue
+            me = (fn.args.posonlyargs + fn.args.args)[0].arg
+            inner = [n for n in ast.walk(fn) if n is not fn]
+            rebound = any(isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load) for n in inner)
+            shadowed = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and me in
+                           {a.arg for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs} for n in inner)
+            if not (rebound or shadowed):
+                receivers |= {id(n) for n in inner if isinstance(n, ast.Attribute) and _root(n) == me}
+    bound: dict[str, bool] = {}
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                   if isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.comprehension))
+                   else [])
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    mine = (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                            and isinstance(node.value.func, ast.Name) and node.value.func.id in classes)
+                    bound[n.id] = bound.get(n.id, True) and mine
+    return receivers, {name for name, mine in bound.items() if mine}
 
 
 def _is_shell(node, shells: set[str]) -> bool:
@@ -176,12 +247,19 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
     shells = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_shell(node.value, set())
               for t in node.targets if isinstance(t, ast.Name)}  # ip = get_ipython()
     calls = {id(c.func): c for c in ast.walk(tree) if isinstance(c, ast.Call)}  # callee -> its call
+    receivers, instances = _own_objects(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
-        if isinstance(node, ast.Attribute) and _private(node.attr) and _root(node) not in ("self", "cls"):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in _PUBLIC_PRIVATE and not (
+                (id(node) in receivers or _root(node) in instances
+                 or isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "super")
+                and node.attr not in checked_private_names()):
             # whatever the object was reached through (an alias, a tuple, an argument, a loop, a walrus,
-            # inspect.getmodule, torch._C's mode stack): private state is the tests' and the library's
+            # inspect.getmodule, torch._C's mode stack, a name spelled self): the library's private state
             found.append((line, f"reaches private state (.{node.attr}) of an object it did not define"))
+        elif isinstance(node, ast.MatchClass) and any(map(_private, node.kwd_attrs)):
+            # `case object(_C=c)` reads an attribute without an attribute node
+            found.append((line, "reaches private state through a match pattern"))
         elif isinstance(node, ast.Attribute) and _root(node) in aliases and isinstance(node.ctx, (ast.Store, ast.Del)):
             found.append((line, "assigns to the support package (through an alias)"))
         elif isinstance(node, ast.Name) and node.id in _DYNAMIC:
@@ -193,7 +271,7 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                     and _root(call.args[0]) not in aliases):
                 found.append((line, "uses getattr with a computed or private name"))
         elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "attrgetter",
-                                                               "__subclasses__"):
+                                                               "__subclasses__", "__setattr__", "__delattr__"):
             found.append((line, f"reaches attributes through {node.attr}"))
         elif isinstance(node, ast.Attribute) and node.attr in ("numpy", "data_ptr", "__array_interface__",
                                                                "__cuda_array_interface__", "untyped_storage"):

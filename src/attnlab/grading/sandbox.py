@@ -4,7 +4,8 @@
 builds a throwaway mount, PID, IPC and network namespace around the kernel process. Inside:
 
 - no capabilities (``--cap-drop ALL``), also when the grader runs as root: the mounts below cannot
-  be undone or redone from inside;
+  be undone or redone from inside; ``/proc/sys`` and ``/proc/sysrq-trigger`` are read-only (uid 0
+  needs no capability to write a sysctl such as ``kernel.core_pattern``);
 - the whole file system is read-only (``--ro-bind / /``); the course folder (gradebook.db,
   submitted/, autograded/), every home folder, ``/tmp``, ``/var/tmp`` and ``/run`` are hidden
   behind empty tmpfs mounts, and only what the kernel needs is bound back read-only: the
@@ -60,6 +61,9 @@ TMPFS_BYTES = 512 * 2**20
 #: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
 HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
 
+#: Kernel settings under the sandbox's new /proc, bound read-only over it (bwrap leaves /proc/sys
+#: writable where its own writability test fails, as it does for root).
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
 #: Driver nodes every CUDA process opens besides its GPU's own node (those present are bound).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
 
@@ -182,6 +186,9 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     hide = [os.path.realpath(h) for h in hide]
     hide.sort(key=len)  # parents first: a tmpfs over a folder hides the mounts made before it under it
     args = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # the kernel runs as uid 0 when the grader is root, and sysctls need no capability: a writable
+    # kernel.core_pattern runs any program as root outside every namespace (red team, 2026-12-01)
+    args += [a for path in _PROC_READ_ONLY if os.path.exists(path) for a in ("--ro-bind", path, path)]
     for dev in gpu_nodes() if gpu else []:
         args += ["--dev-bind", dev, dev]
     args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
