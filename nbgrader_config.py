@@ -53,8 +53,11 @@ c.GradingExecute.max_restarts = 3
 c.GradingExecute.notebook_budget = float(os.environ.get("ATTNLAB_NOTEBOOK_BUDGET_S", 420))
 c.GradingExecute.memory_limit_gb = float(os.environ.get("ATTNLAB_KERNEL_MEMORY_GB", 8))
 c.GradingExecute.max_output_chars = 100_000
-# Processes and threads per kernel (attnlab.grading.tasks): a fork bomb stalls only its own notebook.
-c.GradingExecute.max_tasks = int(os.environ.get("ATTNLAB_KERNEL_TASKS", 512))
+# Processes and threads per kernel (attnlab.grading.tasks, ATTNLAB_KERNEL_TASKS): a fork bomb stalls only
+# its own notebook.
+from attnlab.grading.tasks import max_tasks  # noqa: E402
+
+c.GradingExecute.max_tasks = max_tasks()
 # One CPU thread per pool in each kernel (torch's intra-op pool, BLAS): the tests' tensors are tiny and
 # a second thread only spin-waits (notes/grading/2026-12-01/profile.md). 0: the grader's own setting.
 c.GradingExecute.kernel_threads = int(os.environ.get("ATTNLAB_KERNEL_THREADS", 1))

@@ -242,13 +242,13 @@ def test_the_kernel_cannot_mount_the_file_system_again(abused):
 def test_a_fork_bomb_stays_in_its_own_kernel(abused):
     """The thread bomb gets at most the per-kernel bound of tasks (the reference beside it keeps full
     marks: test_reference_keeps_full_marks_beside_the_abusers)."""
-    from attnlab.grading.tasks import MAX_TASKS, describe
+    from attnlab.grading.tasks import describe, max_tasks
 
     bounded, line = describe()
     if not bounded:
         pytest.skip(line)
     started = re.findall(r"THREADS STARTED (\d+)", _outputs(abused.course, "abuse-thread-bomb"))
-    assert started and 0 < int(started[0]) < MAX_TASKS, started
+    assert started and 0 < int(started[0]) < max_tasks(), started
 
 
 def test_learner_code_cannot_reach_the_gradebook_the_course_or_other_students(abused):

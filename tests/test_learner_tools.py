@@ -365,7 +365,8 @@ def test_sweep_table_shows_no_nan_memory():
 @pytest.mark.parametrize("ratio, says", [
     (2.0, "factor of 2"), (0.5, "factor of 2"), (4.0, "factor of 4"), (1e-3, "power of 1000"),
     (1e12, "power of 1000"), (2**30 / 1e9, "binary against decimal"), (1000 / 1024, "binary against decimal"),
-    (1.5, None), (3.0, None), (0.9, None),
+    (1.5, None), (3.0, None), (0.9, None), (1.02, None), (1.03, None), (0.97, None),
+    (1024, "binary against decimal"), (8.0, "factor of 8"), (2000, "power of 1000"), (1 / 2000, "factor of 2"),
 ])
 def test_a_wrong_prediction_names_the_telling_factor(ratio, says):
     """06-causal-flops-not-halved answers 2x, 06-naive-time-in-seconds 1/1000x: the message says which

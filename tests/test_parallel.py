@@ -435,7 +435,7 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
     assert "synthetic-001-reference" in text and "49/49" in text and "kinds: 2 reference" in text
 
 
-def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
+def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(monkeypatch):
     from attnlab.checks import RAN_ALL_ALONG
     from attnlab.grading.autograde import CellResult, NotebookResult, contended, overlapped
 
@@ -453,5 +453,12 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer():
     # ... unless it ran on the CPU all along: alone it would only time out again
     assert not contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
                                             f"60.2 s, 60.1 s of CPU{RAN_ALL_ALONG}): an endless loop, or ...")]))
+    # a full process table: another slot's doing only where no per-kernel task bound is in force
+    from attnlab.grading import tasks
+
+    full = graded(cells=[cell("RuntimeError: can't start new thread")])
+    for bounded in (True, False):
+        monkeypatch.setattr(tasks, "describe", lambda b=bounded: (b, ""))
+        assert contended(full) is not bounded
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

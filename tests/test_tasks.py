@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -47,15 +48,27 @@ def test_parent_candidates_follow_the_graders_own_cgroup(tmp_path):
     assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / "pids" / "grading" / "a"]
 
 
-@pytest.mark.parametrize("subtree, expected", [
-    ({"/": "cpu pids", "/user.slice/s": "memory"}, [""]),            # the root hands out pids, the own cgroup not
-    ({"/": "cpu pids", "/user.slice/s": "pids"}, ["user.slice/s", ""]),  # a delegated cgroup first
-    ({"/": "memory", "/user.slice/s": "cpu"}, []),                   # nowhere: no cgroup, the guard's limit or none
+@pytest.mark.parametrize("own, subtree, expected", [
+    ("/", {"/": "cpu pids"}, [""]),                                   # a container's own cgroup namespace
+    ("/grading/leaf", {"/": "cpu pids", "/grading": "pids"}, ["grading"]),  # beside the grader, in a delegated cgroup
+    ("/user.slice/s", {"/": "cpu pids", "/user.slice": "memory"}, []),     # never the root: the grader's limits stay
+    ("/", {"/": "memory"}, []),
 ])
-def test_parent_candidates_on_cgroup_v2(tmp_path, subtree, expected):
-    proc = "0::/user.slice/s\n"
+def test_parent_candidates_on_cgroup_v2(tmp_path, own, subtree, expected):
+    proc = f"0::{own}\n"
     _fake_cgroupfs(tmp_path, proc, v1=False, v2_subtree=subtree)
     assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / p if p else tmp_path for p in expected]
+
+
+def test_a_malformed_cgroup_listing_gives_no_candidate(tmp_path):
+    assert tasks.parent_candidates(tmp_path, "garbage\n") == []
+
+
+def test_enter_runs_nothing_when_the_move_fails(tmp_path):
+    """The shell moves itself into the cgroup first: where it cannot (no such cgroup), nothing starts."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run(tasks.enter(tmp_path / "no-such-cgroup", ["touch", str(marker)]), capture_output=True)
+    assert proc.returncode != 0 and not marker.exists()
 
 
 def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path):
@@ -90,10 +103,11 @@ def _python_for_nobody() -> str | None:
 
 @pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv") or not shutil.which("bwrap"),
                     reason="needs root (to run as another account) and setpriv and bwrap")
-def test_rlimit_bounds_one_sandbox_of_an_account_other_than_root():
-    """As `nobody`, bwrap gives the sandbox a user namespace: the guard's RLIMIT_NPROC (set by
-    limit_in_kernel, as in a kernel) stops the bomb at the bound while another sandbox of the same
-    account keeps its own 60 threads."""
+def test_rlimit_bounds_each_sandbox_of_an_account_other_than_root_on_its_own():
+    """As `nobody`, bwrap gives each sandbox a user namespace, and the guard's RLIMIT_NPROC (set by
+    limit_in_kernel, as in a kernel) counts that sandbox alone: with the limit at 64 in both, one bomb
+    stops below 64 while the other sandbox of the same account holds its own 50 threads at the same
+    time (together over 64: a per-account count would have stopped the second)."""
     if not tasks._per_namespace_counts():
         pytest.skip("this Linux does not count RLIMIT_NPROC per user namespace (before 5.14)")
     exe = _python_for_nobody()
@@ -101,15 +115,30 @@ def test_rlimit_bounds_one_sandbox_of_an_account_other_than_root():
         pytest.skip("no Python that the account nobody may run")
     grader_ns = subprocess.run([*AS_NOBODY, exe, "-c", "import os; print(os.readlink('/proc/self/ns/user'))"],
                                capture_output=True, text=True, check=True).stdout.strip()
+    shared = tempfile.mkdtemp(prefix="attnlab-tasks-test-")
+    os.chmod(shared, 0o777)
+    barrier = os.path.join(shared, "go")
     # the module alone, from its file: the interpreter may be one without the course installed
-    load = (f"import importlib.util as u\ns = u.spec_from_file_location('tasks', {tasks.__file__!r})\n"
+    load = (f"import importlib.util as u, os, time\ns = u.spec_from_file_location('tasks', {tasks.__file__!r})\n"
             "tasks = u.module_from_spec(s)\ns.loader.exec_module(tasks)\n")
-    code = load + f"print('LIMIT', tasks.limit_in_kernel(64, {grader_ns!r}))\n" + BOMB
-    runs = [subprocess.Popen([*AS_NOBODY, *_bwrap(exe, "-c", c)], stdout=subprocess.PIPE, text=True)
-            for c in (code, BOMB.replace("n < 3000", "n < 60"))]
-    outs = [p.communicate(timeout=120)[0] for p in runs]
-    assert "LIMIT 64" in outs[0] and "STARTED" in outs[0], outs
-    assert int(outs[0].split("STARTED")[1]) < 64 and "STARTED 60" in outs[1], outs
+    hold = (f"\nimport sys\nsys.stdout.flush()\nwhile not os.path.exists({barrier!r}):\n    time.sleep(0.05)\n")
+
+    def sandbox(count: int):
+        code = (load + f"print('LIMIT', tasks.limit_in_kernel(64, {grader_ns!r}))\n"
+                + BOMB.replace("n < 3000", f"n < {count}") + hold)
+        return subprocess.Popen([*AS_NOBODY, *_bwrap(exe, "-c", code)], stdout=subprocess.PIPE, text=True)
+
+    try:
+        runs = [sandbox(3000), sandbox(50)]
+        lines = [[p.stdout.readline(), p.stdout.readline()] for p in runs]  # LIMIT, STARTED: both now hold
+        open(barrier, "w").close()
+        for p in runs:
+            p.wait(timeout=60)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert [ln[0].split() for ln in lines] == [["LIMIT", "64"], ["LIMIT", "64"]], lines
+    started = [int(ln[1].split()[1]) for ln in lines]
+    assert started[0] < 64 and started[1] == 50, started
 
 
 def test_a_sandboxed_kernel_gets_at_most_max_tasks():
@@ -150,4 +179,4 @@ def test_a_sandboxed_kernel_gets_at_most_max_tasks():
     assert cgroup is not None and not cgroup.exists()
     assert 0 < int(out.split("STARTED")[1]) < 128, out
     out, cgroup = asyncio.run(run(0))
-    assert cgroup is None and "STARTED 3000" in out, out
+    assert cgroup is None and int(out.split("STARTED")[1]) > 128, out

@@ -480,12 +480,11 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
-    elif progress:
-        from .tasks import describe
+    from .tasks import describe, sweep
 
-        bounded, line = describe()
-        if not bounded:
-            progress(f"WARNING: {line}")
+    sweep()  # the cgroups of kernels of a grader that was killed
+    if not allow_unsafe and progress and not describe()[0]:
+        progress(f"WARNING: {describe()[1]}")
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     for s in dict.fromkeys(s for s, _ in jobs):
@@ -538,15 +537,17 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     return [results[f"{s}/{n}"] for s, n in jobs]
 
 
-#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken, the
-#: process table filled where no per-kernel task bound is in force, attnlab.grading.tasks): a timeout
-#: (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
+#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken): a
+#: timeout (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
 #: :func:`attnlab.checks.time_limit`), a dead or unresponsive kernel, an exhausted budget, an
-#: out-of-memory error, a thread or process that could not be started.
+#: out-of-memory error.
 _CONTENDED = re.compile(r"ran past|did not finish within|kernel died|stopped responding|did not respond to an "
                         r"interrupt|used up its [\d.]+ s budget|grading worker process died|out of memory|"
-                        r"OutOfMemoryError|can't start new thread|Resource temporarily unavailable",
-                        re.IGNORECASE)
+                        r"OutOfMemoryError", re.IGNORECASE)
+#: ... and, where no per-kernel task bound is in force (attnlab.grading.tasks), a thread or process that
+#: could not be started because another slot filled the process table. With the bound, that message
+#: is the kernel's own limit speaking: nothing to grade again.
+_NO_TASKS = re.compile(r"can't start new thread|Resource temporarily unavailable", re.IGNORECASE)
 
 
 def contended(result: NotebookResult) -> bool:
@@ -554,9 +555,12 @@ def contended(result: NotebookResult) -> bool:
     that timed out while running on the CPU all along (:data:`attnlab.checks.RAN_ALL_ALONG`) was not
     slowed by other work: graded again alone, it would only spend its time limit again."""
     from ..checks import RAN_ALL_ALONG
+    from .tasks import describe
 
-    texts = [result.reason, *result.notes, *(c.reason for c in result.cells)]
-    return result.status == "timeout" or any(_CONTENDED.search(t) and RAN_ALL_ALONG not in t for t in texts if t)
+    texts = [t for t in (result.reason, *result.notes, *(c.reason for c in result.cells)) if t]
+    if not describe()[0] and any(_NO_TASKS.search(t) for t in texts):
+        return True
+    return result.status == "timeout" or any(_CONTENDED.search(t) and RAN_ALL_ALONG not in t for t in texts)
 
 
 def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan, limit_s: float,

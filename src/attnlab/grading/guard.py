@@ -48,7 +48,7 @@ _MODULES = (
 #: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a
 #: solution cell that wrapped GridExecutor.__call__ could rewrite the load ledger after each launch.
 _TRITON_CLASSES = {"triton.runtime.interpreter": ("GridExecutor", "InterpretedFunction", "InterpreterBuilder"),
-                   "triton.runtime.jit": ("JITFunction", "KernelInterface")}
+                   "triton.runtime.jit": ("JITFunction", "JITCallable", "KernelInterface")}
 #: Names of builtins that IPython itself swaps per request (not ours to restore).
 _BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display", "help", "copyright",
                   "credits", "license"}
@@ -141,11 +141,21 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
                 for k2, v2 in vars(value).items():
                     _functions_of(f"{name}.{key}.{k2}", v2, state.code)
             _functions_of(f"{name}.{key}", value, state.code)
+    if triton:
+        try:  # the course's own fix to Triton's interpreter, applied now so that the snapshot holds it
+            from attnlab.device import _fix_interpreter_index
+
+            _fix_interpreter_index()
+        except Exception:  # noqa: BLE001
+            pass
     for name, classes in _TRITON_CLASSES.items() if triton else ():
         try:
             mod = importlib.import_module(name)
         except Exception:  # noqa: BLE001 (no Triton here: nothing of it to guard)
             continue
+        # the module's functions and classes too, private ones included (_patch_lang runs every launch)
+        state.modules[name] = mod
+        state.attrs[name] = {k: v for k, v in vars(mod).items() if isinstance(v, (types.FunctionType, type))}
         for cls in (getattr(mod, c, None) for c in classes):
             if isinstance(cls, type):
                 state.classes[cls] = dict(vars(cls))

@@ -16,7 +16,7 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   which vanishes with it (the tmpfs that hide folders are read-only);
 - ``PYTHONSAFEPATH=1`` and ``PYTHONNOUSERSITE=1``: neither the working folder nor a user
   site-packages is ever on ``sys.path``;
-- at most :data:`.tasks.MAX_TASKS` processes and threads (a pids cgroup per kernel, or RLIMIT_NPROC
+- at most ``max_tasks`` processes and threads (a pids cgroup per kernel, or RLIMIT_NPROC
   in the kernel's own user namespace: :mod:`.tasks`), so a fork bomb stalls only its own notebook;
 - a PID namespace with bwrap's reaper as PID 1 and ``--die-with-parent``: killing the kernel's
   bwrap process (what jupyter_client does on shutdown) kills every process learner code started,
@@ -296,6 +296,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def remove_folders(self) -> None:
         """Remove the scratch and socket folders and the cgroup (killing what is left in it)."""
-        _tasks.remove(self.cgroup)
+        if not _tasks.remove(self.cgroup):
+            self.log.warning("attnlab: could not remove the kernel's cgroup %s (the next run's sweep will)", self.cgroup)
         shutil.rmtree(self.scratch, ignore_errors=True)
         shutil.rmtree(self._ipc_dir, ignore_errors=True)

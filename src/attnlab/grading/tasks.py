@@ -44,15 +44,20 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     """Controller -> path of this process's cgroup ("" for cgroup v2), from ``/proc/self/cgroup``."""
     own = {}
     for line in proc_cgroup.splitlines():
-        _, controllers, path = line.split(":", 2)
-        for c in controllers.split(",") if controllers else [""]:
-            own[c] = path
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for c in parts[1].split(",") if parts[1] else [""]:
+                own[c] = parts[2]
     return own
 
 
 def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> list[Path]:
-    """Folders a per-kernel pids cgroup may be made in, best first: under this process's own pids
-    cgroup (v1), or a v2 cgroup that hands ``pids`` to its children (this process's own, then the root)."""
+    """Folders a per-kernel pids cgroup may be made in: under this process's own pids cgroup (v1); on
+    cgroup v2, beside this process's own cgroup when their parent hands ``pids`` to its children (a
+    delegated cgroup whose processes sit in a leaf), or in the hierarchy's root when that is this
+    process's own cgroup (a container with a cgroup namespace of its own). Never elsewhere: a kernel
+    moved out of the grader's cgroup would leave that cgroup's limits and accounting (a systemd
+    service's, a Slurm job's)."""
     if proc_cgroup is None:
         try:
             proc_cgroup = Path("/proc/self/cgroup").read_text()
@@ -60,15 +65,16 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) 
             return []
     own = _own_cgroups(proc_cgroup)
     found = []
-    if "pids" in own and (root / "pids" / "pids.max").parent.is_dir():
+    if "pids" in own and (root / "pids").is_dir():
         found.append(root / "pids" / own["pids"].lstrip("/"))
     if "" in own and (root / "cgroup.controllers").is_file():
-        for folder in dict.fromkeys([root / own[""].lstrip("/"), root]):
-            try:
-                if "pids" in (folder / "cgroup.subtree_control").read_text().split():
-                    found.append(folder)
-            except OSError:
-                pass
+        mine = own[""].strip("/")
+        folder = root / mine if not mine else (root / mine).parent
+        try:
+            if "pids" in (folder / "cgroup.subtree_control").read_text().split():
+                found.append(folder)
+        except OSError:
+            pass
     return found
 
 
@@ -99,10 +105,15 @@ def enter(folder: Path | None, cmd: list[str]) -> list[str]:
 
 
 def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
-    """Kill what is left in the cgroup ``folder`` and remove it; False if it could not be removed."""
+    """Kill what is left in the cgroup ``folder`` and remove it; False if it could not be removed (the
+    caller logs it: :func:`sweep` removes it at the next run)."""
     if folder is None:
         return True
     deadline = time.monotonic() + wait_s
+    try:  # cgroup v2 (Linux >= 5.14): the kernel kills every member, no pid can be reused meanwhile
+        (folder / "cgroup.kill").write_text("1")
+    except OSError:
+        pass
     while True:
         try:
             folder.rmdir()
@@ -122,6 +133,22 @@ def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
+
+
+def sweep() -> int:
+    """Remove the cgroups of kernels whose grading process is gone (a killed grader, or a removal that
+    timed out); the number removed. The creating process's pid is in each cgroup's name."""
+    removed = 0
+    for parent in parent_candidates():
+        try:
+            left = [c for c in parent.iterdir() if c.name.startswith(_PREFIX)]
+        except OSError:
+            continue
+        for cgroup in left:
+            pid = cgroup.name[len(_PREFIX):].split("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and remove(cgroup):
+                removed += 1
+    return removed
 
 
 def remove_left_over(path: str) -> None:
@@ -199,8 +226,13 @@ def describe() -> tuple[bool, str]:
         return True, f"at most {n} processes and threads per kernel (a pids cgroup under {folder.parent})"
     if _bwrap_makes_user_namespaces() and _per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
-    return False, ("no bound on a kernel's processes and threads: no writable pids cgroup here"
-                   + (" and root is exempt from RLIMIT_NPROC" if os.getuid() == 0 else "")
-                   + "; a notebook that forks without end slows every kernel on this machine until its time "
-                   "limit. Fix: grade as an account other than root, or give the grader a cgroup with the "
-                   "pids controller (cgroup v1 `pids`, or v2 with `+pids` in cgroup.subtree_control)")
+    why = ("as root the sandboxes share the grader's user namespace, where RLIMIT_NPROC cannot count one "
+           "kernel alone" if os.getuid() == 0 else
+           "bwrap is setuid root here (no user namespace per sandbox)" if not _bwrap_makes_user_namespaces()
+           else "this Linux (before 5.14) counts RLIMIT_NPROC per account, not per sandbox")
+    return False, (f"no bound on a kernel's processes and threads: no pids cgroup can be made here, and {why}. "
+                   "A notebook that forks without end slows the other grading slots until its time limit "
+                   "(what it makes fail there is graded again alone). Fix: a cgroup with the pids controller "
+                   "for the grader (cgroup v1 `pids`; on v2, start it in a leaf of a cgroup with `+pids` in "
+                   "its cgroup.subtree_control), or grade as an account other than root with a bwrap that "
+                   "is not setuid, on Linux >= 5.14")
