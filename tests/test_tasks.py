@@ -52,12 +52,20 @@ def test_parent_candidates_follow_the_graders_own_cgroup(tmp_path):
     ("/", {"/": "cpu pids"}, [""]),                                   # a container's own cgroup namespace
     ("/grading/leaf", {"/": "cpu pids", "/grading": "pids"}, ["grading"]),  # beside the grader, in a delegated cgroup
     ("/user.slice/s", {"/": "cpu pids", "/user.slice": "memory"}, []),     # never the root: the grader's limits stay
+    ("/job/step", {"/": "cpu pids", "/job": "memory", "/job/step": ""}, ["job/step"]),  # its processes move to a leaf
     ("/", {"/": "memory"}, []),
 ])
 def test_parent_candidates_on_cgroup_v2(tmp_path, own, subtree, expected):
     proc = f"0::{own}\n"
     _fake_cgroupfs(tmp_path, proc, v1=False, v2_subtree=subtree)
+    if own == "/job/step":  # a cgroup with pids available and its own processes (a plain folder here)
+        mine = tmp_path / "job" / "step"
+        (mine / "cgroup.controllers").write_text("cpu pids")
+        (mine / "cgroup.procs").write_text("101\n102\n")
     assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / p if p else tmp_path for p in expected]
+    if own == "/job/step":  # the processes were written into the leaf, then pids handed out
+        assert (mine / tasks.LEAF / "cgroup.procs").read_text() == "102"  # (a plain file keeps the last write)
+        assert (mine / "cgroup.subtree_control").read_text() == "+pids"
 
 
 def test_a_malformed_cgroup_listing_gives_no_candidate(tmp_path):

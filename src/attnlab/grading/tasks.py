@@ -38,6 +38,8 @@ MAX_TASKS = 512
 MAX_TASKS_ENV = "ATTNLAB_KERNEL_TASKS"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "attnlab-kernel-"
+#: On cgroup v2, the leaf the grader's processes move into so that their cgroup can hold the kernels'.
+LEAF = "attnlab-grader"
 
 
 def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
@@ -53,11 +55,11 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
 
 def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> list[Path]:
     """Folders a per-kernel pids cgroup may be made in: under this process's own pids cgroup (v1); on
-    cgroup v2, beside this process's own cgroup when their parent hands ``pids`` to its children (a
-    delegated cgroup whose processes sit in a leaf), or in the hierarchy's root when that is this
-    process's own cgroup (a container with a cgroup namespace of its own). Never elsewhere: a kernel
-    moved out of the grader's cgroup would leave that cgroup's limits and accounting (a systemd
-    service's, a Slurm job's)."""
+    cgroup v2, the hierarchy's root when that is this process's own cgroup (a container with a cgroup
+    namespace of its own), else this process's own cgroup, once its processes sit in a leaf child
+    (:func:`_move_to_leaf`; a parent that already hands out ``pids`` is used as is). Never above it: a
+    kernel moved out of the grader's cgroup would leave that cgroup's limits and accounting (a systemd
+    service's, a Slurm job's, a container's)."""
     if proc_cgroup is None:
         try:
             proc_cgroup = Path("/proc/self/cgroup").read_text()
@@ -69,13 +71,48 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) 
         found.append(root / "pids" / own["pids"].lstrip("/"))
     if "" in own and (root / "cgroup.controllers").is_file():
         mine = own[""].strip("/")
-        folder = root / mine if not mine else (root / mine).parent
-        try:
-            if "pids" in (folder / "cgroup.subtree_control").read_text().split():
-                found.append(folder)
-        except OSError:
-            pass
+        if not mine:
+            folder = root
+        elif _hands_out_pids((root / mine).parent):
+            folder = (root / mine).parent  # beside this process's leaf (made by _move_to_leaf, or by hand)
+        else:
+            folder = root / mine if _move_to_leaf(root / mine) else None
+        if folder is not None and _hands_out_pids(folder):
+            found.append(folder)
     return found
+
+
+def _hands_out_pids(folder: Path) -> bool:
+    try:
+        return "pids" in (folder / "cgroup.subtree_control").read_text().replace("+", " ").split()
+    except OSError:
+        return False
+
+
+def _move_to_leaf(folder: Path) -> bool:
+    """Make the cgroup v2 ``folder`` (this process's own) hand the pids controller to children: cgroup v2
+    allows that only in a cgroup without processes of its own, so they move into a leaf child first
+    (:data:`LEAF`), where ``folder``'s limits still apply to them. Needs write access to ``folder`` (root,
+    or a delegated cgroup); False where it cannot be done."""
+    try:
+        if "pids" not in (folder / "cgroup.controllers").read_text().split():
+            return False
+        leaf = folder / LEAF
+        leaf.mkdir(exist_ok=True)
+        for _ in range(5):  # a process started meanwhile lands in folder again: move it too
+            for pid in (folder / "cgroup.procs").read_text().split():
+                try:
+                    (leaf / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            try:
+                (folder / "cgroup.subtree_control").write_text("+pids")
+                return True
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return False
 
 
 def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
