@@ -161,8 +161,8 @@ class _SaturationProbe(MethodProbe):
             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != _FP8 and t.numel():
                 big = torch.isfinite(t) & (t.abs() > E4M3_MAX)
                 if bool(big.any()):
-                    self.violation = (f"{self.where}: cast {int(big.sum())} values beyond ±448 (the largest "
-                                      f"{t.abs()[big].max().item():.4g}) to float8_e4m3fn ({func}). {self.hint}")
+                    self._violate(f"{self.where}: cast {int(big.sum())} values beyond ±448 (the largest "
+                                  f"{t.abs()[big].max().item():.4g}) to float8_e4m3fn ({func}). {self.hint}")
                     return
 
 
