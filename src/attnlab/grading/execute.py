@@ -138,7 +138,8 @@ def _drop_spare() -> None:
 
 
 def _uses_triton(nb) -> bool:
-    """Whether a read-only cell of ``nb`` imports Triton (the guard then watches Triton's interpreter)."""
+    """Whether a read-only cell of ``nb`` mentions Triton (04-09 import it there): the guard then watches
+    Triton's interpreter. A learner's cell does not count, so learner code cannot switch the watch off."""
     return any(c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("locked") and "triton" in c.source
                for c in nb.cells)
 
