@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -198,7 +199,13 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("class F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x, s):\n        ctx._s = s\n"
      "        return x", False),
     ("q = p._replace(x=3)._asdict()", False),
-    ("class B(A):\n    def g(self):\n        return super()._g()", False),
+    ("class A:\n    def _g(self):\n        return 1\nclass B(A):\n    def g(self):\n        return super()._g()", False),
+    # the eighth red team: a method called through its class with a module as self, __getstate__
+    ("class S:\n    def at(self, i):\n        return self._get_dispatch_stack_at(i)\nS.at(torch._C, 0)", True),
+    ("class S:\n    def __init__(self):\n        self._get_dispatch_stack_at = None\n"
+     "    def at(self, i):\n        return self._get_dispatch_stack_at(i)", True),
+    ("modes = torch.is_grad_enabled.__self__", True),
+    ("mode.__getstate__()['_violation'] = None", True),
     ("import traceback\ntraceback.print_exc()", False),
     ("import inspect\nprint(inspect.signature(f))", False),
     # the seventh red team: a match pattern, text paths, the interpreter's builder instance
@@ -206,6 +213,8 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("import pkgutil\npkgutil.resolve_name('attnlab.verify:_guard')", True),
     ("string.Formatter().get_field('0._guard', (v,), {})", True),
     ("getattr(sys, 'modules')", True),
+    ("import sys as s\ns.modules['attnlab.checks'] = None", True),
+    ("for m in model.modules():\n    print(m)", False),
     ("from triton.runtime.interpreter import interpreter_builder as ib\nib.create_load = again", True),
     ("from unittest import mock", True),
     ("%matplotlib inline", False),
@@ -297,7 +306,7 @@ def test_assert_shape_rejects_tensor_subclasses():
         checks.assert_close(torch.zeros(3).as_subclass(Liar), torch.ones(3, dtype=torch.float64), name="o")
 
 
-def test_time_limit_stops_code_that_swallows_the_alarm():
+def test_time_limit_stops_code_that_swallows_the_alarm(monkeypatch):
     def stubborn():
         try:
             while True:
@@ -307,12 +316,17 @@ def test_time_limit_stops_code_that_swallows_the_alarm():
         while True:  # ... and carries on: the repeated alarm stops it
             pass
 
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # an earlier test may have started CUDA
     start = time.perf_counter()
     with pytest.raises(TimeoutError) as err:
-        with checks.time_limit(0.3, "stubborn"):
+        with checks.time_limit(1.0, "stubborn"):
             stubborn()
-    assert time.perf_counter() - start < 3
-    assert checks.RAN_ALL_ALONG in str(err.value)  # it spun on the CPU: no reason to grade it again alone
+    assert time.perf_counter() - start < 4
+    # it spun on the CPU: the verdict appears when the CPU it reports is at least 90 % of the wall (the
+    # figures are rounded to 0.1 s: no verdict is asserted within that of the threshold)
+    wall, cpu = (float(x) for x in re.findall(r"after ([\d.]+) s, ([\d.]+) s of CPU", str(err.value))[0])
+    if abs(cpu - 0.9 * wall) > 0.1:
+        assert (checks.RAN_ALL_ALONG in str(err.value)) == (cpu > 0.9 * wall), str(err.value)
 
 
 def test_a_timed_out_call_that_waited_is_not_said_to_have_run_all_along():

@@ -5,11 +5,13 @@ cannot starve the kernels of the other grading slots: the cgroup path (root), th
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -48,24 +50,41 @@ def test_parent_candidates_follow_the_graders_own_cgroup(tmp_path):
     assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / "pids" / "grading" / "a"]
 
 
+def _cgroupfs_writes(path, text):
+    """Stand-in for tasks._write on a fake cgroupfs, with cgroup v2's rule: a cgroup that holds processes
+    cannot hand out controllers (EBUSY); writing a pid into a leaf's cgroup.procs moves it there."""
+    path = Path(path)
+    if path.name == "cgroup.subtree_control" and (path.parent / "cgroup.procs").exists() \
+            and (path.parent / "cgroup.procs").read_text().split():
+        raise OSError(errno.EBUSY, "the cgroup holds processes")
+    if path.name == "cgroup.procs":
+        source = path.parent.parent / "cgroup.procs"
+        source.write_text("\n".join(p for p in source.read_text().split() if p != text))
+        text = (path.read_text() + "\n" + text).strip() if path.exists() else text
+    path.write_text(text)
+
+
 @pytest.mark.parametrize("own, subtree, expected", [
     ("/", {"/": "cpu pids"}, [""]),                                   # a container's own cgroup namespace
-    ("/grading/leaf", {"/": "cpu pids", "/grading": "pids"}, ["grading"]),  # beside the grader, in a delegated cgroup
+    (f"/grading/{tasks.LEAF}", {"/": "cpu pids", "/grading": "pids"}, ["grading"]),  # our leaf: its parent is ours
+    ("/system.slice/grader.service", {"/": "cpu pids", "/system.slice": "pids"}, []),  # never beside: not ours
     ("/user.slice/s", {"/": "cpu pids", "/user.slice": "memory"}, []),     # never the root: the grader's limits stay
     ("/job/step", {"/": "cpu pids", "/job": "memory", "/job/step": ""}, ["job/step"]),  # its processes move to a leaf
     ("/", {"/": "memory"}, []),
 ])
-def test_parent_candidates_on_cgroup_v2(tmp_path, own, subtree, expected):
+def test_parent_candidates_on_cgroup_v2(tmp_path, monkeypatch, own, subtree, expected):
     proc = f"0::{own}\n"
     _fake_cgroupfs(tmp_path, proc, v1=False, v2_subtree=subtree)
-    if own == "/job/step":  # a cgroup with pids available and its own processes (a plain folder here)
+    monkeypatch.setattr(tasks, "_write", _cgroupfs_writes)
+    if own == "/job/step":  # a cgroup with pids available and its own processes
         mine = tmp_path / "job" / "step"
         (mine / "cgroup.controllers").write_text("cpu pids")
         (mine / "cgroup.procs").write_text("101\n102\n")
-    assert tasks.parent_candidates(tmp_path, proc) == [tmp_path / p if p else tmp_path for p in expected]
-    if own == "/job/step":  # the processes were written into the leaf, then pids handed out
-        assert (mine / tasks.LEAF / "cgroup.procs").read_text() == "102"  # (a plain file keeps the last write)
-        assert (mine / "cgroup.subtree_control").read_text() == "+pids"
+        assert tasks.parent_candidates(tmp_path, proc) == []  # nothing is moved unless autograde asks
+    assert tasks.parent_candidates(tmp_path, proc, prepare=True) == [tmp_path / p if p else tmp_path for p in expected]
+    if own == "/job/step":  # both processes now sit in the leaf, and the cgroup hands out pids
+        assert (mine / tasks.LEAF / "cgroup.procs").read_text().split() == ["101", "102"]
+        assert (mine / "cgroup.procs").read_text().split() == [] and "pids" in (mine / "cgroup.subtree_control").read_text()
 
 
 def test_a_malformed_cgroup_listing_gives_no_candidate(tmp_path):
@@ -79,7 +98,8 @@ def test_enter_runs_nothing_when_the_move_fails(tmp_path):
     assert proc.returncode != 0 and not marker.exists()
 
 
-def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path):
+def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(tasks, "_write", _cgroupfs_writes)  # a plain folder: its pids.max is a new file
     folder = tasks.create(77, candidates=[tmp_path / "missing", tmp_path])
     assert folder.parent == tmp_path and (folder / "pids.max").read_text() == "77"
     cmd = tasks.enter(folder, ["bwrap", "--", "python"])
@@ -188,3 +208,17 @@ def test_a_sandboxed_kernel_gets_at_most_max_tasks():
     assert 0 < int(out.split("STARTED")[1]) < 128, out
     out, cgroup = asyncio.run(run(0))
     assert cgroup is None and int(out.split("STARTED")[1]) > 128, out
+
+
+def test_sweep_removes_only_dead_graders_cgroups_of_this_pid_namespace(tmp_path, monkeypatch):
+    """A cgroup named after a live process (this one), after a pid whose start time differs (reused), and
+    after another pid namespace (another container under the same parent): only the second goes."""
+    monkeypatch.setattr(tasks, "parent_candidates", lambda **kw: [tmp_path])
+    removed = []
+    monkeypatch.setattr(tasks, "remove", lambda folder, wait_s=2.0: removed.append(folder.name) or True)
+    ns, pid, start = tasks._owner_tag().split("-")
+    names = {"live": f"{tasks._PREFIX}{ns}-{pid}-{start}-aaaa", "reused": f"{tasks._PREFIX}{ns}-{pid}-1-bbbb",
+             "other-ns": f"{tasks._PREFIX}1-{pid}-1-cccc", "not-ours": "some-other-cgroup"}
+    for name in names.values():
+        (tmp_path / name).mkdir()
+    assert tasks.sweep() == 1 and removed == [names["reused"]]

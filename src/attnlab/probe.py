@@ -33,6 +33,7 @@ so the checks keep their cases small and skip the probe where no rule can decide
 
 from __future__ import annotations
 
+import math
 import re
 from types import MappingProxyType  # read-only: a cell cannot edit the rules in place
 
@@ -52,9 +53,17 @@ _PRODUCTS = MappingProxyType({"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "
              "addmv": 1, "_addmm_activation": 1})
 #: Operators that accumulate source elements into the places an index names: how many can land on one
 #: output is bounded by the index's length along ``dim`` (scatter) or the whole index (index_add).
-_SCATTERS = frozenset({"scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "scatter", "scatter_"})
+_SCATTERS = frozenset({"scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"})
 _INDEX_ADDS = frozenset({"index_add", "index_add_", "index_reduce", "index_reduce_"})
-_PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_"})
+_PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_", "put", "put_"})
+#: Operators whose output can be as large as their input yet each output combines a whole dimension
+#: (``dim`` argument at position 1 or 2: topk's is third), the whole transform, or a window.
+_ALONG_DIM = MappingProxyType({"topk": 2, "kthvalue": 2, "median": 1, "nanmedian": 1, "mode": 1, "msort": None})
+_FFTS = frozenset({"_fft_r2c", "_fft_c2c", "_fft_c2r"})
+_WINDOWS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
+                      "mkldnn_convolution"})
+_POOLS = frozenset({"max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
+                    "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d", "lp_pool2d"})
 #: Operators whose output is smaller than an input without combining elements (selection, factories).
 _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
                "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
@@ -82,6 +91,7 @@ def _tensors(value):
 
 
 def _storage(t: torch.Tensor) -> int:
+    """The address of ``t``'s storage; 0 when it has none to follow (an empty or a sparse tensor)."""
     try:
         return t.untyped_storage().data_ptr()
     except Exception:  # noqa: BLE001 (a tensor without storage: nothing to track)
@@ -115,11 +125,12 @@ class MethodProbe(TorchDispatchMode):
         self.reduce_limit, self.autograd = reduce_limit, autograd
         self._violation: str | None = None  # write-once, through _violate (the property has no setter)
         self.ops = 0
-        self.seen = {_storage(t): t for t in _tensors(tuple(inputs))}
+        self.seen = {_storage(t): t for t in _tensors(tuple(inputs)) if _storage(t)}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
         self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
         self._facts: dict = {}
         self._attached = False
+        self._sealed = True  # from here on the rules cannot be changed (see __setattr__)
 
     def attach(self) -> None:
         """Become active (push this mode), unless already active; for use from autograd hooks."""
@@ -148,9 +159,15 @@ class MethodProbe(TorchDispatchMode):
         if self._violation is None:
             self._violation = message
 
+    #: What the probe judges by: fixed once it is made (the mode sits on torch's dispatch stack, where
+    #: learner code can reach it; a red team switched the rules off there).
+    _RULES = frozenset({"rule", "where", "hint", "size_limit", "size_what", "reduce_limit", "autograd", "_sealed"})
+
     def __setattr__(self, name: str, value) -> None:
         if name == "_violation" and getattr(self, "_violation", None) is not None:
             raise AttributeError("a method probe's violation is never taken back")
+        if name in self._RULES and getattr(self, "_sealed", False):
+            raise AttributeError(f"a method probe's rules are fixed when it is made ({name})")
         super().__setattr__(name, value)
 
     @property
@@ -173,6 +190,14 @@ class MethodProbe(TorchDispatchMode):
         self.ops += 1
         if info[1]:  # a view: same storage as an input the probe already knows
             return out
+        # sparse, nested, quantized or mkldnn results have no storage the probe can follow, and their
+        # sizes are not the dense ones its rules read: no lesson of 01-03 needs them (a red team held
+        # the whole score matrix as a sparse tensor)
+        odd = [t.layout for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out))
+               if t.layout != torch.strided or t.is_quantized or t.is_nested]
+        if odd and self.decides:
+            self._violate(f"{self.rule}: {func} made a {odd[0]} tensor{' (quantized or nested)' if odd[0] == torch.strided else ''}; "
+                          f"the method checks follow plain (strided) tensors only. {self.hint}")
         try:
             # the storages stay alive until the probe goes, so a later allocation cannot reuse
             # an address and pass for something the probe saw
@@ -180,6 +205,8 @@ class MethodProbe(TorchDispatchMode):
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
+                if not ptr:  # an empty tensor: address 0 must never pass for a storage the probe saw
+                    continue
                 (self.foreign if carried else self.seen)[ptr] = storage
                 if not t.is_inference():  # inference tensors have no version counter
                     # autograd bumps an in-place op's version counter after this hook returns
@@ -239,6 +266,22 @@ class MethodProbe(TorchDispatchMode):
             return int(args[2].numel())
         if name in _PUTS and len(args) > 3 and args[3] is True and isinstance(args[2], torch.Tensor):
             return int(args[2].numel())
+        if name == "bincount" and len(args) > 1 and isinstance(args[1], torch.Tensor):  # with weights
+            return int(args[1].numel())
+        if name in _ALONG_DIM:
+            pos = _ALONG_DIM[name]
+            dim = args[pos] if pos is not None and len(args) > pos and isinstance(args[pos], int) else -1
+            x = tensors[0]
+            return int(x.shape[dim]) if x.dim() else 1
+        if name in _FFTS and len(args) > 1:
+            dims = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+            return int(math.prod(tensors[0].shape[d] for d in dims))
+        if name in _WINDOWS and len(tensors) > 1:
+            weight = tensors[1]
+            return int(weight.numel() // max(weight.shape[0], 1))
+        if name in _POOLS and len(args) > 1:
+            kernel = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+            return int(math.prod(kernel))
         if name in _PRODUCTS:
             operand = tensors[min(_PRODUCTS[name], len(tensors) - 1)]
             return int(operand.shape[-1]) if operand.dim() else 1
@@ -253,7 +296,7 @@ class MethodProbe(TorchDispatchMode):
     # ------------------------------------------------------------------ after the call
     def _from_outside(self, t: torch.Tensor) -> bool:
         ptr = _storage(t)
-        return ptr not in self.seen or ptr in self.foreign
+        return (t.numel() > 0 and not ptr) or ptr not in self.seen or ptr in self.foreign
 
     def _written_unseen(self, t: torch.Tensor) -> bool:
         try:

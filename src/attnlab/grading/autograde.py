@@ -480,11 +480,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
-    from .tasks import describe, sweep
+    from .tasks import describe, prepare
 
-    sweep()  # the cgroups of kernels of a grader that was killed
-    if not allow_unsafe and progress and not describe()[0]:
-        progress(f"WARNING: {describe()[1]}")
+    if not allow_unsafe:
+        prepare()  # cgroup v2: the kernels' cgroups inside ours; the cgroups of a grader that was killed
+        if progress and not describe()[0]:
+            progress(f"WARNING: {describe()[1]}")
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     for s in dict.fromkeys(s for s, _ in jobs):

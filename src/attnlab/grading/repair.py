@@ -57,7 +57,7 @@ SUSPICIOUS = [
      "assigns to an attribute of the course's support package"),
     (r"\bsetattr\s*\(\s*(?:attnlab|torch|verify|checks|reference|builtins|math|sys|F)\b",
      "patches a module with setattr"),
-    (r"\bsys\.modules\b|\.modules\b|['\"]modules['\"]", "touches sys.modules"),
+    (r"\bsys\.modules\b|\bos\.sys\b|['\"]modules['\"]", "touches sys.modules"),
     (r"\b(?:resolve_name|get_field|Formatter)\b|attnlab[\w.]*\.__dict__",
      "reaches names through a text path (pkgutil.resolve_name, string formatting)"),
     (r"\b(?:interpreter_builder|InterpreterBuilder|GridExecutor|InterpretedFunction|interpreter_semantic|"
@@ -138,16 +138,18 @@ _PUBLIC_PRIVATE = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_
 
 @functools.lru_cache(maxsize=1)
 def checked_private_names() -> frozenset[str]:
-    """Every private name the support package's source and Triton's interpreter and JIT use (attributes,
-    functions, classes, module names): state a solution cell must not reach, even through an object it
-    calls ``self``. Read from the source files (nothing imported), once per process."""
+    """Every private name that the support package's kernel-side modules, Triton's interpreter and JIT, and
+    torch._C's stubs use (attributes, functions, classes, imported names): state a solution cell must not
+    reach, even through an object it calls ``self``. Read from the source files (nothing imported), once
+    per process."""
     import importlib.util
 
-    files = list(Path(__file__).resolve().parents[1].rglob("*.py"))
-    spec = importlib.util.find_spec("triton")
-    if spec is not None and spec.origin:
-        runtime = Path(spec.origin).parent / "runtime"
-        files += [runtime / "interpreter.py", runtime / "jit.py"]
+    package = Path(__file__).resolve().parents[1]
+    files = [*package.glob("*.py"), package / "grading" / "guard.py"]  # what a kernel imports; not the grader's own
+    for top, parts in (("triton", ("runtime/interpreter.py", "runtime/jit.py")), ("torch", ("_C/__init__.pyi",))):
+        spec = importlib.util.find_spec(top)
+        if spec is not None and spec.origin:
+            files += [Path(spec.origin).parent / part for part in parts]
     names = set()
     for file in files:
         try:
@@ -155,27 +157,37 @@ def checked_private_names() -> frozenset[str]:
         except (OSError, SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):
-            name = (node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name)
-                    else node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                    else None)
-            if name and _private(name):
-                names.add(name)
+            found = ([node.attr] if isinstance(node, ast.Attribute) else [node.id] if isinstance(node, ast.Name)
+                     else [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     else [*node.module.split("."), *(a.name for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) and node.module
+                     else [p for a in node.names for p in a.name.split(".")] if isinstance(node, ast.Import) else [])
+            names |= {name for name in found if _private(name)}
     return frozenset(names - _PUBLIC_PRIVATE)
 
 
-def _own_objects(tree) -> tuple[set[int], set[str]]:
+def _own_objects(tree) -> tuple[set[int], set[str], set[str]]:
     """What a cell's own code may reach private names of: (ids of attribute nodes rooted at a method's
     first parameter, ``self``/``cls``/``ctx``, in a method that never rebinds it; names bound only to
-    instances of classes the cell defines)."""
+    instances of classes the cell defines; the private names the cell itself assigns or defines). A
+    receiver is no proof of ownership (``Cls.method(some_module)`` makes ``self`` anything), so only
+    the cell's own private names are exempt through it."""
     receivers: set[int] = set()
     classes = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)}
+    own = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
     for cls in (c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)):
+        for item in cls.body:  # names a class body defines: methods, class attributes
+            own |= ({item.name} if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else
+                    {t.id for t in getattr(item, "targets", [getattr(item, "target", None)]) if isinstance(t, ast.Name)})
         for fn in cls.body:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not (fn.args.posonlyargs + fn.args.args):
                 continue
             me = (fn.args.posonlyargs + fn.args.args)[0].arg
             inner = [n for n in ast.walk(fn) if n is not fn]
-            rebound = any(isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load) for n in inner)
+            rebound = any(isinstance(n, ast.Name) and n.id == me and not isinstance(n.ctx, ast.Load)
+                          or isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) == me
+                          or isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name == me
+                          for n in inner)
             shadowed = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and me in
                            {a.arg for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs} for n in inner)
             if not (rebound or shadowed):
@@ -191,7 +203,16 @@ def _own_objects(tree) -> tuple[set[int], set[str]]:
                     mine = (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
                             and isinstance(node.value.func, ast.Name) and node.value.func.id in classes)
                     bound[n.id] = bound.get(n.id, True) and mine
-    return receivers, {name for name, mine in bound.items() if mine}
+        # any other way to bind a name makes it not (only) an instance of the cell's class
+        others = ([a.asname or a.name.split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
+                  else [node.name] if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name
+                  else [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) else
+                  [n.id for item in node.items if item.optional_vars is not None for n in ast.walk(item.optional_vars)
+                   if isinstance(n, ast.Name)] if isinstance(node, (ast.With, ast.AsyncWith)) else [])
+        for name in others:
+            bound[name] = False
+    return receivers, {name for name, mine in bound.items() if mine}, {n for n in own if _private(n)}
 
 
 def _is_shell(node, shells: set[str]) -> bool:
@@ -247,16 +268,20 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
     shells = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_shell(node.value, set())
               for t in node.targets if isinstance(t, ast.Name)}  # ip = get_ipython()
     calls = {id(c.func): c for c in ast.walk(tree) if isinstance(c, ast.Call)}  # callee -> its call
-    receivers, instances = _own_objects(tree)
+    sys_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                 if a.name == "sys"}
+    receivers, instances, own_names = _own_objects(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in _PUBLIC_PRIVATE and not (
                 (id(node) in receivers or _root(node) in instances
                  or isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "super")
-                and node.attr not in checked_private_names()):
+                and node.attr in own_names and node.attr not in checked_private_names()):
             # whatever the object was reached through (an alias, a tuple, an argument, a loop, a walrus,
             # inspect.getmodule, torch._C's mode stack, a name spelled self): the library's private state
             found.append((line, f"reaches private state (.{node.attr}) of an object it did not define"))
+        elif isinstance(node, ast.Attribute) and node.attr == "modules" and _root(node) in sys_names:
+            found.append((line, "touches sys.modules"))
         elif isinstance(node, ast.MatchClass) and any(map(_private, node.kwd_attrs)):
             # `case object(_C=c)` reads an attribute without an attribute node
             found.append((line, "reaches private state through a match pattern"))
@@ -271,7 +296,9 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                     and _root(call.args[0]) not in aliases):
                 found.append((line, "uses getattr with a computed or private name"))
         elif isinstance(node, ast.Attribute) and node.attr in ("__dict__", "__getattribute__", "attrgetter",
-                                                               "__subclasses__", "__setattr__", "__delattr__"):
+                                                               "__subclasses__", "__setattr__", "__delattr__",
+                                                               "__self__", "__getstate__", "__reduce__",
+                                                               "__reduce_ex__"):
             found.append((line, f"reaches attributes through {node.attr}"))
         elif isinstance(node, ast.Attribute) and node.attr in ("numpy", "data_ptr", "__array_interface__",
                                                                "__cuda_array_interface__", "untyped_storage"):

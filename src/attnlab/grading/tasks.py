@@ -5,10 +5,11 @@ without end exhausts the machine's process table until its time limit, and every
 the machine (the other ``--jobs`` slots: other students) fails to start a thread or a process and
 loses points for it. Two bounds, each counting every task (process or thread) of one sandbox:
 
-- **a pids cgroup per kernel** (``pids.max`` = ``max_tasks``): cgroup v1's ``pids`` hierarchy, or a
-  cgroup v2 folder whose ``cgroup.subtree_control`` already hands out ``pids`` (the grader's own
-  cgroup, else the hierarchy's root). Creating one needs write access there: root, or a delegated
-  cgroup. bwrap enters it before it starts anything (:func:`enter`: ``sh`` writes its own pid into
+- **a pids cgroup per kernel** (``pids.max`` = ``max_tasks``), always inside the grader's own cgroup
+  (:func:`parent_candidates`): under its cgroup v1 ``pids`` cgroup; on cgroup v2 in the grader's own
+  cgroup once ``attnlab autograde`` moved its processes into a leaf child (:func:`prepare`), or the
+  hierarchy's root when that is the grader's own (a container's cgroup namespace). Creating one needs
+  write access there: root, or a delegated cgroup. bwrap enters it before it starts anything (:func:`enter`: ``sh`` writes its own pid into
   ``cgroup.procs`` and execs bwrap), and the sandbox sees ``/sys`` read-only and has no
   capabilities, so learner code can neither leave it nor raise its limit.
 - **RLIMIT_NPROC, set by the guard inside the kernel** (:func:`limit_in_kernel`): Linux >= 5.14
@@ -53,13 +54,13 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     return own
 
 
-def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> list[Path]:
+def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, prepare: bool = False) -> list[Path]:
     """Folders a per-kernel pids cgroup may be made in: under this process's own pids cgroup (v1); on
     cgroup v2, the hierarchy's root when that is this process's own cgroup (a container with a cgroup
     namespace of its own), else this process's own cgroup, once its processes sit in a leaf child
-    (:func:`_move_to_leaf`; a parent that already hands out ``pids`` is used as is). Never above it: a
-    kernel moved out of the grader's cgroup would leave that cgroup's limits and accounting (a systemd
-    service's, a Slurm job's, a container's)."""
+    (:data:`LEAF`, made by :func:`_move_to_leaf` when ``prepare``: ``attnlab autograde`` asks for it).
+    Never above it: a kernel moved out of the grader's cgroup would leave that cgroup's limits and
+    accounting (a systemd service's, a Slurm job's, a container's)."""
     if proc_cgroup is None:
         try:
             proc_cgroup = Path("/proc/self/cgroup").read_text()
@@ -73,10 +74,10 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) 
         mine = own[""].strip("/")
         if not mine:
             folder = root
-        elif _hands_out_pids((root / mine).parent):
-            folder = (root / mine).parent  # beside this process's leaf (made by _move_to_leaf, or by hand)
+        elif Path(mine).name == LEAF:
+            folder = (root / mine).parent  # the grader's cgroup, whose processes sit in our leaf
         else:
-            folder = root / mine if _move_to_leaf(root / mine) else None
+            folder = root / mine if _hands_out_pids(root / mine) or prepare and _move_to_leaf(root / mine) else None
         if folder is not None and _hands_out_pids(folder):
             found.append(folder)
     return found
@@ -97,16 +98,21 @@ def _move_to_leaf(folder: Path) -> bool:
     try:
         if "pids" not in (folder / "cgroup.controllers").read_text().split():
             return False
+        try:  # no processes of its own after all (a cgroup made for the grader): nothing to move
+            _write(folder / "cgroup.subtree_control", "+pids")
+            return True
+        except OSError:
+            pass
         leaf = folder / LEAF
         leaf.mkdir(exist_ok=True)
         for _ in range(5):  # a process started meanwhile lands in folder again: move it too
             for pid in (folder / "cgroup.procs").read_text().split():
                 try:
-                    (leaf / "cgroup.procs").write_text(pid)
+                    _write(leaf / "cgroup.procs", pid)
                 except OSError:
                     pass
             try:
-                (folder / "cgroup.subtree_control").write_text("+pids")
+                _write(folder / "cgroup.subtree_control", "+pids")
                 return True
             except OSError:
                 continue
@@ -115,18 +121,39 @@ def _move_to_leaf(folder: Path) -> bool:
     return False
 
 
+def _write(path: Path, text: str) -> None:
+    """Write a cgroup control file (never created: on a folder that is not a cgroup this fails)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _owner_tag(pid: int | None = None) -> str | None:
+    """``<pid namespace inode>-<pid>-<start time>``: which process made a cgroup, unambiguous across pid
+    namespaces (two containers sharing a cgroup parent) and pid reuse; None if it cannot be read."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        ns = os.stat(f"/proc/{pid}/ns/pid").st_ino
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{ns}-{pid}-{stat[stat.rindex(')') + 2:].split()[19]}"
+
+
 def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
     """A new pids cgroup allowing ``max_tasks`` tasks, or None where none can be made here."""
     if max_tasks <= 0:
         return None
     for parent in parent_candidates() if candidates is None else candidates:
-        folder = parent / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        folder = parent / f"{_PREFIX}{_owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             folder.mkdir()
         except OSError:
             continue
         try:
-            (folder / "pids.max").write_text(str(max_tasks))
+            _write(folder / "pids.max", str(max_tasks))
             return folder
         except OSError:
             remove(folder)
@@ -148,7 +175,7 @@ def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
         return True
     deadline = time.monotonic() + wait_s
     try:  # cgroup v2 (Linux >= 5.14): the kernel kills every member, no pid can be reused meanwhile
-        (folder / "cgroup.kill").write_text("1")
+        _write(folder / "cgroup.kill", "1")
     except OSError:
         pass
     while True:
@@ -174,7 +201,11 @@ def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
 
 def sweep() -> int:
     """Remove the cgroups of kernels whose grading process is gone (a killed grader, or a removal that
-    timed out); the number removed. The creating process's pid is in each cgroup's name."""
+    timed out); the number removed. Only cgroups made in this pid namespace are judged, by the pid and
+    start time in their names (:func:`_owner_tag`): another container's, or a live grader's, stay."""
+    mine = _owner_tag()
+    if mine is None:
+        return 0
     removed = 0
     for parent in parent_candidates():
         try:
@@ -182,10 +213,22 @@ def sweep() -> int:
         except OSError:
             continue
         for cgroup in left:
-            pid = cgroup.name[len(_PREFIX):].split("-")[0]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and remove(cgroup):
+            parts = cgroup.name[len(_PREFIX):].split("-")
+            if len(parts) != 4 or parts[0] != mine.split("-")[0] or not parts[1].isdigit():
+                continue
+            if _owner_tag(int(parts[1])) != "-".join(parts[:3]) and remove(cgroup):
                 removed += 1
     return removed
+
+
+def prepare() -> None:
+    """Before grading (``attnlab autograde``): on cgroup v2, let this process's cgroup hold the kernels'
+    cgroups, moving its processes into a leaf child where needed (:func:`_move_to_leaf`); then remove
+    left-over kernel cgroups (:func:`sweep`). Nothing where the bound is switched off."""
+    if max_tasks() > 0:
+        parent_candidates(prepare=True)
+        describe.cache_clear()
+        sweep()
 
 
 def remove_left_over(path: str) -> None:
@@ -251,9 +294,19 @@ def max_tasks() -> int:
         return MAX_TASKS
 
 
+def _own_v2_cgroup(root: Path = CGROUP_ROOT) -> Path | None:
+    try:
+        own = _own_cgroups(Path("/proc/self/cgroup").read_text())
+    except OSError:
+        return None
+    return root / own[""].strip("/") if "" in own and (root / "cgroup.controllers").is_file() else None
+
+
 @functools.lru_cache(maxsize=1)
 def describe() -> tuple[bool, str]:
-    """(bounded, one line): which bound on a kernel's processes and threads grading has here."""
+    """(bounded, one line): which bound on a kernel's processes and threads grading has here. Changes
+    nothing (``attnlab doctor`` calls it): where ``attnlab autograde`` would first move its processes
+    into a leaf (:func:`prepare`), it says so."""
     n = max_tasks()
     if n <= 0:
         return False, f"no bound on a kernel's processes and threads ({MAX_TASKS_ENV}={n})"
@@ -261,15 +314,25 @@ def describe() -> tuple[bool, str]:
     if folder is not None:
         remove(folder)
         return True, f"at most {n} processes and threads per kernel (a pids cgroup under {folder.parent})"
+    own = _own_v2_cgroup()
+    try:
+        offered = own is not None and "pids" in (own / "cgroup.controllers").read_text().split()
+        writable = own is not None and os.access(own / "cgroup.subtree_control", os.W_OK)
+    except OSError:
+        offered = writable = False
+    if offered and writable:
+        return True, (f"at most {n} processes and threads per kernel (pids cgroups inside {own}, after `attnlab "
+                      f"autograde` moves that cgroup's processes into its leaf {LEAF})")
     if _bwrap_makes_user_namespaces() and _per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
+    where = (f"the grader's cgroup {own} offers no pids controller" if own is not None and not offered else
+             f"the grader's cgroup {own} is not writable" if own is not None else "no pids cgroup can be made")
     why = ("as root the sandboxes share the grader's user namespace, where RLIMIT_NPROC cannot count one "
            "kernel alone" if os.getuid() == 0 else
            "bwrap is setuid root here (no user namespace per sandbox)" if not _bwrap_makes_user_namespaces()
            else "this Linux (before 5.14) counts RLIMIT_NPROC per account, not per sandbox")
-    return False, (f"no bound on a kernel's processes and threads: no pids cgroup can be made here, and {why}. "
-                   "A notebook that forks without end slows the other grading slots until its time limit "
-                   "(what it makes fail there is graded again alone). Fix: a cgroup with the pids controller "
-                   "for the grader (cgroup v1 `pids`; on v2, start it in a leaf of a cgroup with `+pids` in "
-                   "its cgroup.subtree_control), or grade as an account other than root with a bwrap that "
-                   "is not setuid, on Linux >= 5.14")
+    return False, (f"no bound on a kernel's processes and threads: {where}, and {why}. A notebook that forks "
+                   "without end slows the other grading slots until its time limit (what it makes fail there "
+                   "is graded again alone). Fix: a cgroup offering the pids controller for the grader (cgroup "
+                   "v1 `pids`; on v2, e.g. a systemd unit or scope with Delegate=yes), or grade as an account "
+                   "other than root with a bwrap that is not setuid, on Linux >= 5.14")
