@@ -179,17 +179,24 @@ def _on_cpu() -> bool:
 __all__ += ["show_recorded_plot", "autograding"]
 
 
+def recorded_data(filename: str):
+    """The package's recorded GPU measurement ``attnlab/data/<filename>`` (an importlib.resources
+    Traversable), or None when this install lacks it. A release notebook has no sibling files on Colab,
+    and notes/ is not installed, so the recorded figures travel as package data."""
+    from importlib.resources import files
+
+    src = files("attnlab").joinpath("data", filename)
+    return src if src.is_file() else None
+
+
 def show_recorded_plot(filename: str, what: str) -> None:
     """Display a plot recorded on an H200 that ships with the package (``attnlab/data/<filename>``).
 
-    A release notebook has no sibling files on Colab, and notes/ is not installed, so the course's
-    recorded GPU figures travel as package data. ``what`` says what the plot shows (printed above it).
-    Prints a note instead when this install of attnlab lacks the file.
+    ``what`` says what the plot shows (printed above it). Prints a note instead when this install of
+    attnlab lacks the file (:func:`recorded_data`).
     """
-    from importlib.resources import files
-
-    png = files("attnlab").joinpath("data", filename)
-    if not png.is_file():
+    png = recorded_data(filename)
+    if png is None:
         print(f"No recorded measurement {filename} in this install of attnlab.")
         return
     from IPython.display import Image, display

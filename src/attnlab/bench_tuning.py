@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from . import bench, launch_tuning
-from .bench import autograding
+from .bench import autograding, recorded_data
 from .reference import naive_attention
 
 __all__ = ["TuningRow", "STEPS", "environment", "check_variants", "measure_shape", "format_row",
@@ -301,10 +301,9 @@ def show_recorded() -> list[TuningRow]:
     autotuner's winners; returns the rows (empty, with a note, when this install lacks the file). While
     autograding on a CPU only the winners are printed: the plot would cost every submission a second."""
     import io
-    from importlib.resources import files
 
-    src = files("attnlab").joinpath("data", "tuning_h200.csv")
-    if not src.is_file():
+    src = recorded_data("tuning_h200.csv")
+    if src is None:
         print("No recorded measurement tuning_h200.csv in this install of attnlab.")
         return []
     rows = read_csv(io.StringIO(src.read_text()))

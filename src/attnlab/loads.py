@@ -32,7 +32,6 @@ __all__ = ["Access", "Ledger", "available", "record", "check_softmax_reads", "ch
 
 #: Builder methods that touch memory; atomics count as stores (they write).
 _WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
-_MISSING = object()
 
 
 @dataclass
@@ -119,7 +118,6 @@ def record(buffers: dict[str, torch.Tensor]):
 
         review.flag(f"Triton's interpreter_builder had been patched ({', '.join(patched)}): the patch was removed "
                     f"before the load accounting")
-    saved = {name: builder.__dict__.get(name, _MISSING) for name in _WRAPPED}
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
@@ -145,12 +143,9 @@ def record(buffers: dict[str, torch.Tensor]):
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     try:
         yield ledger
-    finally:
-        for name, value in saved.items():
-            if value is _MISSING:
-                builder.__dict__.pop(name, None)
-            else:
-                setattr(builder, name, value)
+    finally:  # the class's own methods again (no function was left on the instance before)
+        for name in _WRAPPED:
+            builder.__dict__.pop(name, None)
 
 
 #: Names through which kernel code could touch memory behind the accounting's back (only possible

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .bench import attention_flops, median_ms, tflops
+from .bench import attention_flops, median_ms, recorded_data, tflops
 
 __all__ = ["Point", "naive_unfused", "sdpa", "kernel_only", "run_sweep", "tune", "print_tuning", "recorded_tuning",
            "write_csv", "read_csv", "plot_sweep"]
@@ -163,6 +163,10 @@ def tune(make_fn, grid: dict, *, T, B=8, H=16, D=64, causal=True, dtype=torch.bf
         p = Point("yours", T, B, H, D, causal, str(dtype).replace("torch.", ""),
                   config=" ".join(f"{k}={v}" for k, v in config.items()))
         points.append(_time_one(make_fn(**config), q, k, v, causal, p))
+    return _fastest_first(points)
+
+
+def _fastest_first(points: list[Point]) -> list[Point]:
     return sorted(points, key=lambda p: (p.status != "ok", p.ms))
 
 
@@ -178,13 +182,13 @@ def recorded_tuning() -> list[Point]:
     first: the package's ``data/sweep_tuning_h200.csv``, a copy of the course repository's
     ``notes/gpu/2026-11-30/tuning_results.csv``, for learners without a GPU (on Colab the repository
     is not there). Empty when this install lacks the file."""
-    from importlib.resources import as_file, files
+    from importlib.resources import as_file
 
-    src = files("attnlab").joinpath("data", "sweep_tuning_h200.csv")
-    if not src.is_file():
+    src = recorded_data("sweep_tuning_h200.csv")
+    if src is None:
         return []
     with as_file(src) as path:
-        return sorted(read_csv(path), key=lambda p: (p.status != "ok", p.ms))
+        return _fastest_first(read_csv(path))
 
 
 def write_csv(points: list[Point], path: str | Path) -> Path:

@@ -43,6 +43,13 @@ _PREFIX = "attnlab-kernel-"
 LEAF = "attnlab-grader"
 
 
+def _read_proc_cgroup() -> str:
+    try:
+        return Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return ""
+
+
 def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     """Controller -> path of this process's cgroup ("" for cgroup v2), from ``/proc/self/cgroup``."""
     own = {}
@@ -61,12 +68,7 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, 
     (:data:`LEAF`, made by :func:`_move_to_leaf` when ``prepare``: ``attnlab autograde`` asks for it).
     Never above it: a kernel moved out of the grader's cgroup would leave that cgroup's limits and
     accounting (a systemd service's, a Slurm job's, a container's)."""
-    if proc_cgroup is None:
-        try:
-            proc_cgroup = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return []
-    own = _own_cgroups(proc_cgroup)
+    own = _own_cgroups(_read_proc_cgroup() if proc_cgroup is None else proc_cgroup)
     found = []
     if "pids" in own and (root / "pids").is_dir():
         found.append(root / "pids" / own["pids"].lstrip("/"))
@@ -276,10 +278,11 @@ def limit_in_kernel(max_tasks: int, grader_namespace: str) -> int:
 
 def _bwrap_makes_user_namespaces() -> bool:
     """bwrap run by this (non-root) account gives each sandbox a user namespace: it is not setuid root."""
-    import shutil
     import stat
 
-    exe = shutil.which("bwrap")
+    from .sandbox import bwrap_path
+
+    exe = bwrap_path()
     try:
         return bool(exe) and os.getuid() != 0 and not os.stat(exe).st_mode & stat.S_ISUID
     except OSError:
@@ -295,10 +298,7 @@ def max_tasks() -> int:
 
 
 def _own_v2_cgroup(root: Path = CGROUP_ROOT) -> Path | None:
-    try:
-        own = _own_cgroups(Path("/proc/self/cgroup").read_text())
-    except OSError:
-        return None
+    own = _own_cgroups(_read_proc_cgroup())
     return root / own[""].strip("/") if "" in own and (root / "cgroup.controllers").is_file() else None
 
 
