@@ -283,5 +283,6 @@ def factor_hint(ratio: float) -> str:
     a, k, j = best
     parts = ([_FACTORS_OF_2[abs(a)]] if a else []) + (
         ["a power of 1000 (a unit prefix: s, ms, us; B, KB, MB, GB; FLOP, GFLOP, TFLOP)"] if k else []) + (
-        ["binary against decimal units (KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000)"] if j else [])
+        ["a factor of 1.024 per unit prefix: binary against decimal units (KiB/MiB/GiB are powers of 1024, "
+         "KB/MB/GB of 1000)"] if j else [])
     return f"Off by {' and by '.join(parts)}. "

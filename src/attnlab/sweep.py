@@ -170,10 +170,13 @@ def _fastest_first(points: list[Point]) -> list[Point]:
     return sorted(points, key=lambda p: (p.status != "ok", p.ms))
 
 
-def print_tuning(points: list[Point], n: int = 8) -> None:
-    """Print the ``n`` first points of :func:`tune`'s result: configuration, ms, TFLOP/s, status."""
+def print_tuning(points: list[Point], n: int = 8, mark: str = "") -> None:
+    """Print the ``n`` first points of :func:`tune`'s result under a header: configuration, ms,
+    TFLOP/s, status; the configuration ``mark`` (e.g. the launcher's default) is tagged."""
+    print(f"{'configuration':<55} {'time':>11}  {'throughput':>15}  status")
     for p in points[:n]:
-        print(f"{p.config:<55} {p.ms:8.3f} ms  {p.tflops:7.1f} TFLOP/s  {p.status}")
+        tag = "  <- launcher default" if p.config == mark else ""
+        print(f"{p.config:<55} {p.ms:8.3f} ms  {p.tflops:7.1f} TFLOP/s  {p.status}{tag}")
 
 
 def recorded_tuning() -> list[Point]:
