@@ -236,7 +236,9 @@ roofline_calculator(T=4096, D=64, B=8, H=16, causal=True)
 # - `q`: `(B, H, T_q, D)`; `k`, `v`: `(B, H, T_k, D)`; $T_q$ may differ from $T_k$.
 # - Loop over query tiles of `block_q` rows; for each, loop over key tiles of `block_k` columns and
 #   apply the update of section 2. Operate on all batches and heads at once (the tiles are
-#   `(B, H, rows, ...)` slices), but never form a `(T_q, T_k)` matrix.
+#   `(B, H, rows, ...)` slices), but never form a `(T_q, T_k)` matrix, and never reduce over more
+#   than one key tile at once: a query row's softmax over all its keys gets the numbers right
+#   without the online softmax, and the checks refuse it.
 # - `causal=True`: skip the key tiles that section 3 says to skip, and mask the diagonal ones.
 # - `scale` defaults to `D ** -0.5`.
 # - Return `o` in `q`'s dtype and `lse` (natural log) of shape `(B, H, T_q)` in
@@ -295,7 +297,10 @@ def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale
 #
 # Each check draws seeded random float64 inputs, calls your function on copies, and compares `o`
 # and `lse` with `naive_attention` (relative error within 1e-10). Failure messages name the case
-# and the first wrong index. The third check puts every other query row's scores near -1000: far
+# and the first wrong index. Each call also runs under a watcher that sees every PyTorch operator
+# your code executes and refuses the shortcuts: a fused attention call, an intermediate as large as
+# a whole score matrix, and any max, sum, softmax or product over more than `max(block_k, D)`
+# elements per result (a debugging `print(o.abs().max())` inside the function counts too). The third check puts every other query row's scores near -1000: far
 # below 0, where `exp` underflows to 0 unless the row's own maximum is subtracted.
 
 # %% nbgrader={"grade_id": "test_flash_forward_matches_naive", "grade": true, "locked": true, "points": 3}

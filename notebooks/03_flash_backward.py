@@ -267,8 +267,10 @@ assert_number(causal_pairs_masked, 6, name="causal_pairs_masked", rel=0.01)
 #   $T_q$ and $T_k$ may differ.
 # - `scale` defaults to `D ** -0.5`; `causal=True` means query `i` sees keys `j <= i`.
 # - Walk the keys in tiles of `block_k` and the queries in tiles of `block_q` (the last tile of each
-#   may be shorter), one tile pair at a time: never build a $T_q \times T_k$ matrix. Treat the batch
-#   and head dimensions all at once: `@` multiplies the last two dimensions of 4-D tensors.
+#   may be shorter), one tile pair at a time: never build a $T_q \times T_k$ matrix, and never sum
+#   over more than one tile's keys or queries at once (one query row against all keys builds no
+#   matrix, but it is not the tiled method, and the checks refuse it). Treat the batch and head
+#   dimensions all at once: `@` multiplies the last two dimensions of 4-D tensors.
 # - Any loop order that gives the right sums is accepted. Skipping the pairs a causal mask hides
 #   is how the real kernel halves its work; here it is optional, but if you skip, skip correctly.
 # - Work in a wider dtype inside if you like; return `dq`, `dk`, `dv` shaped like `q`, `k`, `v`,

@@ -101,6 +101,21 @@ def flash_per_head_dense(q, k, v, causal=False, block_q=16, block_k=16, scale=No
     return o, lse
 
 
+def flash_row_by_row(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """A shortcut without a score matrix: one query row against all keys, a plain softmax."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], dtype=q.dtype)
+    for i in range(q.shape[2]):
+        s = (q[:, :, i:i + 1] @ k.transpose(-1, -2) * scale)[:, :, 0]
+        if causal:
+            s[..., i + 1:] = float("-inf")
+        m = s.amax(dim=-1, keepdim=True)
+        p = torch.exp(s - m)
+        lse[:, :, i] = (m + p.sum(dim=-1, keepdim=True).log())[..., 0]
+        o[:, :, i] = (p[:, :, None, :] @ v)[:, :, 0] / p.sum(dim=-1, keepdim=True)
+    return o, lse
+
+
 def flash_numpy(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
     o, lse = flash_tiled(q, k, v, causal, block_q, block_k, scale)
     return torch.from_numpy(o.numpy().copy()), lse
@@ -124,6 +139,23 @@ def backward_tiled(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, sc
             ds = p * (do[:, :, i0:i1] @ v[:, :, j0:j1].transpose(-1, -2) - delta[:, :, i0:i1, None])
             dq[:, :, i0:i1] += ds @ k[:, :, j0:j1] * scale
             dk[:, :, j0:j1] += ds.transpose(-1, -2) @ q[:, :, i0:i1] * scale
+    return dq, dk, dv
+
+
+def backward_row_by_row(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+    """A shortcut without a score matrix: one query row against all keys at a time."""
+    T_q, D = q.shape[2], q.shape[3]
+    scale = D ** -0.5 if scale is None else scale
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for i in range(T_q):
+        s = (q[:, :, i:i + 1] @ k.transpose(-1, -2)) * scale
+        if causal:
+            s[..., i + 1:] = float("-inf")
+        p = torch.exp(s - lse[:, :, i:i + 1, None])
+        dv += p.transpose(-1, -2) @ do[:, :, i:i + 1]
+        ds = p * (do[:, :, i:i + 1] @ v.transpose(-1, -2) - (do[:, :, i:i + 1] * o[:, :, i:i + 1]).sum(-1, keepdim=True))
+        dq[:, :, i:i + 1] = ds @ k * scale
+        dk += ds.transpose(-1, -2) @ q[:, :, i:i + 1] * scale
     return dq, dk, dv
 
 
@@ -206,6 +238,19 @@ def test_fused_attention_op_fails_naming_it():
 def test_one_head_at_a_time_full_matrix_fails():
     with pytest.raises(AssertionError, match=r"an intermediate of shape \(1, 64, 64\) was built"):
         verify.check_flash_forward(flash_per_head_dense, T_q=64, B=1, H=2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_by_row_plain_softmax_fails_naming_the_rule(causal):
+    with pytest.raises(AssertionError, match=r"notebook 02 asks for tiles: one operation \(aten\.amax\.default\) "
+                                             r"combined 40 elements per result"):
+        verify.check_flash_forward(flash_row_by_row, T_q=40, causal=causal)
+
+
+def test_row_by_row_backward_fails_naming_the_rule():
+    with pytest.raises(AssertionError, match=r"notebook 03 asks for tiles: one operation \(aten\.bmm\.default\) "
+                                             r"combined 40 elements per result"):
+        verify.check_flash_backward(backward_row_by_row, T_q=40, causal=True)
 
 
 def test_result_computed_outside_torch_is_flagged_for_review(capsys):
@@ -295,6 +340,9 @@ def test_formulas_on_a_whole_p_fail_in_every_check():
 def test_tile_rule_only_decides_when_a_score_matrix_is_the_largest_thing():
     assert probe.tile_rule(B=1, H=2, T_q=64, T_k=64, block_q=16, block_k=16, largest_io=2 * 64 * 8) == 4096
     assert probe.tile_rule(B=1, H=1, T_q=20, T_k=20, block_q=32, block_k=32, largest_io=160) is None
+    assert probe.row_rule(T_k=40, block_k=16, D=8) == 16 and probe.row_rule(T_k=40, block_k=8, D=16) == 16
+    assert probe.row_rule(T_k=9, block_k=16, D=16) is None and probe.row_rule(T_k=12, block_k=64, D=8) is None
+    assert probe.row_rule(T_k=12, block_k=16, D=8, T_q=40, block_q=16) == 16  # the backward's columns
     assert probe.reduce_rule(n_rows=4, block_size=16, n=50) is None
     assert probe.reduce_rule(n_rows=2, block_size=8, n=96) == 16
 

@@ -79,6 +79,18 @@ INLINE = """    sc = q.shape[-1] ** -0.5 if scale is None else scale
     lse = torch.logsumexp(s, dim=-1)
     return (torch.exp(s - lse[..., None]) @ v.to(work)).to(q.dtype), lse
 """
+ROW_BY_ROW = """    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    work = torch.promote_types(q.dtype, torch.float32)
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=work, device=q.device)
+    for i in range(q.shape[2]):  # one query row against every key: never a whole score matrix
+        s = (q[:, :, i:i + 1].to(work) @ k.to(work).transpose(-1, -2)) * sc
+        if causal:
+            s[..., i + 1:] = float("-inf")
+        lse[:, :, i] = torch.logsumexp(s, dim=-1)[..., 0]
+        o[:, :, i:i + 1] = (torch.softmax(s, dim=-1) @ v.to(work)).to(q.dtype)
+    return o, lse
+"""
 MISTAKES += [
     Mistake("02-sdpa-shortcut", NB, CELL, ((BODY, SDPA + BODY),), ALL,
             "calls scaled_dot_product_attention and takes the LSE from the full score matrix"),
@@ -95,6 +107,9 @@ MISTAKES += [
             ALL, "ignores the block sizes: one T_q x T_k tile"),
     Mistake("02-full-scores-inline", NB, CELL, ((BODY, INLINE + BODY),), ALL,
             "writes the whole score matrix inline (matmul, logsumexp, exp, matmul)"),
+    Mistake("02-row-by-row-softmax", NB, CELL, ((BODY, ROW_BY_ROW + BODY),), ALL,
+            "computes one query row at a time with a plain softmax over all keys: no score matrix, "
+            "and no online softmax either"),
     Mistake("02-m-init-zero", NB, CELL,
             (('m = torch.full((B, H, i1 - i0), float("-inf"), dtype=work, device=q.device)',
               "m = torch.zeros(B, H, i1 - i0, dtype=work, device=q.device)"),),
@@ -103,6 +118,15 @@ MISTAKES += [
             (("m_new = torch.maximum(m, s.amax(dim=-1))", "m_new = s.amax(dim=-1)"),),
             ALL, "takes the max of the current tile instead of the running max: the rescale overflows "
                  "after a tile of much larger scores"),
+    # Correct: einsum for both products, and a guard that reduces a whole tile of maxima to one bool.
+    Mistake("02-ok-einsum-with-guard", NB, CELL,
+            (("s = q_tile @ k[:, :, j0:j1].to(work).transpose(-1, -2) * scale",
+              's = torch.einsum("bhqd,bhkd->bhqk", q_tile, k[:, :, j0:j1].to(work)) * scale'),
+             ("acc = acc * alpha[..., None] + p @ v[:, :, j0:j1].to(work)",
+              'acc = acc * alpha[..., None] + torch.einsum("bhqk,bhkd->bhqd", p, v[:, :, j0:j1].to(work))'),
+             ("            m = m_new\n",
+              "            m = m_new\n            assert not torch.isneginf(m).any(), \"key 0 is in the first tile\"\n")),
+            (), "computes both products with einsum and asserts with .any() that every running max is finite"),
     # Correct: the same tiles in another order.
     Mistake("02-ok-query-tiles-reversed", NB, CELL,
             (("    for i0 in range(0, T_q, block_q):\n        i1 = min(i0 + block_q, T_q)\n        q_tile",

@@ -132,7 +132,22 @@ TILED_AUTOGRAD = """    T_k, sc = k.shape[2], q.shape[-1] ** -0.5 if scale is No
             rows.append(acc / l[..., None])
         return torch.autograd.grad(torch.cat(rows, dim=2), (qg, kg, vg), do)
 """
+ROW_BY_ROW = """    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for i in range(q.shape[2]):  # one query row against every key: never a whole P
+        s = (q[:, :, i:i + 1] @ k.transpose(-1, -2)) * sc
+        if causal:
+            s[..., i + 1:] = float("-inf")
+        p = torch.exp(s - lse[:, :, i:i + 1, None])
+        dv += p.transpose(-1, -2) @ do[:, :, i:i + 1]
+        ds = p * (do[:, :, i:i + 1] @ v.transpose(-1, -2) - (do[:, :, i:i + 1] * o[:, :, i:i + 1]).sum(-1, keepdim=True))
+        dq[:, :, i:i + 1] = (ds @ k) * sc
+        dk += (ds.transpose(-1, -2) @ q[:, :, i:i + 1]) * sc
+    return dq, dk, dv
+"""
 MISTAKES += [
+    Mistake("03-row-by-row", NB, CELL, ((BODY, ROW_BY_ROW + BODY),), ALL,
+            "applies the formulas one query row at a time against all keys: no score matrix, no tiles"),
     Mistake("03-autograd-dense", NB, CELL, ((BODY, AUTOGRAD + BODY),), ALL,
             "differentiates naive_attention with torch.autograd.grad"),
     Mistake("03-func-vjp-dense", NB, CELL, ((BODY, VJP + BODY),), ALL,

@@ -8,6 +8,9 @@ operator that breaks the notebook's rule:
 
 - ``reduce_limit`` (notebook 01): no reduction, scan or contraction combines more than this many
   elements per output (the input must be read block by block, so at most a block of every row);
+- ``reduce_limit`` (notebooks 02, 03): no more than one tile's side or one head dimension per output
+  (``max(block_k, D)``; the backward also ``block_q``): a softmax, max, sum or product over all keys
+  of a row (or all queries of a column) skips the tiles even when no score matrix is ever held;
 - ``size_limit`` (02, 03): no floating-point tensor of this many elements or more is produced
   (one head's T_q x T_k score matrix, when that is larger than every tile and every input);
 - always: no fused attention operator (``scaled_dot_product_attention`` and its flash, efficient,
@@ -40,7 +43,7 @@ from types import MappingProxyType  # read-only: a cell cannot edit the rules in
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["MethodProbe", "reduce_rule", "tile_rule"]
+__all__ = ["MethodProbe", "reduce_rule", "row_rule", "tile_rule"]
 
 #: Substrings of aten operator names that compute attention in one fused call.
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
@@ -245,7 +248,9 @@ class MethodProbe(TorchDispatchMode):
                     self._violate(f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
                                   f"({func}), as large as {self.size_what}. {self.hint}")
                     return
-        if self.reduce_limit is not None and name not in _SELECTIONS:
+        # one true/false answer (an `if torch.isinf(m).any():` guard) carries no statistic of a row
+        guard = len(outs) == 1 and outs[0].dtype == torch.bool and outs[0].numel() == 1
+        if self.reduce_limit is not None and name not in _SELECTIONS and not guard:
             combined = self._combined(name, args, outs)
             if combined > self.reduce_limit:
                 self._violate(f"{self.rule}: one operation ({func}) combined {combined} elements per "
@@ -329,3 +334,13 @@ def tile_rule(*, B: int, H: int, T_q: int, T_k: int, block_q: int, block_k: int,
     score = T_q * T_k
     tile = B * H * min(block_q, T_q) * min(block_k, T_k)
     return score if score > max(tile, largest_io) else None
+
+
+def row_rule(*, T_k: int, block_k: int, D: int, T_q: int | None = None, block_q: int | None = None) -> int | None:
+    """The reduce limit for notebooks 02 and 03: what one tile's operations combine per result, a key
+    tile (``block_k`` scores: the tile's max and sum, P @ V, dS @ K), a query tile (backward, when
+    ``T_q`` and ``block_q`` are given: dS^T @ Q, P^T @ dO) or a head dimension (``D``: Q K^T, dO V^T);
+    None when no row or column is longer than that (a whole-row softmax then combines no more)."""
+    spans = [(T_k, block_k)] + ([(T_q, block_q)] if T_q is not None and block_q is not None else [])
+    limit = max(D, *(min(block, length) for length, block in spans))
+    return limit if any(length > limit for length, _ in spans) else None

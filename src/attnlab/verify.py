@@ -24,7 +24,7 @@ from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, pa
 from .loads import available as loads_available
 from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
-from .probe import MethodProbe, reduce_rule, tile_rule
+from .probe import MethodProbe, reduce_rule, row_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
 
 __all__ = [
@@ -229,14 +229,18 @@ def _tile_probe(*, where: str, notebook: str, B, H, T_q, T_k, D, block_q, block_
     """The :class:`MethodProbe` of notebooks 02 and 03: no score-sized intermediate, no fused attention."""
     forward = notebook == "02"
     hint = ("Compute S and P one block_q x block_k tile at a time and keep only m, l and acc between tiles "
-            "(naive_attention and scaled_dot_product_attention build or hide the whole matrix)." if forward else
+            "(naive_attention and scaled_dot_product_attention build or hide the whole matrix; a softmax, max, "
+            "sum or product over all keys of a row at once skips the online softmax)." if forward else
             "Recompute P one block_q x block_k tile at a time from q, k and the LSE, and accumulate dq, dk, "
-            "dv tile by tile (autograd or formulas on the whole P build the whole matrix).")
+            "dv tile by tile (autograd or formulas on the whole P build the whole matrix; a product over all "
+            "keys of a row, or all queries of a column, at once skips the tiles).")
     return MethodProbe(
         where=where, rule=f"notebook {notebook} asks for tiles", hint=hint, autograd=autograd, inputs=inputs,
         size_limit=tile_rule(B=B, H=H, T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k,
                              largest_io=B * H * max(T_q, T_k) * D),
-        size_what=f"a whole score matrix (T_q x T_k = {T_q} x {T_k})")
+        size_what=f"a whole score matrix (T_q x T_k = {T_q} x {T_k})",
+        reduce_limit=row_rule(T_k=T_k, block_k=block_k, D=D) if forward else
+        row_rule(T_k=T_k, block_k=block_k, D=D, T_q=T_q, block_q=block_q))
 
 
 def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: int = 2, D: int = 8,
