@@ -178,7 +178,10 @@ def online_softmax_stats(x: torch.Tensor, block_size: int):
 #
 # The check draws random inputs from a fixed seed, calls your function on a copy, and compares
 # `m` with the row max and `m + log(l)` with `torch.logsumexp` (float64: within 1e-10). A failure
-# message names the case, the quantity, and the first index that is off.
+# message names the case, the quantity, and the first index that is off. The call also runs under
+# a watcher that sees every PyTorch operation your code performs: a max or sum over more than a
+# block of each row, and a second loop over the blocks (the max first, then the sum), fail the
+# check even when the numbers are right, since they are not the one pass this notebook is about.
 
 # %% nbgrader={"grade_id": "test_online_softmax_matches_logsumexp", "grade": true, "locked": true, "points": 3}
 check_online_softmax(online_softmax_stats, shape=(4, 50), block_size=16)

@@ -297,6 +297,21 @@ def test_report_lists_notes():
     assert "Grader's notes" in text and "  s / 01_online_softmax: submitted as" in text
 
 
+def test_learner_text_cannot_drive_the_instructors_terminal_or_spreadsheet(tmp_path):
+    """Red team 9 forged a row's points in the printed report with cursor moves in an exception's message,
+    and hid everything after it with an unclosed OSC sequence."""
+    from attnlab.grading.autograde import write_report_csv
+
+    forged = "\x1b[G\x1b[2K\x1b[5Aforged  6/6\x9b2K\r\x1b]2;title"
+    r = NotebookResult("s", "01_online_softmax", "graded", 1, 6, cells=[CellResult("t", 0, 5, "ValueError: " + forged)],
+                       notes=["=HYPERLINK(\"http://x\")" + forged])
+    text = format_report([r])
+    assert not any(ch in text for ch in "\x1b\x9b\r\x07") and "1/6" in text and "Grader's notes" in text
+    write_report_csv([r], tmp_path / "r.csv")
+    row = (tmp_path / "r.csv").read_text().splitlines()[1]
+    assert "\x1b" not in row and ",'=HYPERLINK" in row.replace('"', "")
+
+
 # ------------------------------------------------------------------------------------ checks
 def test_assert_shape_rejects_tensor_subclasses():
     class Liar(torch.Tensor):
@@ -352,6 +367,9 @@ GUARD_SCRIPT = """
     guard.after_locked(ns)
     real = attnlab.reference.naive_attention
     attnlab.reference.naive_attention = lambda *a, **k: None
+    import numpy as np
+    bincount = np.bincount
+    np.bincount = lambda *a, **k: np.ones(1)  # the load accounting counts reads with it (red team 9)
     attnlab.checks.assert_close = lambda *a, **k: 0.0
     attnlab.verify.check_flash_forward.__code__ = (lambda *a, **k: None).__code__
     sys.modules["attnlab.checks"] = types.ModuleType("fake")
@@ -367,6 +385,7 @@ GUARD_SCRIPT = """
     exec("from attnlab.checks import assert_close", ns)
     assert ns["assert_close"] is attnlab.checks.assert_close
     assert attnlab.reference.naive_attention is real
+    assert np.bincount is bincount and any("numpy.bincount" in n for n in notes), notes
     assert sys.modules["attnlab.checks"] is attnlab.checks and attnlab.checks.assert_close.__name__ == "assert_close"
     assert (torch.ones(2) - torch.ones(2)).sum() == 0 and torch.logsumexp is not None and torch.is_grad_enabled()
     assert os.getcwd() == os.path.realpath(home) and ns["check_online_softmax"] is attnlab.verify.check_online_softmax
@@ -467,7 +486,7 @@ def _execute(cells, tmp_path, **config):
         meta = {"nbgrader": {"grade_id": f"t{i}", "grade": True, "locked": True, "solution": False, "points": 1,
                              "schema_version": 3}} if test else {}
         nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
-    ep = GradingExecute(timeout=20, prewarm=False, guard=False, **config)
+    ep = GradingExecute(**{"timeout": 20, "prewarm": False, "guard": False, **config})
     nb, _ = ep.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
     return nb
 
@@ -495,6 +514,38 @@ def test_out_of_restarts_or_time_the_remaining_cells_are_marked_not_run(tmp_path
     nb = _execute([("x = 1", True), ("x = 2", True)], tmp_path, notebook_budget=0)
     assert _enames(nb) == [["NotRun"], ["NotRun"]]
     assert any("budget" in n for n in nb.metadata["attnlab"]["notes"])
+
+
+_SPIN = """import time
+cpu, wall = time.thread_time(), time.perf_counter()
+try:
+    while True:
+        pass
+except KeyboardInterrupt:
+    print(f"share {(time.thread_time() - cpu) / (time.perf_counter() - wall):.3f}")
+    raise
+"""
+
+
+def test_a_cell_that_computed_until_its_limit_is_not_graded_again_but_one_that_waited_is(tmp_path):
+    """A top-level endless loop that had the CPU all along says so (read from /proc by the grader), and
+    autograde does not grade its notebook again alone; a cell that waited (sleep: starved looks the
+    same) may have been slowed by other workers, and is."""
+    from attnlab.checks import RAN_ALL_ALONG
+    from attnlab.grading.autograde import NotebookResult, contended
+
+    nb = _execute([(_SPIN, False), ("import time; time.sleep(60)", False), ("x = 1", True)], tmp_path, timeout=3)
+    spin, sleep, _ = [c for c in nb.cells if c.cell_type == "code"]
+    assert _enames(nb) == [["KeyboardInterrupt", "CellTimeoutError"], ["KeyboardInterrupt", "CellTimeoutError"], []]
+    share = float(next(o.text for o in spin.outputs if o.output_type == "stream").split()[1])
+    flagged = RAN_ALL_ALONG in spin.outputs[-1].evalue
+    if share > 0.97 or share < 0.8:  # near the 90 % line the kernel's and the grader's clocks may disagree
+        assert flagged == (share > 0.97), (share, spin.outputs[-1].evalue)
+    assert sleep.outputs[-1].ename == "CellTimeoutError" and RAN_ALL_ALONG not in sleep.outputs[-1].evalue
+    notes = nb.metadata["attnlab"]["notes"]
+    assert [RAN_ALL_ALONG in n for n in notes if "ran past" in n] == [flagged, False], notes
+    results = [NotebookResult("s", "n", "graded", notes=[n]) for n in notes if "ran past" in n]
+    assert [contended(r) for r in results] == [not flagged, True]
 
 
 # ------------------------------------------------------------------------------------ sandbox

@@ -209,8 +209,31 @@ def test_blockwise_online_softmax_and_vectorised_blocks_pass_every_regime():
 def test_whole_row_reduction_fails_naming_the_rule():
     with pytest.raises(AssertionError, match=r"notebook 01 asks for one pass over blocks.*aten\.amax.*96 elements"):
         verify.check_online_softmax(stats_whole_row, shape=(2, 96), block_size=8)
-    # rows too short to tell: no method verdict, the numbers decide
-    verify.check_online_softmax(stats_whole_row, shape=(4, 50), block_size=16)
+    # rows too short for the reduce rule to tell: the second read of x (exp(x - m) after the max) still does
+    with pytest.raises(AssertionError, match=r"read x again after an operation had already gone over all of it"):
+        verify.check_online_softmax(stats_whole_row, shape=(4, 50), block_size=16)
+    verify.check_online_softmax(stats_whole_row, shape=(4, 16), block_size=16)  # one block: nothing to tell
+
+
+def stats_two_loops(x, block_size):
+    """Blocks, but two loops: the max first, then the sum (red team 9: earned full marks)."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=work)
+    for start in range(0, x.shape[-1], block_size):
+        m = torch.maximum(m, x[..., start:start + block_size].to(work).amax(dim=-1))
+    off, l = m.nan_to_num(neginf=0.0), torch.zeros_like(m)
+    for start in range(0, x.shape[-1], block_size):
+        l = l + torch.exp(x[..., start:start + block_size].to(work) - off[..., None]).sum(dim=-1)
+    return m, l
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_two_loops_over_the_blocks_fail_as_a_second_pass(dtype):
+    x = (torch.randn(3, 96, dtype=torch.float64) * 5).to(dtype)
+    with pytest.raises(AssertionError, match=r"read the block at offset 0 \(shape \(3, 8\)\) of x again after later"):
+        verify.check_online_softmax(stats_two_loops, x=x, block_size=8)
+    verify.check_online_softmax(stats_blocked, x=x, block_size=8)
+    verify.check_online_softmax(stats_blocked_vectorised, x=x, block_size=8)
 
 
 def test_running_max_started_at_zero_fails_on_negative_rows():
@@ -337,6 +360,25 @@ def test_formulas_on_a_whole_p_fail_in_every_check():
                                          block_q=2, block_k=3)
 
 
+def stats_adaptive_pool(x, block_size):
+    """Red team 9: a 1 x n row pooled to n x 1 covers the whole row in an output as large as the input."""
+    n = x.shape[-1]
+    m = torch.nn.functional.adaptive_max_pool2d(x.reshape(-1, 1, 1, n), (n, 1)).reshape(*x.shape[:-1], n)[..., 0]
+    return m, torch.exp(x - m[..., None]).sum(dim=-1)
+
+
+def stats_sort_by_keyword(x, block_size):
+    """Red team 9: sort's stable overload takes dim by keyword."""
+    m = torch.sort(x.movedim(-1, 0), dim=0, stable=True)[0][-1]
+    return m, torch.exp(x - m[..., None]).sum(dim=-1)
+
+
+@pytest.mark.parametrize("fn,op", [(stats_adaptive_pool, "adaptive_max_pool2d"), (stats_sort_by_keyword, "sort")])
+def test_pooling_sized_by_its_output_and_keyword_dims_count_the_whole_row(fn, op):
+    with pytest.raises(AssertionError, match=rf"one pass over blocks: one operation \(aten\.{op}\.\w+\) combined 96 "):
+        verify.check_online_softmax(fn, shape=(2, 96), block_size=8)
+
+
 def test_tile_rule_only_decides_when_a_score_matrix_is_the_largest_thing():
     assert probe.tile_rule(B=1, H=2, T_q=64, T_k=64, block_q=16, block_k=16, largest_io=2 * 64 * 8) == 4096
     assert probe.tile_rule(B=1, H=1, T_q=20, T_k=20, block_q=32, block_k=32, largest_io=160) is None
@@ -411,6 +453,19 @@ def test_prediction_answers_accept_plain_numbers_only():
     ("def __float__(self): return 1.0", False),
     ("library_size = 3; stack = [frame_count]", False),
     ("m_new = torch.maximum(m, block.amax(dim=-1))", False),
+    # red team 9: text paths any resolver turns into objects, NumPy views written in place, patched numpy
+    ('pydoc.locate("builtins.object.__setattr__")(p, "x", None)', True),
+    ('n = locate("torch._C._len_torch_dispatch_stack")()', True),
+    ('from traitlets.utils.importstring import import_item', True),
+    ('BaseConfigurator({}).resolve("attnlab.checks.TOL")', True),
+    ('path = "torch._" + "C"', True),
+    ('setter(p, "_violation", None)', True),
+    ("np.copyto(np.asarray(o), result)", True),
+    ("class A:\n    __array_interface__ = property(lambda self: {})", True),
+    ("np.bincount = lambda a, minlength=0, weights=None: a", True),
+    ("import numpy\nnumpy.unique = sorted", True),
+    ("x = np.array([1.0, 2.0]); torch.backends.cuda.matmul.allow_tf32 = True", False),
+    ('plt.plot(x, label="_nolegend_"); name = "_".join(["a", "b"]); ok = __name__ == "__main__"', False),
 ])
 def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
     import nbformat

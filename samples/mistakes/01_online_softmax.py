@@ -60,6 +60,18 @@ MISTAKES += [
         why="returns l = exp(logsumexp(x) - max(x)) from library reductions over the whole row",
     ),
     Mistake(
+        id="01-two-loops-over-blocks", notebook="01_online_softmax", cell="online_softmax_stats",
+        edits=((_BODY, _BODY + "    m = torch.full(x.shape[:-1], float('-inf'), dtype=stat_dtype, device=x.device)\n"
+                "    for start in range(0, x.shape[-1], block_size):  # first pass: the max\n"
+                "        m = torch.maximum(m, x[..., start:start + block_size].to(stat_dtype).amax(dim=-1))\n"
+                "    offset, l = m.nan_to_num(neginf=0.0), torch.zeros_like(m)\n"
+                "    for start in range(0, x.shape[-1], block_size):  # second pass: the sum\n"
+                "        l = l + torch.exp(x[..., start:start + block_size].to(stat_dtype) - offset[..., None]).sum(dim=-1)\n"
+                "    return m, l\n"),),
+        fails=("test_online_softmax_matches_logsumexp", "test_online_softmax_handles_growing_max"),
+        why="reads the blocks twice, a loop for the max and another for the sum: right numbers, not one pass",
+    ),
+    Mistake(
         id="01-m-init-zero", notebook="01_online_softmax", cell="online_softmax_stats",
         edits=(('m = torch.full(x.shape[:-1], float("-inf"), dtype=stat_dtype, device=x.device)',
                 "m = torch.zeros(x.shape[:-1], dtype=stat_dtype, device=x.device)"),),

@@ -11,6 +11,9 @@ operator that breaks the notebook's rule:
 - ``reduce_limit`` (notebooks 02, 03): no more than one tile's side or one head dimension per output
   (``max(block_k, D)``; the backward also ``block_q``): a softmax, max, sum or product over all keys
   of a row (or all queries of a column) skips the tiles even when no score matrix is ever held;
+- ``one_pass`` (notebook 01): the input is read once, block after block: a block read again after
+  a later one (a second loop over the blocks), or any read after a reduction over the whole input,
+  is a second pass. A copy of the whole input (``x.to(float32)``) counts as the input;
 - ``size_limit`` (02, 03): no floating-point tensor of this many elements or more is produced
   (one head's T_q x T_k score matrix, when that is larger than every tile and every input);
 - always: no fused attention operator (``scaled_dot_product_attention`` and its flash, efficient,
@@ -66,7 +69,13 @@ _FFTS = frozenset({"_fft_r2c", "_fft_c2c", "_fft_c2r"})
 _WINDOWS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
                       "mkldnn_convolution"})
 _POOLS = frozenset({"max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
-                    "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d", "lp_pool2d"})
+                    "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d", "lp_pool2d",
+                    "fractional_max_pool2d", "fractional_max_pool3d"})
+#: Pools sized by their output: a window spans input / output along each pooled (trailing) dim, so an
+#: output as large as the input can still cover a whole row (a red team pooled rows of shape 1 x n to n x 1).
+_ADAPTIVE = frozenset({"adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool1d",
+                       "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d"})
+_BAGS = frozenset({"embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"})
 #: Operators whose output is smaller than an input without combining elements (selection, factories).
 _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
                "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
@@ -119,7 +128,8 @@ class MethodProbe(TorchDispatchMode):
     """
 
     def __init__(self, *, rule: str, hint: str = "", size_limit: int | None = None, size_what: str = "",
-                 reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = ""):
+                 reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = "",
+                 one_pass: bool = False):
         super().__init__()
         self.rule = f"{where}: {rule}" if where else rule
         self.where = where
@@ -132,6 +142,14 @@ class MethodProbe(TorchDispatchMode):
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
         self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
         self._facts: dict = {}
+        # one_pass: storage -> (its source: an input, numel); per source the block read last, the blocks
+        # left behind, and whether a reduction has read the whole of it
+        self.one_pass = one_pass
+        self._sources = {_storage(t): (i, t.numel()) for i, t in enumerate(_tensors(tuple(inputs)))
+                         if one_pass and _storage(t)}
+        self._last: dict[int, tuple] = {}
+        self._left: dict[int, set] = {}
+        self._passed: set[int] = set()
         self._attached = False
         self._sealed = True  # from here on the rules cannot be changed (see __setattr__)
 
@@ -164,7 +182,8 @@ class MethodProbe(TorchDispatchMode):
 
     #: What the probe judges by: fixed once it is made (the mode sits on torch's dispatch stack, where
     #: learner code can reach it; a red team switched the rules off there).
-    _RULES = frozenset({"rule", "where", "hint", "size_limit", "size_what", "reduce_limit", "autograd", "_sealed"})
+    _RULES = frozenset({"rule", "where", "hint", "size_limit", "size_what", "reduce_limit", "autograd", "one_pass",
+                        "_sealed"})
 
     def __setattr__(self, name: str, value) -> None:
         if name == "_violation" and getattr(self, "_violation", None) is not None:
@@ -178,7 +197,8 @@ class MethodProbe(TorchDispatchMode):
         """False when no rule but the fused-attention one applies to this case (sizes too small to
         tell a tile from a whole matrix); checkers then skip the probe and its overhead, since the
         larger cases of the same test catch a fused call."""
-        return self.size_limit is not None or self.reduce_limit is not None or self.autograd is not None
+        return (self.size_limit is not None or self.reduce_limit is not None or self.autograd is not None
+                or self.one_pass)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -215,12 +235,14 @@ class MethodProbe(TorchDispatchMode):
                     # autograd bumps an in-place op's version counter after this hook returns
                     self.versions[ptr] = t._version + info[3]
             if self.violation is None:
-                self._judge(func, info, args, out)
+                self._judge(func, info, args, kwargs or {}, out)
+            if self.one_pass and self.violation is None:
+                self._follow_reads(func, (args, *(kwargs or {}).values()), out)
         except Exception:  # noqa: BLE001 (the probe must never break learner code)
             pass
         return out
 
-    def _judge(self, func, info, args, out) -> None:
+    def _judge(self, func, info, args, kwargs, out) -> None:
         name = info[0]
         node = torch._C._current_autograd_node() if self.autograd else None
         if self.autograd == "own_node" and node is None:
@@ -251,49 +273,96 @@ class MethodProbe(TorchDispatchMode):
         # one true/false answer (an `if torch.isinf(m).any():` guard) carries no statistic of a row
         guard = len(outs) == 1 and outs[0].dtype == torch.bool and outs[0].numel() == 1
         if self.reduce_limit is not None and name not in _SELECTIONS and not guard:
-            combined = self._combined(name, args, outs)
+            combined = self._combined(name, args, outs, kwargs)
             if combined > self.reduce_limit:
                 self._violate(f"{self.rule}: one operation ({func}) combined {combined} elements per "
                               f"result, more than a block holds. {self.hint}")
 
+    def _follow_reads(self, func, args, out) -> None:
+        """The one-pass rule: record which block of an input this operator read (see the module docstring)."""
+        outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
+        for t in _tensors(args):
+            source = self._sources.get(_storage(t))
+            if source is None:
+                continue
+            src, numel = source
+            if src in self._passed:
+                self._violate(f"{self.rule}: {func} read x again after an operation had already gone over all "
+                              f"of it (a second pass). {self.hint}")
+                return
+            if t.numel() >= numel:  # the whole input
+                if any(o.numel() >= t.numel() for o in outs):
+                    # a transform (a copy in another dtype, x * scale): its result stands for the input
+                    for o in outs:
+                        if o.numel() >= t.numel() and (o.is_floating_point() or o.is_complex()) and _storage(o):
+                            self._sources[_storage(o)] = (src, o.numel())
+                else:
+                    self._passed.add(src)  # a reduction over all of x: the one pass is spent
+                continue
+            block = (t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+            last, left = self._last.get(src), self._left.setdefault(src, set())
+            if block == last:
+                continue
+            if block in left:
+                self._violate(f"{self.rule}: {func} read the block at offset {block[0]} (shape {block[1]}) of x "
+                              f"again after later blocks (a second pass over the row). {self.hint}")
+                return
+            if last is not None:
+                left.add(last)
+            self._last[src] = block
+
     @staticmethod
-    def _combined(name: str, args, outs) -> int:
+    def _combined(name: str, args, outs, kwargs=None) -> int:
         """How many input elements one output element of this operator depends on (at most)."""
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        tensors = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
         if not tensors:
             return 0
+
+        def arg(pos: int, key: str, default=None):  # positional or keyword (sort.stable takes dim by name)
+            return args[pos] if len(args) > pos else (kwargs or {}).get(key, default)
+
+        def along(x, dim) -> int:
+            return int(x.shape[dim if isinstance(dim, int) else -1]) if x.dim() else 1
+
         # accumulating through an index combines what lands on one place, whatever the output's size
         # (a red team reduced whole rows with scatter_reduce into one column)
-        if name in _SCATTERS and len(args) > 2 and isinstance(args[2], torch.Tensor) and args[2].dim():
-            dim = args[1] if isinstance(args[1], int) else -1
-            return int(args[2].shape[dim])
-        if name in _INDEX_ADDS and len(args) > 2 and isinstance(args[2], torch.Tensor):
-            return int(args[2].numel())
-        if name in _PUTS and len(args) > 3 and args[3] is True and isinstance(args[2], torch.Tensor):
-            return int(args[2].numel())
-        if name == "bincount" and len(args) > 1 and isinstance(args[1], torch.Tensor):  # with weights
-            return int(args[1].numel())
+        index = arg(2, "index")
+        if name in _SCATTERS and isinstance(index, torch.Tensor) and index.dim():
+            return along(index, arg(1, "dim"))
+        if name in _INDEX_ADDS and isinstance(index, torch.Tensor):
+            return int(index.numel())
+        if name in _PUTS and arg(3, "accumulate") is True and isinstance(index, torch.Tensor):
+            return int(index.numel())
+        weights = arg(1, "weights")
+        if name == "bincount" and isinstance(weights, torch.Tensor):
+            return int(weights.numel())
         if name in _ALONG_DIM:
             pos = _ALONG_DIM[name]
-            dim = args[pos] if pos is not None and len(args) > pos and isinstance(args[pos], int) else -1
-            x = tensors[0]
-            return int(x.shape[dim]) if x.dim() else 1
-        if name in _FFTS and len(args) > 1:
-            dims = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
-            return int(math.prod(tensors[0].shape[d] for d in dims))
+            return along(tensors[0], arg(pos, "dim") if pos is not None else -1)
+        if name in _FFTS:
+            dims = arg(1, "dim")
+            dims = dims if isinstance(dims, (list, tuple)) else [dims] if isinstance(dims, int) else []
+            return int(math.prod(tensors[0].shape[d] for d in dims)) if dims else int(tensors[0].numel())
         if name in _WINDOWS and len(tensors) > 1:
             weight = tensors[1]
             return int(weight.numel() // max(weight.shape[0], 1))
-        if name in _POOLS and len(args) > 1:
-            kernel = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
-            return int(math.prod(kernel))
+        if name in _POOLS:
+            kernel = arg(1, "kernel_size", 1)
+            return int(math.prod(kernel if isinstance(kernel, (list, tuple)) else [kernel]))
+        if name in _ADAPTIVE:
+            size = arg(1, "output_size", ())
+            size = size if isinstance(size, (list, tuple)) else [size]
+            x = tensors[0]
+            spans = [-(-int(n) // max(int(o), 1)) + (1 if int(n) > int(o) and int(n) % max(int(o), 1) else 0)
+                     for n, o in zip(x.shape[x.dim() - len(size):], size)]
+            return int(math.prod(spans))
+        if name in _BAGS and len(tensors) > 1:
+            return int(tensors[1].numel())  # the indices: one bag may hold them all
         if name in _PRODUCTS:
             operand = tensors[min(_PRODUCTS[name], len(tensors) - 1)]
             return int(operand.shape[-1]) if operand.dim() else 1
         if name in _SCANS:
-            dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
-            x = tensors[0]
-            return int(x.shape[dim]) if x.dim() else 1
+            return along(tensors[0], arg(1, "dim", -1))
         biggest = max(t.numel() for t in tensors)
         produced = max(t.numel() for t in outs)
         return biggest // max(produced, 1) if produced < biggest else 0

@@ -192,9 +192,11 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
     probe = MethodProbe(
         where=f"{name} [{case}]", rule="notebook 01 asks for one pass over blocks",
         reduce_limit=reduce_rule(n_rows=n_rows, block_size=block_size, n=x.shape[-1]), inputs=(x_in,),
+        one_pass=x.shape[-1] > block_size,
         hint=f"Read x one block of block_size = {block_size} elements at a time "
              f"(x[..., start:start + block_size]) and update m and l from that block only; a max, sum or "
-             f"logsumexp over the whole row at once ignores block_size.")
+             f"logsumexp over the whole row at once ignores block_size, and a second loop over the blocks (the "
+             f"max first, then the sum) is two passes.")
     m, l = _pair(_call(fn, name, x_in, block_size, _probe=probe), name, ("m", "l"))
     assert_shape(m, x.shape[:-1], name="m", case=case)
     assert_shape(l, x.shape[:-1], name="l", case=case)

@@ -79,8 +79,21 @@ def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]
     return auto, manual
 
 
+#: Terminal escape sequences (CSI ``ESC [ ... final``, OSC ``ESC ] ... BEL/ST``, two-byte ``ESC x``) and
+#: every other control character: learner text (an exception's message) reaches the instructor's terminal
+#: through the report, where a red team's sequences moved the cursor, rewrote a row's points and hid
+#: the lines after it.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` on one line with no escape sequence or control character left (tabs kept)."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
+
+
 def _first_line(text: str, limit: int = 220) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text).strip()
+    text = _ESCAPES.sub("", text).strip()
     line = text.splitlines()[0] if text else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -654,7 +667,13 @@ def format_report(results: list[NotebookResult]) -> str:
         lines.append("Grader's notes (what was repaired, restored or flagged; also shown to the learner):")
         for r, note in notes:
             lines.append(f"  {r.student} / {r.notebook}: {note}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
+
+
+def _cell(text: str) -> str:
+    """A CSV field a spreadsheet shows as text: no control characters, no leading formula sign."""
+    text = printable(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def write_report_csv(results: list[NotebookResult], path: Path) -> None:
@@ -666,9 +685,9 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
         w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
                     "seconds", "losses", "needs_review", "notes"])
         for r in results:
-            w.writerow([r.student, r.notebook, r.status, f"{r.points:g}", f"{r.max_points:g}",
-                        f"{r.manual_max:g}", f"{r.seconds:.1f}", " | ".join(r.losses()), " | ".join(r.needs_review),
-                        " | ".join(r.notes)])
+            w.writerow([_cell(r.student), _cell(r.notebook), r.status, f"{r.points:g}", f"{r.max_points:g}",
+                        f"{r.manual_max:g}", f"{r.seconds:.1f}", _cell(" | ".join(r.losses())),
+                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes))])
 
 
 def write_report_json(results: list[NotebookResult], path: Path) -> None:

@@ -183,6 +183,7 @@ def _cmd_autograde(args) -> int:
 
 
 def _cmd_collect(args) -> int:
+    from .autograde import printable
     from .collect import collect_zip
     from .submissions import WHOLE
 
@@ -200,13 +201,13 @@ def _cmd_collect(args) -> int:
         missing = [n for n in names if not (folder / f"{n}.ipynb").exists()]
         for key, lines in by_nb.items():
             for line in lines:
-                print(f"  {student}{'' if key == WHOLE else ' / ' + key}: {line}")
+                print(printable(f"  {student}{'' if key == WHOLE else ' / ' + key}: {line}"))
         if missing:
             print(f"  {student}: not submitted: {', '.join(missing)}")
     if left_out:
         print(f"left out {len(left_out)} files of the export:")
         for path, why in left_out:
-            print(f"  {path}: {why}")
+            print(printable(f"  {path}: {why}"))  # file names in an LMS export are the students' choice
     return 0 if notes else 1
 
 

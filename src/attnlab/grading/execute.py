@@ -61,6 +61,7 @@ from traitlets import Bool, Enum, Float, Integer
 
 from ..device import FORCE_ENV
 from ..review import PREFIX as REVIEW
+from . import proctree
 from . import sandbox as _sandbox
 from . import tasks as _tasks
 from .course import uses_gpu
@@ -217,7 +218,8 @@ class GradingExecute(Execute):
                     dead = isinstance(exc, DeadKernelError)
                     what = ("the kernel died while running this cell (a crash, os._exit, or the "
                             "out-of-memory killer)" if dead else
-                            f"this cell ran past the {self.timeout} s limit and did not respond to an interrupt")
+                            f"this cell ran past the {self.timeout} s limit and did not respond to an "
+                            f"interrupt{self._stuck_busy}")
                     last = attempt == self.max_restarts or monotonic() - start > self.notebook_budget
                     if last:
                         cell.outputs.append(error_output("KernelDied" if dead else "CellTimeoutError",
@@ -325,7 +327,13 @@ class GradingExecute(Execute):
         if guarded and locked:
             before = self._guard_call("before_locked", cell)
         self._out_chars, self._fig_chars, self._truncated = 0, 0, False
-        self.preprocess_cell(cell, resources, index)
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        self._cell_start, self._stuck_busy = (monotonic(), proctree.cpu_seconds(pid), pid), ""
+        try:
+            self.preprocess_cell(cell, resources, index)
+        except CellTimeoutError:  # read now: the kernel is shut down before preprocess() sees this
+            self._stuck_busy = self._busy_all_along()
+            raise
         if guarded and locked:
             after = self._guard_call("after_locked", cell)
             self._confirm_error(cell, index)
@@ -354,8 +362,26 @@ class GradingExecute(Execute):
                 "[grader] While this cell ran, code it called made changes that the grader undid: "
                 + "; ".join(after) + ".\n")))
             self._notes.append(f"while {label} ran, the grader undid: " + "; ".join(after))
-        if any(o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError" for o in cell.outputs):
-            self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted")
+        timed_out = [o for o in cell.outputs if o.get("output_type") == "error" and o.get("ename") == "CellTimeoutError"]
+        if timed_out:
+            busy = self._busy_all_along()
+            for out in timed_out:
+                out["evalue"] += busy
+                out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
+            self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
+
+    def _busy_all_along(self) -> str:
+        """:data:`attnlab.checks.RAN_ALL_ALONG` when the kernel's processes were on the CPU for at
+        least 90 % of the cell that just ran past its limit, CUDA never started (a GPU wait can spin),
+        else "". Such a cell was not slowed by other workers: grading its notebook again alone
+        (autograde's ``contended``) would spend the limit once more for the same result."""
+        from ..checks import RAN_ALL_ALONG
+
+        t0, cpu0, pid = getattr(self, "_cell_start", (None, None, None))
+        cpu = proctree.cpu_seconds(pid)
+        if t0 is None or cpu0 is None or cpu is None or proctree.uses_gpu(pid):
+            return ""
+        return RAN_ALL_ALONG if cpu - cpu0 >= 0.9 * (monotonic() - t0) else ""
 
     # ------------------------------------------------------------------ output limits
     def output(self, outs, msg, display_id, cell_index):

@@ -43,6 +43,9 @@ _MODULES = (
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
     "attnlab.hints", "attnlab.review",
+    # what the checks compute with: the load accounting counts reads with numpy (a red team replaced
+    # np.bincount), and reads the interpreter through inspect and re
+    "numpy", "inspect", "re",
 )
 #: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.loads)
 #: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a

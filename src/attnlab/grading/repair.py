@@ -58,8 +58,9 @@ SUSPICIOUS = [
     (r"\bsetattr\s*\(\s*(?:attnlab|torch|verify|checks|reference|builtins|math|sys|F)\b",
      "patches a module with setattr"),
     (r"\bsys\.modules\b|\bos\.sys\b|['\"]modules['\"]", "touches sys.modules"),
-    (r"\b(?:resolve_name|get_field|Formatter)\b|attnlab[\w.]*\.__dict__",
-     "reaches names through a text path (pkgutil.resolve_name, string formatting)"),
+    (r"\b(?:resolve_name|get_field|Formatter|locate|import_item|importstring|BaseConfigurator|pydoc)\b|"
+     r"\blogging\.config\b|attnlab[\w.]*\.__dict__",
+     "reaches names through a text path (pkgutil.resolve_name, pydoc.locate, string formatting)"),
     (r"\b(?:interpreter_builder|InterpreterBuilder|GridExecutor|InterpretedFunction|interpreter_semantic|"
      r"_patch_lang)\b|\btriton\.runtime\.interpreter\b",
      "reaches Triton's interpreter (where the load accounting watches the kernel's loads)"),
@@ -109,7 +110,16 @@ _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
 _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
                               "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
                               "multiprocessing", "gc", "runpy", "operator", "builtins", "unittest", "pkgutil",
-                              "copyreg"})
+                              "copyreg", "pydoc"})
+#: Ways to a tensor's memory that bypass torch (a NumPy view of a tensor made under the method probe,
+#: written in place, carries numbers the probe never saw computed): calls, and protocol methods a
+#: class can define.
+_MEMORY_BRIDGES = frozenset({"numpy", "data_ptr", "__array_interface__", "__cuda_array_interface__", "untyped_storage",
+                             "asarray", "asanyarray", "ascontiguousarray", "copyto", "frombuffer", "from_dlpack",
+                             "__dlpack__", "__array__", "__array_struct__", "memoryview"})
+#: A text path to private state, whatever resolves it (pydoc.locate, traitlets' import_item,
+#: logging.config's resolve...): a dotted name with a private or special part, or one piece of one.
+_PRIVATE_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.\w+)+$")
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
@@ -215,6 +225,16 @@ def _own_objects(tree) -> tuple[set[int], set[str], set[str]]:
     return receivers, {name for name, mine in bound.items() if mine}, {n for n in own if _private(n)}
 
 
+def _ast_path(node) -> str:
+    """``a.b.c`` for an attribute chain of names (``?`` for anything else in it)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    parts.append(node.id if isinstance(node, ast.Name) else "?")
+    return ".".join(reversed(parts))
+
+
 def _is_shell(node, shells: set[str]) -> bool:
     """``get_ipython()``, or a name bound to it."""
     if isinstance(node, ast.Name):
@@ -271,6 +291,10 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
     sys_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
                  if a.name == "sys"}
     receivers, instances, own_names = _own_objects(tree)
+    # names bound by an import (np, F, torch, a module imported from a package): a cell that assigns to
+    # their attributes changes what the checks compute with (a red team replaced np.bincount)
+    modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in n.names} | {"np", "torch", "F", "triton", "tl", "math", "numpy"}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in _PUBLIC_PRIVATE and not (
@@ -300,9 +324,18 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                                                                "__self__", "__getstate__", "__reduce__",
                                                                "__reduce_ex__"):
             found.append((line, f"reaches attributes through {node.attr}"))
-        elif isinstance(node, ast.Attribute) and node.attr in ("numpy", "data_ptr", "__array_interface__",
-                                                               "__cuda_array_interface__", "untyped_storage"):
-            found.append((line, f"moves tensor data past torch (.{node.attr}: the method checks cannot follow it)"))
+        elif isinstance(node, (ast.Attribute, ast.Name)) and (getattr(node, "attr", None) or getattr(node, "id", None)) \
+                in _MEMORY_BRIDGES:
+            what = getattr(node, "attr", None) or node.id
+            found.append((line, f"moves tensor data past torch ({what}: the method checks cannot follow it)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                _PRIVATE_PATH.match(node.value) and any(p.startswith("_") for p in node.value.split(".")[1:])
+                or "._" in node.value or len(node.value) > 1 and node.value in checked_private_names()):
+            found.append((line, f"names private state in a string ({node.value[:60]!r}: a text path some "
+                                f"library function can resolve)"))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))
+              and _root(node) in modules and not _ast_path(node).startswith("torch.backends.")):
+            found.append((line, f"assigns to an attribute of an imported module ({_ast_path(node)})"))
         elif (isinstance(node, ast.Attribute) and node.attr in _IPYTHON and _is_shell(node.value, shells)
               and id(node) not in calls):
             found.append((line, f"reaches IPython's {node.attr} (runs text as code or hands over the notebook)"))
