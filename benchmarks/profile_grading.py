@@ -33,39 +33,15 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.grading import proctree
 from attnlab.grading.execute import GradingExecute
 
-_TICK = os.sysconf("SC_CLK_TCK")
 READINGS: list[dict] = []
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
 
 
 def tree_cpu(pid: int | None) -> float:
     """CPU seconds (user + sys, reaped children included) of ``pid`` and every process under it."""
-    if not pid:
-        return 0.0
-    tree, total, todo = _children(), 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
-        todo += tree.get(p, [])
-    return total
+    return proctree.cpu_seconds(pid) or 0.0
 
 
 def self_cpu() -> float:

@@ -36,7 +36,8 @@ def non_causal_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None
 @pytest.mark.parametrize("t_q, t_k", [(12, 30), (13, 37), (37, 13), (1, 50)])
 def test_bottom_right_forward_is_named_in_the_message(t_q, t_k):
     with pytest.raises(AssertionError) as info:
-        check_flash_forward(bottom_right_forward, T_q=t_q, T_k=t_k, causal=True, block_q=7, block_k=11)
+        # one key tile per row (block_k >= T_k): the probe has nothing to decide for this dense stand-in
+        check_flash_forward(bottom_right_forward, T_q=t_q, T_k=t_k, causal=True, block_q=7, block_k=64)
     msg = str(info.value)
     assert "aligned at the bottom-right corner" in msg and "j <= i + T_k - T_q" in msg, msg
     assert "asks for the top-left alignment" in msg and "is_causal" in msg, msg
@@ -45,7 +46,7 @@ def test_bottom_right_forward_is_named_in_the_message(t_q, t_k):
 def test_other_wrong_outputs_get_no_alignment_hint():
     # wrong in another way (no mask at all): the message must not blame the alignment
     with pytest.raises(AssertionError) as info:
-        check_flash_forward(non_causal_forward, T_q=12, T_k=30, causal=True)
+        check_flash_forward(non_causal_forward, T_q=12, T_k=30, causal=True, block_k=32)
     assert "bottom-right" not in str(info.value)
     # T_q == T_k cannot tell the alignments apart, and the bottom-right forward is right there (one
     # tile covers the whole matrix, so the method probe has nothing to decide for this dense forward)

@@ -209,10 +209,8 @@ def test_blockwise_online_softmax_and_vectorised_blocks_pass_every_regime():
 def test_whole_row_reduction_fails_naming_the_rule():
     with pytest.raises(AssertionError, match=r"notebook 01 asks for one pass over blocks.*aten\.amax.*96 elements"):
         verify.check_online_softmax(stats_whole_row, shape=(2, 96), block_size=8)
-    # rows too short for the reduce rule to tell: the second read of x (exp(x - m) after the max) still does
-    with pytest.raises(AssertionError, match=r"read x again after an operation had already gone over all of it"):
-        verify.check_online_softmax(stats_whole_row, shape=(4, 50), block_size=16)
-    verify.check_online_softmax(stats_whole_row, shape=(4, 16), block_size=16)  # one block: nothing to tell
+    # rows too short to tell: no method verdict, the numbers decide
+    verify.check_online_softmax(stats_whole_row, shape=(4, 50), block_size=16)
 
 
 def stats_two_loops(x, block_size):
@@ -230,7 +228,7 @@ def stats_two_loops(x, block_size):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
 def test_two_loops_over_the_blocks_fail_as_a_second_pass(dtype):
     x = (torch.randn(3, 96, dtype=torch.float64) * 5).to(dtype)
-    with pytest.raises(AssertionError, match=r"read the block at offset 0 \(shape \(3, 8\)\) of x again after later"):
+    with pytest.raises(AssertionError, match=r"read element \(0, 0\) of x again after moving on to later blocks"):
         verify.check_online_softmax(stats_two_loops, x=x, block_size=8)
     verify.check_online_softmax(stats_blocked, x=x, block_size=8)
     verify.check_online_softmax(stats_blocked_vectorised, x=x, block_size=8)
@@ -459,13 +457,15 @@ def test_prediction_answers_accept_plain_numbers_only():
     ('from traitlets.utils.importstring import import_item', True),
     ('BaseConfigurator({}).resolve("attnlab.checks.TOL")', True),
     ('path = "torch._" + "C"', True),
-    ('setter(p, "_violation", None)', True),
+    ('from logging import config', True),
     ("np.copyto(np.asarray(o), result)", True),
     ("class A:\n    __array_interface__ = property(lambda self: {})", True),
     ("np.bincount = lambda a, minlength=0, weights=None: a", True),
     ("import numpy\nnumpy.unique = sorted", True),
     ("x = np.array([1.0, 2.0]); torch.backends.cuda.matmul.allow_tf32 = True", False),
     ('plt.plot(x, label="_nolegend_"); name = "_".join(["a", "b"]); ok = __name__ == "__main__"', False),
+    ("# locate the diagonal tile\nimport numpy\nprint(numpy.pi, np.asarray([1.0, 2.0]), f'{3.5:._>10}')", False),
+    ('import sys, io\nsys.stdout = io.StringIO(); d = {"_acc": 1, "_dtype": 2}', False),
 ])
 def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
     import nbformat

@@ -11,9 +11,10 @@ operator that breaks the notebook's rule:
 - ``reduce_limit`` (notebooks 02, 03): no more than one tile's side or one head dimension per output
   (``max(block_k, D)``; the backward also ``block_q``): a softmax, max, sum or product over all keys
   of a row (or all queries of a column) skips the tiles even when no score matrix is ever held;
-- ``one_pass`` (notebook 01): the input is read once, block after block: a block read again after
-  a later one (a second loop over the blocks), or any read after a reduction over the whole input,
-  is a second pass. A copy of the whole input (``x.to(float32)``) counts as the input;
+- ``one_pass`` (notebook 01): the input is read once, block after block: reading elements again
+  after moving on from them (a second loop over the blocks, for the sum after the max; a copy of
+  all of x after the first block) is a second pass. A copy of the whole input made before
+  (``x.to(float32)``) counts as the input; any block order is one pass;
 - ``size_limit`` (02, 03): no floating-point tensor of this many elements or more is produced
   (one head's T_q x T_k score matrix, when that is larger than every tile and every input);
 - always: no fused attention operator (``scaled_dot_product_attention`` and its flash, efficient,
@@ -43,6 +44,7 @@ import math
 import re
 from types import MappingProxyType  # read-only: a cell cannot edit the rules in place
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -82,6 +84,9 @@ _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_sele
                "set_", "resize_", "unique", "_unique2", "argwhere", "narrow_copy", "slice_copy",
                "select_copy", "diagonal_copy", "split_with_sizes_copy", "unbind_copy", "lift_fresh_copy",
                "lift_fresh", "as_strided_copy", "_to_copy", "copy_", "copy", "clone", "detach", "alias"})
+#: Operators that read a tensor's shape, dtype or device but none of its values.
+_NO_VALUES = frozenset({"result_type", "empty", "empty_strided", "is_same_size", "_has_same_storage_numel",
+                        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"})
 #: autograd's own backward nodes are named after the operator, with a version digit ("MmBackward0").
 _BUILTIN_NODE = re.compile(r"Backward\d+$")
 
@@ -129,27 +134,29 @@ class MethodProbe(TorchDispatchMode):
 
     def __init__(self, *, rule: str, hint: str = "", size_limit: int | None = None, size_what: str = "",
                  reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = "",
-                 one_pass: bool = False):
+                 one_pass: bool = False, reduce_scalars: bool = True):
         super().__init__()
         self.rule = f"{where}: {rule}" if where else rule
         self.where = where
         self.hint = hint
         self.size_limit, self.size_what = size_limit, size_what
-        self.reduce_limit, self.autograd = reduce_limit, autograd
+        self.reduce_limit, self.autograd, self.reduce_scalars = reduce_limit, autograd, reduce_scalars
         self._violation: str | None = None  # write-once, through _violate (the property has no setter)
         self.ops = 0
         self.seen = {_storage(t): t for t in _tensors(tuple(inputs)) if _storage(t)}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
         self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
         self._facts: dict = {}
-        # one_pass: storage -> (its source: an input, numel); per source the block read last, the blocks
-        # left behind, and whether a reduction has read the whole of it
+        # one_pass: storage -> (source, the storage offset of the source's element 0, its shape); per
+        # source, the elements read last and those left behind (read, then moved on from)
         self.one_pass = one_pass
-        self._sources = {_storage(t): (i, t.numel()) for i, t in enumerate(_tensors(tuple(inputs)))
-                         if one_pass and _storage(t)}
-        self._last: dict[int, tuple] = {}
-        self._left: dict[int, set] = {}
-        self._passed: set[int] = set()
+        self._sources: dict[int, tuple] = {}
+        self._last: dict[int, object] = {}
+        self._left: dict[int, object] = {}
+        for i, t in enumerate(_tensors(tuple(inputs))):
+            if one_pass and _storage(t) and t.is_contiguous():
+                self._sources[_storage(t)] = (i, t.storage_offset(), tuple(t.shape))
+                self._left[i] = np.zeros(t.numel(), dtype=bool)
         self._attached = False
         self._sealed = True  # from here on the rules cannot be changed (see __setattr__)
 
@@ -183,7 +190,7 @@ class MethodProbe(TorchDispatchMode):
     #: What the probe judges by: fixed once it is made (the mode sits on torch's dispatch stack, where
     #: learner code can reach it; a red team switched the rules off there).
     _RULES = frozenset({"rule", "where", "hint", "size_limit", "size_what", "reduce_limit", "autograd", "one_pass",
-                        "_sealed"})
+                        "reduce_scalars", "_sealed"})
 
     def __setattr__(self, name: str, value) -> None:
         if name == "_violation" and getattr(self, "_violation", None) is not None:
@@ -270,46 +277,80 @@ class MethodProbe(TorchDispatchMode):
                     self._violate(f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
                                   f"({func}), as large as {self.size_what}. {self.hint}")
                     return
-        # one true/false answer (an `if torch.isinf(m).any():` guard) carries no statistic of a row
-        guard = len(outs) == 1 and outs[0].dtype == torch.bool and outs[0].numel() == 1
-        if self.reduce_limit is not None and name not in _SELECTIONS and not guard:
+        # Not statistics of the data: a reduction of masks or indices only (`mask.sum() == mask.numel()`,
+        # `if torch.isinf(m).any():`), and, where ``reduce_scalars`` is off (02, 03), one number from a
+        # whole tensor (a tile skipped when `s.max() == -inf`, a debugging `print(o.abs().max())`): the
+        # shortcuts these rules catch compute a statistic per row
+        numeric = any(t.is_floating_point() or t.is_complex() for t in _tensors((args, *kwargs.values())))
+        scalar = not self.reduce_scalars and all(t.numel() == 1 for t in outs)
+        if self.reduce_limit is not None and name not in _SELECTIONS and numeric and not scalar:
             combined = self._combined(name, args, outs, kwargs)
             if combined > self.reduce_limit:
                 self._violate(f"{self.rule}: one operation ({func}) combined {combined} elements per "
                               f"result, more than a block holds. {self.hint}")
 
     def _follow_reads(self, func, args, out) -> None:
-        """The one-pass rule: record which block of an input this operator read (see the module docstring)."""
+        """The one-pass rule (see the module docstring): which elements of an input this operator read.
+
+        A source's elements are numbered as in the input (contiguous); a whole-input copy with the same
+        shape, contiguous (``x.to(float32)``, ``x * 1``), stands for it. Reading elements read before and
+        since moved on from is a second pass; reading only elements of the last read (a block used by
+        several operators in a row) is not moving on. Operators that read no values (``new_zeros``,
+        ``zeros_like``) and those whose results are all masks (``isneginf``) are not counted."""
+        name = func.overloadpacket.__name__
         outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
-        for t in _tensors(args):
+        if name.startswith("new_") or name.endswith("_like") or name in _NO_VALUES or (
+                outs and all(o.dtype == torch.bool for o in outs)):
+            return
+        tensors = list(_tensors(args))
+        for t in tensors:
             source = self._sources.get(_storage(t))
             if source is None:
                 continue
-            src, numel = source
-            if src in self._passed:
-                self._violate(f"{self.rule}: {func} read x again after an operation had already gone over all "
-                              f"of it (a second pass). {self.hint}")
-                return
-            if t.numel() >= numel:  # the whole input
-                if any(o.numel() >= t.numel() for o in outs):
-                    # a transform (a copy in another dtype, x * scale): its result stands for the input
-                    for o in outs:
-                        if o.numel() >= t.numel() and (o.is_floating_point() or o.is_complex()) and _storage(o):
-                            self._sources[_storage(o)] = (src, o.numel())
-                else:
-                    self._passed.add(src)  # a reduction over all of x: the one pass is spent
+            src, base, shape = source
+            read = self._elements(t, base, name, args, tensors)
+            if read is None or not read.size:
                 continue
-            block = (t.storage_offset(), tuple(t.shape), tuple(t.stride()))
-            last, left = self._last.get(src), self._left.setdefault(src, set())
-            if block == last:
-                continue
-            if block in left:
-                self._violate(f"{self.rule}: {func} read the block at offset {block[0]} (shape {block[1]}) of x "
-                              f"again after later blocks (a second pass over the row). {self.hint}")
+            left = self._left[src]
+            if left[read].any():
+                first = int(read[left[read]][0])
+                self._violate(f"{self.rule}: {func} read element {tuple(int(i) for i in np.unravel_index(first, shape))} of x again "
+                              f"after moving on to later blocks (a second pass over the row). {self.hint}")
                 return
+            whole = t.numel() == left.size and tuple(t.shape) == shape
+            copies = [o for o in outs if tuple(o.shape) == shape and o.is_contiguous() and _storage(o)
+                      and (o.is_floating_point() or o.is_complex())]
+            if whole and copies:  # a copy of all of x: it carries the input on, nothing is consumed
+                for o in copies:
+                    self._sources[_storage(o)] = (src, o.storage_offset(), shape)
+                continue
+            last = self._last.get(src)
+            if last is not None and np.isin(read, last, assume_unique=True).all():
+                continue  # still the block read last
             if last is not None:
-                left.add(last)
-            self._last[src] = block
+                left[np.setdiff1d(last, read, assume_unique=True)] = True
+            self._last[src] = read
+
+    @staticmethod
+    def _elements(t, base: int, name: str, args, tensors):
+        """The source's element numbers that ``t`` shows, narrowed to what a selection operator picks
+        (``index``, ``index_select``, ``gather``, ``take``, ``masked_select``); sorted, unique."""
+        offsets = np.full(tuple(t.shape), t.storage_offset() - base, dtype=np.int64)
+        for dim, (n, stride) in enumerate(zip(t.shape, t.stride())):
+            offsets += (np.arange(n, dtype=np.int64) * stride).reshape([-1 if d == dim else 1 for d in range(t.dim())])
+        if name in _SELECTIONS and t is tensors[0]:
+            index = lambda x: x.detach().cpu().numpy()  # noqa: E731
+            if name == "index" and len(args) > 1 and isinstance(args[1], (list, tuple)):
+                offsets = offsets[tuple(slice(None) if i is None else index(i) for i in args[1])]
+            elif name == "index_select" and len(args) > 2:
+                offsets = np.take(offsets, index(args[2]), axis=args[1])
+            elif name == "gather" and len(args) > 2:
+                offsets = np.take_along_axis(offsets, index(args[2]), axis=args[1])
+            elif name == "take" and len(args) > 1:
+                offsets = offsets.ravel()[index(args[1])]
+            elif name == "masked_select" and len(args) > 1:
+                offsets = offsets[np.broadcast_to(index(args[1]), offsets.shape)]
+        return np.unique(offsets)
 
     @staticmethod
     def _combined(name: str, args, outs, kwargs=None) -> int:

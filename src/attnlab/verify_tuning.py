@@ -154,7 +154,7 @@ class _SaturationProbe(MethodProbe):
 
     decides = True
 
-    def _judge(self, func, info, args, out) -> None:
+    def _judge(self, func, info, args, kwargs, out) -> None:
         if not (isinstance(out, torch.Tensor) and out.dtype == _FP8):
             return
         for t in args:

@@ -84,7 +84,7 @@ def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]
 #: through the report, where a red team's sequences moved the cursor, rewrote a row's points and hid
 #: the lines after it.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # and bidi overrides
 
 
 def printable(text: str) -> str:
@@ -528,7 +528,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         r.notes = notes + r.notes
         results[job] = r
         if progress:
-            progress(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s")
+            progress(printable(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s"))
 
     present = []
     for s, n in jobs:
@@ -673,7 +673,7 @@ def format_report(results: list[NotebookResult]) -> str:
 def _cell(text: str) -> str:
     """A CSV field a spreadsheet shows as text: no control characters, no leading formula sign."""
     text = printable(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t") else text
 
 
 def write_report_csv(results: list[NotebookResult], path: Path) -> None:

@@ -203,7 +203,7 @@ def _cmd_collect(args) -> int:
             for line in lines:
                 print(printable(f"  {student}{'' if key == WHOLE else ' / ' + key}: {line}"))
         if missing:
-            print(f"  {student}: not submitted: {', '.join(missing)}")
+            print(printable(f"  {student}: not submitted: {', '.join(missing)}"))
     if left_out:
         print(f"left out {len(left_out)} files of the export:")
         for path, why in left_out:

@@ -328,7 +328,7 @@ class GradingExecute(Execute):
             before = self._guard_call("before_locked", cell)
         self._out_chars, self._fig_chars, self._truncated = 0, 0, False
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
-        self._cell_start, self._stuck_busy = (monotonic(), proctree.cpu_seconds(pid), pid), ""
+        self._cell_start, self._stuck_busy = (monotonic(), proctree.thread_seconds(pid), pid), ""
         try:
             self.preprocess_cell(cell, resources, index)
         except CellTimeoutError:  # read now: the kernel is shut down before preprocess() sees this
@@ -371,17 +371,19 @@ class GradingExecute(Execute):
             self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
 
     def _busy_all_along(self) -> str:
-        """:data:`attnlab.checks.RAN_ALL_ALONG` when the kernel's processes were on the CPU for at
-        least 90 % of the cell that just ran past its limit, CUDA never started (a GPU wait can spin),
-        else "". Such a cell was not slowed by other workers: grading its notebook again alone
-        (autograde's ``contended``) would spend the limit once more for the same result."""
+        """:data:`attnlab.checks.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
+        for at least 90 % of the cell that just ran past its limit, and CUDA never started (a GPU wait
+        can spin), else "". Such a cell was not slowed by other workers: grading its notebook again
+        alone (autograde's ``contended``) would spend the limit once more for the same result. One
+        thread, not their sum: two starved threads could add up to a busy one."""
         from ..checks import RAN_ALL_ALONG
 
-        t0, cpu0, pid = getattr(self, "_cell_start", (None, None, None))
-        cpu = proctree.cpu_seconds(pid)
-        if t0 is None or cpu0 is None or cpu is None or proctree.uses_gpu(pid):
+        t0, before, pid = getattr(self, "_cell_start", (None, {}, None))
+        after = proctree.thread_seconds(pid)
+        if t0 is None or not before or not after or proctree.uses_gpu(pid):
             return ""
-        return RAN_ALL_ALONG if cpu - cpu0 >= 0.9 * (monotonic() - t0) else ""
+        busiest = max(cpu - before.get(thread, 0.0) for thread, cpu in after.items())
+        return RAN_ALL_ALONG if busiest >= 0.9 * (monotonic() - t0) else ""
 
     # ------------------------------------------------------------------ output limits
     def output(self, outs, msg, display_id, cell_index):

@@ -44,7 +44,9 @@ _MODULES = (
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
     "attnlab.hints", "attnlab.review",
     # what the checks compute with: the load accounting counts reads with numpy (a red team replaced
-    # np.bincount), and reads the interpreter through inspect and re
+    # np.bincount), and reads the interpreter through inspect and re. Snapshotted after torch, which
+    # replaces inspect.getfile when it is imported: a library imported later that patched these would
+    # have its patch undone and noted in every notebook (Triton, imported below, patches none)
     "numpy", "inspect", "re",
 )
 #: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.loads)

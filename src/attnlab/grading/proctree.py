@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["tree", "cpu_seconds", "uses_gpu"]
+__all__ = ["tree", "cpu_seconds", "thread_seconds", "uses_gpu"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -46,6 +46,25 @@ def cpu_seconds(pid: int | None) -> float | None:
         total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
         read = True
     return total if read else None
+
+
+def thread_seconds(pid: int | None) -> dict[tuple[int, int], float]:
+    """CPU seconds (user + system) of every thread of ``pid`` and of every process under it, by
+    (process, thread); {} when nothing could be read. A thread that spun all along shows here even
+    when its process has other threads, or its slot more than one core."""
+    found = {}
+    for p in tree(pid):
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                fields = Path(f"/proc/{p}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[(p, int(tid))] = sum(int(x) for x in fields[11:13]) / _TICK  # utime stime
+    return found
 
 
 def uses_gpu(pid: int | None) -> bool:

@@ -58,9 +58,8 @@ SUSPICIOUS = [
     (r"\bsetattr\s*\(\s*(?:attnlab|torch|verify|checks|reference|builtins|math|sys|F)\b",
      "patches a module with setattr"),
     (r"\bsys\.modules\b|\bos\.sys\b|['\"]modules['\"]", "touches sys.modules"),
-    (r"\b(?:resolve_name|get_field|Formatter|locate|import_item|importstring|BaseConfigurator|pydoc)\b|"
-     r"\blogging\.config\b|attnlab[\w.]*\.__dict__",
-     "reaches names through a text path (pkgutil.resolve_name, pydoc.locate, string formatting)"),
+    (r"\b(?:resolve_name|get_field|Formatter)\b|attnlab[\w.]*\.__dict__",
+     "reaches names through a text path (pkgutil.resolve_name, string formatting)"),
     (r"\b(?:interpreter_builder|InterpreterBuilder|GridExecutor|InterpretedFunction|interpreter_semantic|"
      r"_patch_lang)\b|\btriton\.runtime\.interpreter\b",
      "reaches Triton's interpreter (where the load accounting watches the kernel's loads)"),
@@ -112,14 +111,21 @@ _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib
                               "multiprocessing", "gc", "runpy", "operator", "builtins", "unittest", "pkgutil",
                               "copyreg", "pydoc"})
 #: Ways to a tensor's memory that bypass torch (a NumPy view of a tensor made under the method probe,
-#: written in place, carries numbers the probe never saw computed): calls, and protocol methods a
-#: class can define.
-_MEMORY_BRIDGES = frozenset({"numpy", "data_ptr", "__array_interface__", "__cuda_array_interface__", "untyped_storage",
-                             "asarray", "asanyarray", "ascontiguousarray", "copyto", "frombuffer", "from_dlpack",
-                             "__dlpack__", "__array__", "__array_struct__", "memoryview"})
+#: written in place, carries numbers the probe never saw computed): attributes, protocol methods a
+#: class can define, and NumPy functions that view their argument's memory (flagged when that
+#: argument is not a literal: `np.asarray([1.0, 2.0])` is harmless).
+_MEMORY_ATTRS = frozenset({"numpy", "data_ptr", "untyped_storage", "__array_interface__", "__cuda_array_interface__",
+                           "__dlpack__", "__array__", "__array_struct__"})
+_MEMORY_CALLS = frozenset({"asarray", "asanyarray", "ascontiguousarray", "copyto", "frombuffer", "from_dlpack",
+                           "memoryview"})
+#: Functions that turn a dotted text path into the object it names (private ones included).
+_RESOLVERS = frozenset({"locate", "import_item", "importstring", "BaseConfigurator", "DictConfigurator"})
+_RESOLVER_MODULES = frozenset({"pydoc", "logging.config", "traitlets.utils.importstring", "traitlets.utils"})
 #: A text path to private state, whatever resolves it (pydoc.locate, traitlets' import_item,
-#: logging.config's resolve...): a dotted name with a private or special part, or one piece of one.
+#: logging.config's resolve...): a dotted name with a private or special part.
 _PRIVATE_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.\w+)+$")
+#: Attributes of imported modules a cell may set: output capture, torch's backend switches.
+_SETTABLE = re.compile(r"^(?:sys\.(?:stdout|stderr)|torch\.backends\.)")
 #: Builtins that run code given as text or reach a namespace by name.
 _DYNAMIC = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "breakpoint", "setattr", "delattr"})
 #: IPython entry points that run text as code, or hand over the notebook's namespace.
@@ -225,6 +231,14 @@ def _own_objects(tree) -> tuple[set[int], set[str], set[str]]:
     return receivers, {name for name, mine in bound.items() if mine}, {n for n in own if _private(n)}
 
 
+def _literal_call(call) -> bool:
+    """Whether ``call`` is a call whose arguments are all literals (``np.asarray([1.0, 2.0])``)."""
+    return call is not None and all(isinstance(a, (ast.Constant, ast.List, ast.Tuple)) and
+                                    all(isinstance(e, ast.Constant) for e in ast.walk(a) if isinstance(e, ast.expr)
+                                        and not isinstance(e, (ast.List, ast.Tuple)))
+                                    for a in [*call.args, *(k.value for k in call.keywords)])
+
+
 def _ast_path(node) -> str:
     """``a.b.c`` for an attribute chain of names (``?`` for anything else in it)."""
     parts = []
@@ -272,7 +286,13 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
             aliases |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "attnlab"}
             found += [(node.lineno, f"imports {a.name}") for a in node.names
                       if a.name.split(".")[0] in _EVASIVE_IMPORTS or any(map(_private, a.name.split(".")))]
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                path in _RESOLVER_MODULES or path.rsplit(".", 1)[-1] in _RESOLVERS
+                for path in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                             [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)])):
+            found.append((node.lineno, "imports a function that resolves text paths (pydoc.locate, import_item, "
+                                       "logging.config)"))
+        if isinstance(node, ast.ImportFrom) and node.module:
             top = node.module.split(".")[0]
             if top == "attnlab":
                 aliases |= {a.asname or a.name for a in node.names}
@@ -291,6 +311,8 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
     sys_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
                  if a.name == "sys"}
     receivers, instances, own_names = _own_objects(tree)
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} \
+        | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     # names bound by an import (np, F, torch, a module imported from a package): a cell that assigns to
     # their attributes changes what the checks compute with (a red team replaced np.bincount)
     modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
@@ -324,17 +346,23 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                                                                "__self__", "__getstate__", "__reduce__",
                                                                "__reduce_ex__"):
             found.append((line, f"reaches attributes through {node.attr}"))
-        elif isinstance(node, (ast.Attribute, ast.Name)) and (getattr(node, "attr", None) or getattr(node, "id", None)) \
-                in _MEMORY_BRIDGES:
+        elif (isinstance(node, ast.Attribute) and node.attr in _MEMORY_ATTRS
+              or isinstance(node, ast.Name) and node.id in _MEMORY_ATTRS and isinstance(node.ctx, ast.Store)):
             what = getattr(node, "attr", None) or node.id
             found.append((line, f"moves tensor data past torch ({what}: the method checks cannot follow it)"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
-                _PRIVATE_PATH.match(node.value) and any(p.startswith("_") for p in node.value.split(".")[1:])
-                or "._" in node.value or len(node.value) > 1 and node.value in checked_private_names()):
+        elif (isinstance(node, (ast.Attribute, ast.Name)) and (getattr(node, "attr", None) or getattr(node, "id", ""))
+              in _MEMORY_CALLS and not _literal_call(calls.get(id(node)))):
+            what = getattr(node, "attr", None) or node.id
+            found.append((line, f"moves tensor data past torch ({what}: the method checks cannot follow it)"))
+        elif (isinstance(node, ast.Attribute) and node.attr in _RESOLVERS
+              or isinstance(node, ast.Name) and node.id in _RESOLVERS and node.id not in defined):
+            found.append((line, "reaches names through a text path (pydoc.locate, import_item, logging.config)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _PRIVATE_PATH.match(node.value) and (
+                any(p.startswith("_") for p in node.value.split(".")[1:]) or node.value.endswith(".")):
             found.append((line, f"names private state in a string ({node.value[:60]!r}: a text path some "
                                 f"library function can resolve)"))
         elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))
-              and _root(node) in modules and not _ast_path(node).startswith("torch.backends.")):
+              and _root(node) in modules and not _SETTABLE.match(_ast_path(node))):
             found.append((line, f"assigns to an attribute of an imported module ({_ast_path(node)})"))
         elif (isinstance(node, ast.Attribute) and node.attr in _IPYTHON and _is_shell(node.value, shells)
               and id(node) not in calls):
