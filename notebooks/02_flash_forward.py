@@ -300,7 +300,8 @@ def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale
 # and the first wrong index. Each call also runs under a watcher that sees every PyTorch operator
 # your code executes and refuses the shortcuts: a fused attention call, an intermediate as large as
 # a whole score matrix, and any max, sum, softmax or product over more than `max(block_k, D)`
-# elements per result (a debugging `print(o.abs().max())` inside the function counts too). The third check puts every other query row's scores near -1000: far
+# elements per result (one number from a whole tile, as in a test that skips a masked tile or a
+# debugging `print(s.max())`, is allowed a few times per tile pair). The third check puts every other query row's scores near -1000: far
 # below 0, where `exp` underflows to 0 unless the row's own maximum is subtracted.
 
 # %% nbgrader={"grade_id": "test_flash_forward_matches_naive", "grade": true, "locked": true, "points": 3}

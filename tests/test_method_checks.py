@@ -377,14 +377,86 @@ def test_pooling_sized_by_its_output_and_keyword_dims_count_the_whole_row(fn, op
         verify.check_online_softmax(fn, shape=(2, 96), block_size=8)
 
 
+def stats_unique_and_layer_norm(x, block_size):
+    """Red team 10: the row max read off torch.unique's ranks, the row sum off layer_norm's mean."""
+    vals, rank = torch.unique(x, sorted=True, return_inverse=True)
+    m = vals[rank.amax(dim=-1)]
+    e = torch.exp(x - m[..., None])
+    return m, torch.native_layer_norm(e, (x.shape[-1],), None, None, 1e-5)[1].squeeze(-1) * x.shape[-1]
+
+
+def stats_carry_in_cat(x, block_size):
+    """Honest: the running max kept inside a concatenation with the block (block_size + 1 per result)."""
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+    l = torch.zeros(x.shape[:-1], dtype=torch.float64)
+    for start in range(0, x.shape[-1], block_size):
+        block = x.double()[..., start:start + block_size]  # honest too: the whole input copied each time
+        m_new = torch.cat([m.unsqueeze(-1), block], dim=-1).amax(dim=-1)
+        off = m_new.nan_to_num(neginf=0.0)
+        l = l * torch.exp(m - off) + torch.exp(block - off[..., None]).sum(dim=-1)
+        m = m_new
+    return m, l
+
+
+def test_unique_and_layer_norm_count_the_whole_row_and_a_carried_max_is_a_block():
+    with pytest.raises(AssertionError, match=r"one operation \(aten\._unique2\.default\) combined 192"):
+        verify.check_online_softmax(stats_unique_and_layer_norm, shape=(2, 96), block_size=8)
+    for shape, block_size in (((97,), 10), ((2, 96), 8)):  # the hidden 1-D case: one row, limit 11
+        verify.check_online_softmax(stats_carry_in_cat, x=torch.randn(*shape).float() * 5, block_size=block_size)
+
+
+def flash_scalar_rows(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """Red team 10: one query row at a time, every statistic a single number (dot products per column)."""
+    B, H, T_q, D = q.shape
+    scale = D ** -0.5 if scale is None else scale
+    o, lse = torch.empty_like(q), torch.empty(B, H, T_q, dtype=q.dtype)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T_q):
+                n = min(i + 1, k.shape[2]) if causal else k.shape[2]
+                s = k[b, h, :n] @ q[b, h, i] * scale
+                m = s.max()
+                p = torch.exp(s - m)
+                for d in range(D):
+                    o[b, h, i, d] = torch.dot(p, v[b, h, :n, d]) / p.sum()
+                lse[b, h, i] = m + torch.log(p.sum())
+    return o, lse
+
+
+def flash_tiled_with_skip_and_prints(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """Honest: a causal tile skipped when its maximum is -inf, and a debugging print of a statistic."""
+    o, lse = flash_tiled(q, k, v, causal, block_q, block_k, scale)
+    for i0 in range(0, q.shape[2], block_q):
+        for j0 in range(0, k.shape[2], block_k):
+            s = q[:, :, i0:i0 + block_q] @ k[:, :, j0:j0 + block_k].transpose(-1, -2)
+            if causal:
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1])[None] > torch.arange(i0, i0 + s.shape[-2])[:, None],
+                                  float("-inf"))
+            if s.max() == float("-inf") or (s.isinf().sum() == s.numel()):
+                continue
+            print(f"tile ({i0}, {j0}): max {s.max().item():.3f}")
+    print(o.abs().max().item())
+    return o, lse
+
+
+def test_one_number_per_tile_is_allowed_but_a_row_at_a_time_one_number_each_is_not(capsys):
+    with pytest.raises(AssertionError, match=r"operations reduced more than a tile to one number each"):
+        verify.check_flash_forward(flash_scalar_rows, T_q=40, causal=True)
+    verify.check_flash_forward(flash_tiled_with_skip_and_prints, T_q=40, causal=True)
+    verify.check_flash_forward(flash_tiled_with_skip_and_prints, T_q=45, block_q=8, block_k=7)
+
+
 def test_tile_rule_only_decides_when_a_score_matrix_is_the_largest_thing():
     assert probe.tile_rule(B=1, H=2, T_q=64, T_k=64, block_q=16, block_k=16, largest_io=2 * 64 * 8) == 4096
     assert probe.tile_rule(B=1, H=1, T_q=20, T_k=20, block_q=32, block_k=32, largest_io=160) is None
     assert probe.row_rule(T_k=40, block_k=16, D=8) == 16 and probe.row_rule(T_k=40, block_k=8, D=16) == 16
     assert probe.row_rule(T_k=9, block_k=16, D=16) is None and probe.row_rule(T_k=12, block_k=64, D=8) is None
     assert probe.row_rule(T_k=12, block_k=16, D=8, T_q=40, block_q=16) == 16  # the backward's columns
+    combined = probe.MethodProbe._combined  # red team 10: conv_tbc contracts width x channels, addbmm batch x inner
+    assert combined("conv_tbc", (torch.ones(1, 3, 10), torch.ones(1, 10, 4), torch.zeros(4), 12), [torch.ones(25, 3, 4)]) == 10
+    assert combined("addbmm", (torch.ones(2, 2), torch.ones(5, 2, 8), torch.ones(5, 8, 2)), [torch.ones(2, 2)]) == 40
     assert probe.reduce_rule(n_rows=4, block_size=16, n=50) is None
-    assert probe.reduce_rule(n_rows=2, block_size=8, n=96) == 16
+    assert probe.reduce_rule(n_rows=2, block_size=8, n=96) == 18
 
 
 # ------------------------------------------------------------------------------------- tampering

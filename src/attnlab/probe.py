@@ -66,7 +66,11 @@ _INDEX_ADDS = frozenset({"index_add", "index_add_", "index_reduce", "index_reduc
 _PUTS = frozenset({"index_put", "index_put_", "_index_put_impl_", "put", "put_"})
 #: Operators whose output can be as large as their input yet each output combines a whole dimension
 #: (``dim`` argument at position 1 or 2: topk's is third), the whole transform, or a window.
-_ALONG_DIM = MappingProxyType({"topk": 2, "kthvalue": 2, "median": 1, "nanmedian": 1, "mode": 1, "msort": None})
+_ALONG_DIM = MappingProxyType({"topk": 2, "kthvalue": 2, "median": 1, "nanmedian": 1, "mode": 1, "msort": None,
+                               "unique_dim": 1, "unique_consecutive": 3})
+#: Operators whose every output may depend on every input element (a red team read a row's max off
+#: torch.unique's sorted values and its inverse indices).
+_WHOLE = frozenset({"unique", "_unique", "_unique2"})
 _FFTS = frozenset({"_fft_r2c", "_fft_c2c", "_fft_c2r"})
 _WINDOWS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
                       "mkldnn_convolution"})
@@ -81,9 +85,11 @@ _BAGS = frozenset({"embedding_bag", "_embedding_bag", "_embedding_bag_forward_on
 #: Operators whose output is smaller than an input without combining elements (selection, factories).
 _SELECTIONS = frozenset({"index", "index_select", "gather", "take", "masked_select", "nonzero", "new_zeros",
                "new_ones", "new_full", "new_empty", "new_empty_strided", "_local_scalar_dense",
-               "set_", "resize_", "unique", "_unique2", "argwhere", "narrow_copy", "slice_copy",
+               "set_", "resize_", "argwhere", "narrow_copy", "slice_copy",
                "select_copy", "diagonal_copy", "split_with_sizes_copy", "unbind_copy", "lift_fresh_copy",
                "lift_fresh", "as_strided_copy", "_to_copy", "copy_", "copy", "clone", "detach", "alias"})
+#: Operators that copy values unchanged (a whole copy stands for the input it copies).
+_COPIES = frozenset({"_to_copy", "clone", "copy", "copy_", "contiguous", "detach_copy", "alias_copy"})
 #: Operators that read a tensor's shape, dtype or device but none of its values.
 _NO_VALUES = frozenset({"result_type", "empty", "empty_strided", "is_same_size", "_has_same_storage_numel",
                         "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"})
@@ -134,13 +140,17 @@ class MethodProbe(TorchDispatchMode):
 
     def __init__(self, *, rule: str, hint: str = "", size_limit: int | None = None, size_what: str = "",
                  reduce_limit: int | None = None, autograd: str | None = None, inputs=(), where: str = "",
-                 one_pass: bool = False, reduce_scalars: bool = True):
+                 one_pass: bool = False, reduce_scalars: bool | int = True):
         super().__init__()
         self.rule = f"{where}: {rule}" if where else rule
         self.where = where
         self.hint = hint
         self.size_limit, self.size_what = size_limit, size_what
-        self.reduce_limit, self.autograd, self.reduce_scalars = reduce_limit, autograd, reduce_scalars
+        self.reduce_limit, self.autograd = reduce_limit, autograd
+        # True: a reduction to one number counts like any other; an int N: N of them may exceed the limit
+        self.reduce_scalars = reduce_scalars is True
+        self.scalar_limit = 0 if reduce_scalars is True else int(reduce_scalars)
+        self.scalar_budget = self.scalar_limit
         self._violation: str | None = None  # write-once, through _violate (the property has no setter)
         self.ops = 0
         self.seen = {_storage(t): t for t in _tensors(tuple(inputs)) if _storage(t)}
@@ -190,7 +200,7 @@ class MethodProbe(TorchDispatchMode):
     #: What the probe judges by: fixed once it is made (the mode sits on torch's dispatch stack, where
     #: learner code can reach it; a red team switched the rules off there).
     _RULES = frozenset({"rule", "where", "hint", "size_limit", "size_what", "reduce_limit", "autograd", "one_pass",
-                        "reduce_scalars", "_sealed"})
+                        "reduce_scalars", "scalar_limit", "_sealed"})
 
     def __setattr__(self, name: str, value) -> None:
         if name == "_violation" and getattr(self, "_violation", None) is not None:
@@ -283,9 +293,15 @@ class MethodProbe(TorchDispatchMode):
         # shortcuts these rules catch compute a statistic per row
         numeric = any(t.is_floating_point() or t.is_complex() for t in _tensors((args, *kwargs.values())))
         scalar = not self.reduce_scalars and all(t.numel() == 1 for t in outs)
-        if self.reduce_limit is not None and name not in _SELECTIONS and numeric and not scalar:
+        if self.reduce_limit is not None and name not in _SELECTIONS and numeric:
             combined = self._combined(name, args, outs, kwargs)
-            if combined > self.reduce_limit:
+            if combined > self.reduce_limit and scalar and self.scalar_budget > 0:
+                self.scalar_budget -= 1  # a tile's skip test or a debugging print: a few per tile pair
+            elif combined > self.reduce_limit and scalar:
+                self._violate(f"{self.rule}: more than {self.scalar_limit} operations reduced more than a tile "
+                              f"to one number each ({func} combined {combined}): a row's statistics computed one "
+                              f"number at a time skip the tiles. {self.hint}")
+            elif combined > self.reduce_limit:
                 self._violate(f"{self.rule}: one operation ({func}) combined {combined} elements per "
                               f"result, more than a block holds. {self.hint}")
 
@@ -308,19 +324,24 @@ class MethodProbe(TorchDispatchMode):
             if source is None:
                 continue
             src, base, shape = source
+            left = self._left[src]
+            whole = t.numel() == left.size and tuple(t.shape) == shape
+            copies = [o for o in outs if tuple(o.shape) == shape and o.is_contiguous() and _storage(o)
+                      and (o.is_floating_point() or o.is_complex())]
+            if whole and copies and name in _COPIES:
+                # x.double() inside the loop: a copy consumes nothing; reads of it are reads of x
+                for o in copies:
+                    self._sources[_storage(o)] = (src, o.storage_offset(), shape)
+                continue
             read = self._elements(t, base, name, args, tensors)
             if read is None or not read.size:
                 continue
-            left = self._left[src]
             if left[read].any():
                 first = int(read[left[read]][0])
                 self._violate(f"{self.rule}: {func} read element {tuple(int(i) for i in np.unravel_index(first, shape))} of x again "
                               f"after moving on to later blocks (a second pass over the row). {self.hint}")
                 return
-            whole = t.numel() == left.size and tuple(t.shape) == shape
-            copies = [o for o in outs if tuple(o.shape) == shape and o.is_contiguous() and _storage(o)
-                      and (o.is_floating_point() or o.is_complex())]
-            if whole and copies:  # a copy of all of x: it carries the input on, nothing is consumed
+            if whole and copies:  # a transform of all of x (x * scale) before any block: it stands for x
                 for o in copies:
                     self._sources[_storage(o)] = (src, o.storage_offset(), shape)
                 continue
@@ -384,6 +405,12 @@ class MethodProbe(TorchDispatchMode):
             dims = arg(1, "dim")
             dims = dims if isinstance(dims, (list, tuple)) else [dims] if isinstance(dims, int) else []
             return int(math.prod(tensors[0].shape[d] for d in dims)) if dims else int(tensors[0].numel())
+        if name in _WHOLE:
+            return int(tensors[0].numel())
+        if name == "conv_tbc" and len(tensors) > 1 and tensors[1].dim() == 3:  # weight: (width, in, out)
+            return int(tensors[1].shape[0] * tensors[1].shape[1])
+        if name == "addbmm" and len(tensors) > 2 and tensors[1].dim() == 3:  # sums over the batch too
+            return int(tensors[1].shape[0] * tensors[1].shape[-1])
         if name in _WINDOWS and len(tensors) > 1:
             weight = tensors[1]
             return int(weight.numel() // max(weight.shape[0], 1))
@@ -404,9 +431,11 @@ class MethodProbe(TorchDispatchMode):
             return int(operand.shape[-1]) if operand.dim() else 1
         if name in _SCANS:
             return along(tensors[0], arg(1, "dim", -1))
+        # the smallest output: native_layer_norm's normalised output is as large as its input, but its
+        # mean combines a whole row (a red team took a row's sum from it)
         biggest = max(t.numel() for t in tensors)
-        produced = max(t.numel() for t in outs)
-        return biggest // max(produced, 1) if produced < biggest else 0
+        produced = min((t.numel() for t in outs if t.numel()), default=0)
+        return biggest // max(produced, 1) if 0 < produced < biggest else 0
 
     # ------------------------------------------------------------------ after the call
     def _from_outside(self, t: torch.Tensor) -> bool:
@@ -431,9 +460,10 @@ class MethodProbe(TorchDispatchMode):
 
 
 def reduce_rule(*, n_rows: int, block_size: int, n: int) -> int | None:
-    """The reduce limit for notebook 01: one block of every row (``n_rows * block_size``), or None
+    """The reduce limit for notebook 01: one block of every row and its running value
+    (``n_rows * (block_size + 1)``), or None
     when the rows are so short that a whole-row reduction combines no more than that."""
-    limit = max(n_rows, 1) * block_size
+    limit = max(n_rows, 1) * (block_size + 1)  # + 1: a block with the running max carried in (torch.cat)
     return limit if n > limit else None
 
 

@@ -240,7 +240,9 @@ def _tile_probe(*, where: str, notebook: str, B, H, T_q, T_k, D, block_q, block_
         where=where, rule=f"notebook {notebook} asks for tiles", hint=hint, autograd=autograd, inputs=inputs,
         size_limit=tile_rule(B=B, H=H, T_q=T_q, T_k=T_k, block_q=block_q, block_k=block_k,
                              largest_io=B * H * max(T_q, T_k) * D),
-        size_what=f"a whole score matrix (T_q x T_k = {T_q} x {T_k})", reduce_scalars=False,
+        size_what=f"a whole score matrix (T_q x T_k = {T_q} x {T_k})",
+        # a few reductions to one number per tile pair: a tile skipped when `s.max() == -inf`, a print
+        reduce_scalars=4 * B * H * -(-T_q // block_q) * -(-T_k // block_k),
         reduce_limit=row_rule(T_k=T_k, block_k=block_k, D=D) if forward else
         row_rule(T_k=T_k, block_k=block_k, D=D, T_q=T_q, block_q=block_q))
 
