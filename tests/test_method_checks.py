@@ -446,6 +446,53 @@ def test_one_number_per_tile_is_allowed_but_a_row_at_a_time_one_number_each_is_n
     verify.check_flash_forward(flash_tiled_with_skip_and_prints, T_q=45, block_q=8, block_k=7)
 
 
+def flash_tiled_float_bias(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
+    """Honest (red team 11): a nanoGPT-style float causal mask of the whole T_q x T_k, used tile by tile."""
+    bias = torch.tril(torch.ones(q.shape[2], k.shape[2]))  # holds no scores: the size rule ignores it
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    B, H, T_q, D = q.shape
+    o, lse = torch.empty_like(q), torch.empty(B, H, T_q, dtype=q.dtype)
+    for i0 in range(0, T_q, block_q):
+        m = torch.full((B, H, min(block_q, T_q - i0)), float("-inf"), dtype=q.dtype)
+        l, acc = torch.zeros_like(m), torch.zeros(B, H, m.shape[-1], D, dtype=q.dtype)
+        for j0 in range(0, k.shape[2], block_k):
+            s = q[:, :, i0:i0 + block_q] @ k[:, :, j0:j0 + block_k].transpose(-1, -2) * scale
+            if causal:
+                s = s.masked_fill(bias[i0:i0 + block_q, j0:j0 + block_k] == 0, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            safe = m_new.nan_to_num(neginf=0.0)
+            p = torch.exp(s - safe[..., None])
+            alpha = torch.exp(m - safe)
+            l, acc, m = l * alpha + p.sum(-1), acc * alpha[..., None] + p @ v[:, :, j0:j0 + block_k], m_new
+        o[:, :, i0:i0 + block_q], lse[:, :, i0:i0 + block_q] = acc / l[..., None], m + torch.log(l)
+    return o, lse
+
+
+def backward_index_put(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):
+    """Honest (red team 11): dk accumulated tile by tile with index_put_(accumulate=True)."""
+    dq, dk, dv = backward_tiled(q, k, v, o, lse, do, causal, block_q, block_k, scale)
+    B, H, T_k, D = k.shape
+    dk_again = torch.zeros_like(dk)
+    for j0 in range(0, T_k, block_k):
+        rows = torch.arange(j0, min(j0 + block_k, T_k))
+        dk_again.index_put_((torch.arange(B)[:, None, None], torch.arange(H)[None, :, None], rows[None, None, :]),
+                            dk[:, :, j0:j0 + block_k], accumulate=True)
+    return dq, dk_again, dv
+
+
+def test_constant_masks_and_accumulating_writes_of_a_tile_are_no_shortcut():
+    verify.check_flash_forward(flash_tiled_float_bias, T_q=64, causal=True)
+    verify.check_flash_backward(backward_index_put, T_q=40, causal=True)
+    combined = probe.MethodProbe._combined  # what red team 11's whole-row operators combine
+    assert combined("renorm", (torch.ones(4, 50), float("inf"), 0, 1.0), [torch.ones(4, 50)]) == 50
+    assert combined("scatter_", (torch.zeros(2, 3), 1, torch.zeros(2, 9, dtype=torch.long), torch.ones(2, 9)),
+                    [torch.zeros(2, 3)], {"reduce": "add"}) == 9
+    assert combined("convolution", (torch.ones(1, 10, 5), torch.ones(10, 1, 3), None, [1], [0], [1], True, [0], 1),
+                    [torch.ones(1, 1, 7)]) == 30
+    assert combined("index_add_", (torch.zeros(5, 4), 0, torch.zeros(7, dtype=torch.long), torch.ones(7, 4)),
+                    [torch.zeros(5, 4)]) == 7
+
+
 def test_tile_rule_only_decides_when_a_score_matrix_is_the_largest_thing():
     assert probe.tile_rule(B=1, H=2, T_q=64, T_k=64, block_q=16, block_k=16, largest_io=2 * 64 * 8) == 4096
     assert probe.tile_rule(B=1, H=1, T_q=20, T_k=20, block_q=32, block_k=32, largest_io=160) is None

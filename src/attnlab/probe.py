@@ -155,6 +155,7 @@ class MethodProbe(TorchDispatchMode):
         self.ops = 0
         self.seen = {_storage(t): t for t in _tensors(tuple(inputs)) if _storage(t)}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
+        self._constant: set[int] = set()       # storages made from no input data (see the size rule)
         self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
         self._facts: dict = {}
         # one_pass: storage -> (source, the storage offset of the source's element 0, its shape); per
@@ -242,11 +243,18 @@ class MethodProbe(TorchDispatchMode):
             # the storages stay alive until the probe goes, so a later allocation cannot reuse
             # an address and pass for something the probe saw
             carried = any(t.numel() > 1 and self._from_outside(t) for t in _tensors((args, *(kwargs or {}).values())))
+            # constants: made from no data at all (torch.ones(T_q, T_k).tril(), a causal mask or bias);
+            # data written into one (an in-place op, a slice assignment) makes it data again
+            constant = all(_storage(t) in self._constant for t in _tensors((args, *(kwargs or {}).values())))
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
                 if not ptr:  # an empty tensor: address 0 must never pass for a storage the probe saw
                     continue
+                if constant:
+                    self._constant.add(ptr)
+                else:
+                    self._constant.discard(ptr)
                 (self.foreign if carried else self.seen)[ptr] = storage
                 if not t.is_inference():  # inference tensors have no version counter
                     # autograd bumps an in-place op's version counter after this hook returns
@@ -283,7 +291,8 @@ class MethodProbe(TorchDispatchMode):
         if self.size_limit is not None:
             for t in outs:
                 # complex too: a red team held the score matrix as complex numbers and kept .real
-                if t.numel() >= self.size_limit and (t.is_floating_point() or t.is_complex()):
+                if t.numel() >= self.size_limit and (t.is_floating_point() or t.is_complex()) \
+                        and _storage(t) not in self._constant:  # a float causal mask holds no scores
                     self._violate(f"{self.rule}: an intermediate of shape {tuple(t.shape)} was built "
                                   f"({func}), as large as {self.size_what}. {self.hint}")
                     return
@@ -387,14 +396,30 @@ class MethodProbe(TorchDispatchMode):
             return int(x.shape[dim if isinstance(dim, int) else -1]) if x.dim() else 1
 
         # accumulating through an index combines what lands on one place, whatever the output's size
-        # (a red team reduced whole rows with scatter_reduce into one column)
+        # (a red team reduced whole rows with scatter_reduce into one column): the most sources any one
+        # destination gets (an honest `dk.index_put_(..., accumulate=True)` of a tile gets one each)
         index = arg(2, "index")
-        if name in _SCATTERS and isinstance(index, torch.Tensor) and index.dim():
-            return along(index, arg(1, "dim"))
+        reducing = name in _SCATTERS or name in ("scatter", "scatter_") and (
+            len(args) > 4 or "reduce" in (kwargs or {}))
+        if reducing and isinstance(index, torch.Tensor) and index.dim():
+            return _most_per_place(index, arg(1, "dim"))
         if name in _INDEX_ADDS and isinstance(index, torch.Tensor):
-            return int(index.numel())
-        if name in _PUTS and arg(3, "accumulate") is True and isinstance(index, torch.Tensor):
-            return int(index.numel())
+            return _most_per_place(index.reshape(1, -1), -1)
+        if name in _PUTS and arg(3, "accumulate") is True:
+            indices = arg(1, "indices")
+            indices = [i for i in (indices if isinstance(indices, (list, tuple)) else [indices])
+                       if isinstance(i, torch.Tensor)]
+            return _most_per_place(torch.stack(torch.broadcast_tensors(*indices), dim=-1).reshape(1, -1, len(indices)),
+                                   1) if indices else 0
+        if name == "renorm":  # the norm of each slice along dim: everything but that dim
+            x = tensors[0]
+            return int(x.numel() // max(along(x, arg(2, "dim")), 1))
+        if name == "embedding_renorm_":
+            return int(tensors[0].shape[-1]) if tensors[0].dim() else 1
+        if name in _WINDOWS and len(tensors) > 1 and arg(6, "transposed") is True:
+            weight = tensors[1]  # (in, out / groups, kernel...): an output sums in / groups channels
+            groups = arg(8, "groups", 1) or 1
+            return int(weight.shape[0] // max(int(groups), 1) * math.prod(weight.shape[2:]))
         weights = arg(1, "weights")
         if name == "bincount" and isinstance(weights, torch.Tensor):
             return int(weights.numel())
@@ -474,6 +499,22 @@ def tile_rule(*, B: int, H: int, T_q: int, T_k: int, block_q: int, block_k: int,
     score = T_q * T_k
     tile = B * H * min(block_q, T_q) * min(block_k, T_k)
     return score if score > max(tile, largest_io) else None
+
+
+def _most_per_place(index: torch.Tensor, dim) -> int:
+    """How many entries of ``index`` name the same place (the same value, and along ``dim`` only: the
+    same coordinates in every other dim), at most: how many sources an accumulating write adds into
+    one destination. A trailing extra dim (index_put's stacked index tuples) is one place."""
+    a = index.detach().cpu().numpy()
+    if a.size == 0:
+        return 0
+    if a.ndim >= 2 and dim == 1 and a.shape[0] == 1 and a.ndim == 3:  # (1, n, k): n index tuples
+        _, counts = np.unique(a.reshape(-1, a.shape[-1]), axis=0, return_counts=True)
+        return int(counts.max())
+    d = dim if isinstance(dim, int) else -1
+    rows = np.moveaxis(a, d, -1).reshape(-1, a.shape[d])
+    keys = np.arange(rows.shape[0])[:, None] * (int(rows.max()) - int(rows.min()) + 1) + (rows - rows.min())
+    return int(np.unique(keys, return_counts=True)[1].max())
 
 
 def row_rule(*, T_k: int, block_k: int, D: int, T_q: int | None = None, block_q: int | None = None) -> int | None:
