@@ -446,9 +446,26 @@ def test_one_number_per_tile_is_allowed_but_a_row_at_a_time_one_number_each_is_n
     verify.check_flash_forward(flash_tiled_with_skip_and_prints, T_q=45, block_q=8, block_k=7)
 
 
-def flash_tiled_float_bias(q, k, v, causal=False, block_q=16, block_k=16, scale=None):
-    """Honest (red team 11): a nanoGPT-style float causal mask of the whole T_q x T_k, used tile by tile."""
-    bias = torch.tril(torch.ones(q.shape[2], k.shape[2]))  # holds no scores: the size rule ignores it
+#: Honest float causal masks of the whole T_q x T_k (keep = 1), built as students write them (red team 11,
+#: a false-positive hunt): they hold no scores, so the size rule ignores them.
+MASKS = {
+    "tril_ones": lambda q, T_q, T_k: torch.tril(torch.ones(T_q, T_k)),
+    "new_ones": lambda q, T_q, T_k: q.new_ones(T_q, T_k).tril(),
+    "where_tensor_scalars": lambda q, T_q, T_k: torch.where(torch.ones(T_q, T_k, dtype=torch.bool).tril(),
+                                                            torch.tensor(1.0), torch.tensor(0.0)),
+    "setitem_triu_indices": lambda q, T_q, T_k: _ones_with_zeros_at(torch.triu_indices(T_q, T_k, offset=1), T_q, T_k),
+}
+
+
+def _ones_with_zeros_at(index, T_q, T_k):
+    keep = torch.ones(T_q, T_k)
+    keep[index[0], index[1]] = 0.0
+    return keep
+
+
+def flash_tiled_float_bias(q, k, v, causal=False, block_q=16, block_k=16, scale=None, mask="tril_ones"):
+    """Honest: a float causal mask of the whole T_q x T_k (``MASKS``), used tile by tile."""
+    bias = MASKS[mask](q, q.shape[2], k.shape[2])
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     B, H, T_q, D = q.shape
     o, lse = torch.empty_like(q), torch.empty(B, H, T_q, dtype=q.dtype)
@@ -480,8 +497,10 @@ def backward_index_put(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16
     return dq, dk_again, dv
 
 
-def test_constant_masks_and_accumulating_writes_of_a_tile_are_no_shortcut():
-    verify.check_flash_forward(flash_tiled_float_bias, T_q=64, causal=True)
+@pytest.mark.parametrize("mask", sorted(MASKS))
+def test_constant_masks_and_accumulating_writes_of_a_tile_are_no_shortcut(mask):
+    fn = lambda *a, **kw: flash_tiled_float_bias(*a, **kw, mask=mask)  # noqa: E731
+    verify.check_flash_forward(fn, T_q=64, causal=True)
     verify.check_flash_backward(backward_index_put, T_q=40, causal=True)
     combined = probe.MethodProbe._combined  # what red team 11's whole-row operators combine
     assert combined("renorm", (torch.ones(4, 50), float("inf"), 0, 1.0), [torch.ones(4, 50)]) == 50

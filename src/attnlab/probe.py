@@ -245,7 +245,11 @@ class MethodProbe(TorchDispatchMode):
             carried = any(t.numel() > 1 and self._from_outside(t) for t in _tensors((args, *(kwargs or {}).values())))
             # constants: made from no data at all (torch.ones(T_q, T_k).tril(), a causal mask or bias);
             # data written into one (an in-place op, a slice assignment) makes it data again
-            constant = all(_storage(t) in self._constant for t in _tensors((args, *(kwargs or {}).values())))
+            # (an operator that reads no values, `q.new_ones(T_q, T_k)`, makes one too; a Python number
+            # wrapped into a one-element tensor the probe never saw made, `torch.tensor(0.0)`, is no data)
+            constant = info[0].startswith("new_") or info[0].endswith("_like") or info[0] in _NO_VALUES or all(
+                _storage(t) in self._constant or t.numel() <= 1 and _storage(t) not in self.seen
+                for t in _tensors((args, *(kwargs or {}).values())))
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
