@@ -113,6 +113,11 @@ def _tensors(value):
             yield from _tensors(v)
 
 
+def _reads_no_values(name: str) -> bool:
+    """Whether an operator reads only its inputs' shape, dtype or device (``q.new_ones``, ``zeros_like``)."""
+    return name.startswith("new_") or name.endswith("_like") or name in _NO_VALUES
+
+
 def _storage(t: torch.Tensor) -> int:
     """The address of ``t``'s storage; 0 when it has none to follow (an empty or a sparse tensor)."""
     try:
@@ -247,7 +252,7 @@ class MethodProbe(TorchDispatchMode):
             # data written into one (an in-place op, a slice assignment) makes it data again
             # (an operator that reads no values, `q.new_ones(T_q, T_k)`, makes one too; a Python number
             # wrapped into a one-element tensor the probe never saw made, `torch.tensor(0.0)`, is no data)
-            constant = info[0].startswith("new_") or info[0].endswith("_like") or info[0] in _NO_VALUES or all(
+            constant = _reads_no_values(info[0]) or all(
                 _storage(t) in self._constant or t.numel() <= 1 and _storage(t) not in self.seen
                 for t in _tensors((args, *(kwargs or {}).values())))
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
@@ -328,8 +333,7 @@ class MethodProbe(TorchDispatchMode):
         ``zeros_like``) and those whose results are all masks (``isneginf``) are not counted."""
         name = func.overloadpacket.__name__
         outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
-        if name.startswith("new_") or name.endswith("_like") or name in _NO_VALUES or (
-                outs and all(o.dtype == torch.bool for o in outs)):
+        if _reads_no_values(name) or (outs and all(o.dtype == torch.bool for o in outs)):
             return
         tensors = list(_tensors(args))
         for t in tensors:
@@ -406,15 +410,15 @@ class MethodProbe(TorchDispatchMode):
         reducing = name in _SCATTERS or name in ("scatter", "scatter_") and (
             len(args) > 4 or "reduce" in (kwargs or {}))
         if reducing and isinstance(index, torch.Tensor) and index.dim():
-            return _most_per_place(index, arg(1, "dim"))
+            return _most_per_place(_along_places(index, arg(1, "dim")))
         if name in _INDEX_ADDS and isinstance(index, torch.Tensor):
-            return _most_per_place(index.reshape(1, -1), -1)
+            return _most_per_place(index.detach().cpu().numpy().reshape(-1, 1))
         if name in _PUTS and arg(3, "accumulate") is True:
             indices = arg(1, "indices")
             indices = [i for i in (indices if isinstance(indices, (list, tuple)) else [indices])
                        if isinstance(i, torch.Tensor)]
-            return _most_per_place(torch.stack(torch.broadcast_tensors(*indices), dim=-1).reshape(1, -1, len(indices)),
-                                   1) if indices else 0
+            return _most_per_place(torch.stack(torch.broadcast_tensors(*indices), dim=-1).reshape(-1, len(indices))
+                                   .detach().cpu().numpy()) if indices else 0
         if name == "renorm":  # the norm of each slice along dim: everything but that dim
             x = tensors[0]
             return int(x.numel() // max(along(x, arg(2, "dim")), 1))
@@ -505,20 +509,17 @@ def tile_rule(*, B: int, H: int, T_q: int, T_k: int, block_q: int, block_k: int,
     return score if score > max(tile, largest_io) else None
 
 
-def _most_per_place(index: torch.Tensor, dim) -> int:
-    """How many entries of ``index`` name the same place (the same value, and along ``dim`` only: the
-    same coordinates in every other dim), at most: how many sources an accumulating write adds into
-    one destination. A trailing extra dim (index_put's stacked index tuples) is one place."""
-    a = index.detach().cpu().numpy()
-    if a.size == 0:
-        return 0
-    if a.ndim >= 2 and dim == 1 and a.shape[0] == 1 and a.ndim == 3:  # (1, n, k): n index tuples
-        _, counts = np.unique(a.reshape(-1, a.shape[-1]), axis=0, return_counts=True)
-        return int(counts.max())
-    d = dim if isinstance(dim, int) else -1
-    rows = np.moveaxis(a, d, -1).reshape(-1, a.shape[d])
-    keys = np.arange(rows.shape[0])[:, None] * (int(rows.max()) - int(rows.min()) + 1) + (rows - rows.min())
-    return int(np.unique(keys, return_counts=True)[1].max())
+def _most_per_place(places: np.ndarray) -> int:
+    """How many rows of ``places`` (one destination each: an index tuple, or a (row, index) pair)
+    are the same, at most: how many sources an accumulating write adds into one destination."""
+    return int(np.unique(places, axis=0, return_counts=True)[1].max()) if len(places) else 0
+
+
+def _along_places(index: torch.Tensor, dim) -> np.ndarray:
+    """Destinations of a scatter along ``dim``: (the coordinates in every other dim, the index value)."""
+    a = np.moveaxis(index.detach().cpu().numpy(), dim if isinstance(dim, int) else -1, -1)
+    rows = np.broadcast_to(np.arange(a.size // max(a.shape[-1], 1))[:, None], (a.size // max(a.shape[-1], 1), a.shape[-1]))
+    return np.stack([rows.ravel(), a.reshape(-1)], axis=1)
 
 
 def row_rule(*, T_k: int, block_k: int, D: int, T_q: int | None = None, block_q: int | None = None) -> int | None:

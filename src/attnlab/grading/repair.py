@@ -109,7 +109,7 @@ _SUSPICIOUS = [(re.compile(p, re.MULTILINE), why) for p, why in SUSPICIOUS]
 _EVASIVE_IMPORTS = frozenset({"importlib", "codecs", "base64", "binascii", "zlib", "lzma", "bz2", "marshal",
                               "pickle", "dill", "ctypes", "cffi", "threading", "_thread", "concurrent",
                               "multiprocessing", "gc", "runpy", "operator", "builtins", "unittest", "pkgutil",
-                              "copyreg", "pydoc"})
+                              "copyreg"})  # pydoc: flagged as a resolver of text paths (_RESOLVER_MODULES)
 #: Ways to a tensor's memory that bypass torch (a NumPy view of a tensor made under the method probe,
 #: written in place, carries numbers the probe never saw computed): attributes, protocol methods a
 #: class can define, and NumPy functions that view their argument's memory (flagged when that
