@@ -737,6 +737,50 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     assert _processes_with(b"spare-test-daemon") == []
 
 
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="a grader that is not root runs kernels as its own account")
+def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypatch):
+    """Graded by root, learner code runs as a uid of its own, with no capability: a root-only file the
+    sandbox still shows (as /etc/shadow is) cannot be read into the feedback, the copied submission
+    files and the scratch folder are its own, a link in the submission is not followed, the account
+    has a name (pwd, USER), and RLIMIT_NPROC binds its tasks; ATTNLAB_KERNEL_ACCOUNT=root keeps uid 0
+    (and can read it)."""
+    from attnlab.grading import execute, sandbox
+
+    secret = tmp_path / "visible" / "root-only.txt"  # bound in read-only, as /etc/shadow is visible
+    secret.parent.mkdir()
+    secret.write_text("root's secret")
+    os.chmod(secret, 0o600)
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "03_flash_backward.ipynb").write_text("{}")
+    os.chmod(folder / "03_flash_backward.ipynb", 0o600)  # as an LMS archive may leave it
+    os.symlink(secret, folder / "link.ipynb")
+    monkeypatch.setattr(sandbox, "_needed_read_only", lambda real=sandbox._needed_read_only: [*real(), str(secret)])
+    probe = ("import os, pwd, resource, json\n"
+             "assert os.getuid() == 0 or pwd.getpwuid(os.getuid()).pw_name == os.environ['USER'] == 'attnlab-kernel'\n"
+             f"try:\n    got = open({str(secret)!r}).read()\nexcept OSError as exc:\n    got = type(exc).__name__\n"
+             "caps = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith(('CapEff', 'CapPrm'))]\n"
+             "print(json.dumps([os.getuid(), got, caps, open('03_flash_backward.ipynb').read(), "
+             "os.path.exists('link.ipynb'), os.stat('.').st_uid, resource.getrlimit(resource.RLIMIT_NPROC)[0]]))")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+
+    def run():
+        out, _ = execute.GradingExecute(timeout=60, prewarm=False, guard=True, max_tasks=300).preprocess(
+            nbformat.from_dict(json.loads(json.dumps(nb))),
+            {"unique_key": "03_flash_backward", "metadata": {"path": str(folder)}})
+        return json.loads(out.cells[-1].outputs[0]["text"])
+
+    uid, got, caps, copied, link, owner, nproc = run()
+    assert uid in sandbox.KERNEL_IDS and owner == uid and got == "PermissionError", (uid, got)
+    assert caps == ["0000000000000000"] * 2 and copied == "{}" and not link and nproc == 300
+    monkeypatch.setenv(sandbox.KERNEL_ACCOUNT_ENV, "root")
+    uid, got, *_ = run()
+    assert uid == 0 and got == "root's secret"
+
+
 def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_follows(tmp_path, monkeypatch):
     """03's kernel has no CUDA device; the spare started meanwhile is 04's kind (GPU shown) and is
     taken by 04; the one started during 04 is the next student's 01 kind (GPU hidden)."""

@@ -350,3 +350,61 @@ def test_flash_checker_rejects_a_kernel_that_writes_into_its_inputs():
 
     with pytest.raises(AssertionError, match="wrote into its input K"):
         check_flash_kernel(zero_k_kernel, T=16, D=16, device="cpu")
+
+
+def test_interpreter_patches_the_language_once_per_launch(tmp_path):
+    """Triton's interpreter re-patches triton.language at every @triton.jit call inside a kernel (tl.max,
+    tl.sum...); with attnlab's change a launch patches each language module once, whatever the number of
+    such calls, and computes the same. Fresh interpreter: the count is taken before and after the change."""
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "rowmax.py").write_text(textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def rowmax_kernel(X, Y, N_TILES: tl.constexpr, BLOCK: tl.constexpr):
+            best = tl.full((), float("-inf"), tl.float32)
+            total = tl.zeros((), tl.float32)
+            for t in range(N_TILES):
+                x = tl.load(X + t * BLOCK + tl.arange(0, BLOCK))
+                best = tl.maximum(best, tl.max(x, 0))
+                total += tl.sum(x, 0)
+            tl.store(Y, best)
+            tl.store(Y + 1, total)
+    '''))
+    script = textwrap.dedent(f'''
+        import os, sys
+        os.environ["TRITON_INTERPRET"] = "1"
+        sys.path.insert(0, {str(tmp_path)!r})
+        import torch
+        from triton.runtime import interpreter as ti
+        from rowmax import rowmax_kernel
+        calls = [0]
+        real = ti._patch_builtin
+        def counted(*a, **k):
+            calls[0] += 1
+            return real(*a, **k)
+        ti._patch_builtin = counted
+
+        def patches(kernel, tiles):
+            x = torch.randn(tiles * 16)
+            y = torch.empty(2)
+            calls[0] = 0
+            kernel[(1,)](x, y, N_TILES=tiles, BLOCK=16)
+            assert torch.allclose(y, torch.stack([x.max(), x.sum()]), atol=1e-5), (y, x.max(), x.sum())
+            return calls[0]
+
+        print(patches(rowmax_kernel, 1), patches(rowmax_kernel, 6))
+        from attnlab.device import runnable_kernel
+        kernel = runnable_kernel(rowmax_kernel)
+        print(patches(kernel, 1), patches(kernel, 6))
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before, after = (tuple(map(int, line.split())) for line in proc.stdout.split("\n")[-3:-1])
+    assert before[1] > before[0], before  # Triton alone: more nested calls, more patching
+    assert after[0] == after[1] < before[1], after

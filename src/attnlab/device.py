@@ -207,6 +207,7 @@ def runnable_kernel(kernel):
         kernel = _interpreted(kernel)
     if type(kernel) is interpreted_cls:
         _fix_interpreter_index()
+        _patch_lang_once_per_launch()
     return kernel
 
 
@@ -241,6 +242,58 @@ def _fix_interpreter_index() -> None:
 
     patch_lang_tensor.attnlab_index_fix = True
     ti._patch_lang_tensor = patch_lang_tensor
+
+
+class _NoPatches:
+    def restore(self) -> None:
+        pass
+
+
+def _patch_lang_once_per_launch() -> None:
+    """Make Triton's interpreter patch ``triton.language`` once per kernel launch, not at every call.
+
+    The interpreter runs a ``@triton.jit`` function called inside a kernel (``tl.max``, ``tl.sum`` and
+    the rest of ``triton.language.standard`` are such functions) by patching the language again:
+    ``inspect.getmembers`` over ``tl``, ``tl.tensor`` and ``tl.math``, a few thousand attributes. The
+    second patch of a module within one launch changes nothing (builtins already replaced are no
+    longer builtins; the rest is set to equivalent functions), and it cost 05's reference kernel
+    about a sixth of its interpreted run (2026-12-02, Triton 3.9). Here a module already patched in
+    the running launch is not patched again. Nothing changes where Triton's interpreter has no
+    ``_patch_lang`` or ``GridExecutor``."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as ti
+    except ImportError:
+        return
+    original, executor = getattr(ti, "_patch_lang", None), getattr(ti, "GridExecutor", None)
+    if original is None or executor is None or getattr(original, "attnlab_once", False):
+        return
+    languages = (tl, tl.core)
+    launch = {"depth": 0, "patched": []}
+
+    def patch_lang(fn):
+        langs = [v for v in fn.__globals__.values() if any(v is lang for lang in languages)]
+        if launch["depth"] and all(any(v is p for p in launch["patched"]) for v in langs):
+            return _NoPatches()
+        scope = original(fn)
+        if launch["depth"]:
+            launch["patched"] += langs
+        return scope
+
+    run = executor.__call__
+
+    def call(self, *args, **kwargs):
+        launch["depth"] += 1
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            launch["depth"] -= 1
+            if not launch["depth"]:
+                launch["patched"] = []  # the launch restored its patches
+
+    patch_lang.attnlab_once = True
+    ti._patch_lang = patch_lang
+    executor.__call__ = call
 
 
 def _quiet_interpreter_warnings() -> None:
@@ -306,6 +359,7 @@ def interpreted_twin(kernel):
     if type(kernel) is not jit_cls:
         raise TypeError(f"interpreted_twin takes a compiled-mode JITFunction, got {type(kernel).__qualname__}")
     _fix_interpreter_index()
+    _patch_lang_once_per_launch()
     _quiet_interpreter_warnings()
     saved = [(owner, dict(vars(owner))) for owner in _triton_namespaces()]
     module = kernel.fn.__globals__

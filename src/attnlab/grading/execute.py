@@ -105,6 +105,12 @@ def process_start(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def _plain_file(path: str) -> bool:
+    """A regular file, not a link: the grader copies as root, and a link in a submission folder could
+    point at a file only root may read, which the kernel would then read from its scratch folder."""
+    return os.path.isfile(path) and not os.path.islink(path)
+
+
 def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
@@ -297,7 +303,8 @@ class GradingExecute(Execute):
                 guarded = self._kernel_eval(
                     f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r}, ns=globals(), "
                     f"alias={self._alias!r}, max_tasks={self.max_tasks!r}, "
-                    f"grader_namespace={_tasks.user_namespace()!r}, triton={_uses_triton(nb)!r})") is not None
+                    f"grader_namespace={_tasks.user_namespace()!r}, triton={_uses_triton(nb)!r}, "
+                    f"own_account={getattr(self.km, 'account', None) is not None!r})") is not None
                 if not guarded:
                     self._notes.append("the grader could not install its integrity guard in the kernel")
             if not guarded:
@@ -552,6 +559,7 @@ class GradingExecute(Execute):
     def _submission_folder(self, resources: dict) -> str:
         """The student's submitted folder (nbgrader's), else the folder nbgrader says the notebook is in."""
         here = resources.get("metadata", {}).get("path") or "."
+        account = getattr(self.km, "account", None)  # a root grader's kernel reads them as its own account
         info = resources.get("nbgrader", {})
         if info.get("student") and info.get("assignment"):
             from nbgrader.coursedir import CourseDirectory
@@ -609,15 +617,16 @@ class GradingExecute(Execute):
         """Copy into the kernel's scratch folder the submission's notebooks, and the instructor's
         other files that nbgrader copied into the autograded folder."""
         here = resources.get("metadata", {}).get("path") or "."
+        account = getattr(self.km, "account", None)  # a root grader's kernel reads them as its own account
         try:
             for name in os.listdir(here):
                 src = os.path.join(here, name)
-                if os.path.isfile(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
-                    shutil.copy(src, os.path.join(run, name))
+                if _plain_file(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
+                    _sandbox.hand_over(shutil.copy(src, os.path.join(run, name)), account)
             submitted = self._submission_folder(resources)
             for name in os.listdir(submitted):
                 src = os.path.join(submitted, name)
-                if name.endswith(".ipynb") and os.path.isfile(src) and os.path.getsize(src) < _MAX_COPY:
-                    shutil.copy(src, os.path.join(run, name))
+                if name.endswith(".ipynb") and _plain_file(src) and os.path.getsize(src) < _MAX_COPY:
+                    _sandbox.hand_over(shutil.copy(src, os.path.join(run, name)), account)
         except OSError:
             pass

@@ -101,7 +101,7 @@ def _functions_of(owner_name: str, value, out: list) -> None:
 
 
 def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | None = None, alias: str = "",
-            max_tasks: int = 0, grader_namespace: str = "", triton: bool = False) -> str:
+            max_tasks: int = 0, grader_namespace: str = "", triton: bool = False, own_account: bool = False) -> str:
     """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only) and its
     processes and threads (``max_tasks``, where RLIMIT_NPROC counts this sandbox only: see
     :func:`attnlab.grading.tasks.limit_in_kernel`). Idempotent.
@@ -147,10 +147,11 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
                     _functions_of(f"{name}.{key}.{k2}", v2, state.code)
             _functions_of(f"{name}.{key}", value, state.code)
     if triton:
-        try:  # the course's own fix to Triton's interpreter, applied now so that the snapshot holds it
-            from attnlab.device import _fix_interpreter_index
+        try:  # the course's own changes to Triton's interpreter, applied now so that the snapshot holds them
+            from attnlab.device import _fix_interpreter_index, _patch_lang_once_per_launch
 
             _fix_interpreter_index()
+            _patch_lang_once_per_launch()
         except Exception:  # noqa: BLE001
             pass
     for name, classes in _TRITON_CLASSES.items() if triton else ():
@@ -176,7 +177,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
     from .tasks import limit_in_kernel  # RLIMIT_NPROC where it counts this sandbox only
 
     return json.dumps({"installed": True, "memory_limit_gb": limited,
-                       "max_tasks": limit_in_kernel(max_tasks, grader_namespace)})
+                       "max_tasks": limit_in_kernel(max_tasks, grader_namespace, own_account)})
 
 
 def _limit_memory(gb: float) -> float:

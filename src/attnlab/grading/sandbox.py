@@ -6,6 +6,13 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
 - no capabilities (``--cap-drop ALL``), also when the grader runs as root: the mounts below cannot
   be undone or redone from inside; ``/proc/sys`` and ``/proc/sysrq-trigger`` are read-only (uid 0
   needs no capability to write a sysctl such as ``kernel.core_pattern``);
+- when the grader runs as root, the kernel runs as an account of its own (:func:`kernel_account`: a
+  uid and gid from :data:`KERNEL_IDS` that no file on the machine belongs to), so it cannot read what
+  only root may read and is still visible (``/etc/shadow``, SSH host keys) and print it into the
+  feedback a student gets back; RLIMIT_NPROC then counts that kernel's tasks alone. bwrap keeps
+  ``CAP_SETUID`` and ``CAP_SETGID`` for a few lines of ``python -I -S`` (:data:`_DROP`) that switch
+  to the account, check that no capability is left and exec the kernel. Run by another account,
+  bwrap's user namespace already gives the kernel no more rights than the grader's account;
 - the whole file system is read-only (``--ro-bind / /``); the course folder (gradebook.db,
   submitted/, autograded/), every home folder, ``/tmp``, ``/var/tmp`` and ``/run`` are hidden
   behind empty tmpfs mounts, and only what the kernel needs is bound back read-only: the
@@ -66,6 +73,35 @@ HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv"
 _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
 #: Driver nodes every CUDA process opens besides its GPU's own node (those present are bound).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
+#: The uids (each also the gid) a root grader's kernels run as, one drawn at random per kernel: past
+#: the ranges systemd hands to users, dynamic users and containers (0x70000000 and above is unused
+#: there), so no file or process on the machine belongs to one. Two kernels that drew the same one
+#: would only share a task count; their namespaces still keep them apart.
+KERNEL_IDS = range(0x75000000, 0x75000000 + 2**20)
+#: The kernel account's name in the sandbox's /etc/passwd and /etc/group (and USER, LOGNAME).
+KERNEL_ACCOUNT_NAME = "attnlab-kernel"
+#: "root" keeps a root grader's kernels at uid 0 (not recommended: see :func:`kernel_account`).
+KERNEL_ACCOUNT_ENV = "ATTNLAB_KERNEL_ACCOUNT"
+#: Run inside the sandbox by ``python -I -S`` (no site, no environment, no working folder on sys.path:
+#: nothing a submission wrote is read) before the kernel: argv = uid gid groups folder -- command...
+#: It enters the scratch folder as the account: root without capabilities may not (bwrap's --chdir).
+_DROP = """import os, sys
+uid, gid, groups = int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",") if g]
+os.setgroups(groups)
+os.setresgid(gid, gid, gid)
+os.setresuid(uid, uid, uid)
+import ctypes  # the switch empties the permitted and effective sets; capset empties the inheritable one
+empty = (ctypes.c_uint32 * 6)()
+if ctypes.CDLL(None, use_errno=True).capset((ctypes.c_uint32 * 2)(0x20080522, 0), empty) != 0:
+    sys.exit(f"attnlab sandbox: capset failed: {os.strerror(ctypes.get_errno())}")
+os.chdir(sys.argv[4])
+caps = [ln.split() for ln in open("/proc/self/status") if ln.startswith(("Cap", "NoNewPrivs"))]
+left = [f"{k} {v}" for k, v in caps if k != "CapBnd:" and int(v, 16) != (k == "NoNewPrivs:")]
+if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or left:
+    sys.exit(f"attnlab sandbox: could not drop to uid {uid} without capabilities: {left}")
+os.execvp(sys.argv[6], sys.argv[6:])
+"""
+_AUTO = object()
 
 RISK = ("Without the sandbox, learner code runs with your account's rights: it can read and rewrite "
         "gradebook.db and other students' submissions, plant a module named `attnlab` or a .pth file "
@@ -97,7 +133,9 @@ def check() -> tuple[bool, str]:
         if not ok:
             return False, f"bwrap could not start a sandbox: {(proc.stderr or proc.stdout).strip()[-300:]}"
         version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-        return True, f"{version} at {exe}"
+        who = ("each kernel as an account of its own (uid >= {:#x}), not root".format(KERNEL_IDS.start)
+               if kernel_account() is not None else "kernels as this account")
+        return True, f"{version} at {exe}; {who}"
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bwrap could not start a sandbox: {exc}"
     finally:
@@ -133,6 +171,66 @@ def _course_roots() -> list[str]:
     folder, gradebook included) and the grader's temporary folder, where every other kernel's
     scratch folder lives (``TMPDIR`` need not be /tmp)."""
     return [os.getcwd(), tempfile.gettempdir()]
+
+
+def kernel_account() -> int | None:
+    """The uid (also the gid) a new kernel runs as: a fresh one from :data:`KERNEL_IDS` when this grader
+    runs as root, else None (the kernel is the grader's own account, in bwrap's user namespace).
+
+    Setting :data:`KERNEL_ACCOUNT_ENV` to ``root`` keeps a root grader's kernels at uid 0: learner code
+    can then read every root-only file the sandbox still shows (``/etc/shadow``, host keys) and print
+    it into its notebook, which may go back to the student as feedback.
+    """
+    if os.geteuid() != 0 or os.environ.get(KERNEL_ACCOUNT_ENV, "").strip().lower() == "root":
+        return None
+    import secrets
+
+    return KERNEL_IDS[secrets.randbelow(len(KERNEL_IDS))]
+
+
+def hand_over(path: str, account: int | None) -> None:
+    """Make ``path`` (a file, or a folder and everything in it) the kernel account's, so the kernel
+    can read and write what the grader put in its scratch folder; nothing when ``account`` is None."""
+    if account is None:
+        return
+    os.chown(path, account, account, follow_symlinks=False)
+    if os.path.isdir(path) and not os.path.islink(path):
+        for folder, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.chown(os.path.join(folder, name), account, account, follow_symlinks=False)
+
+
+def _account_entries(account: int, home: str) -> dict[str, str]:
+    return {"passwd": f"{KERNEL_ACCOUNT_NAME}:x:{account}:{account}:attnlab grading kernel:{home}:/usr/sbin/nologin",
+            "group": f"{KERNEL_ACCOUNT_NAME}:x:{account}:"}
+
+
+def _with_line(source: str, line: str, target: str) -> str:
+    """``target``: a copy of ``source`` (the host's /etc/passwd or /etc/group) with ``line`` added,
+    readable by all, owned by the grader; bound over ``source`` in the sandbox."""
+    try:
+        text = Path(source).read_text()
+    except OSError:
+        text = ""
+    Path(target).write_text(text + ("" if not text or text.endswith("\n") else "\n") + line + "\n")
+    os.chmod(target, 0o644)
+    return target
+
+
+def _device_groups(nodes: list[str]) -> list[int]:
+    """The groups a kernel account needs to open the bound device nodes that are not open to all
+    (e.g. ``/dev/nvidia*`` as 0660 root:video on some hosts)."""
+    groups = set()
+    for node in nodes:
+        paths = [os.path.join(node, n) for n in os.listdir(node)] if os.path.isdir(node) else [node]
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if st.st_mode & 0o006 != 0o006:
+                groups.add(st.st_gid)
+    return sorted(groups - {0})
 
 
 def gpu_nodes(dev: Path = Path("/dev"), env: dict | None = None) -> list[str]:
@@ -175,11 +273,31 @@ def _rebind(path: str, hide: list[str]) -> bool:
     return inside and not uncovers
 
 
+def _mount_point_parents(path: str, hide: list[str], made: set[str]) -> list[str]:
+    """bwrap arguments that make the folders between the innermost hidden folder holding ``path`` and
+    ``path`` itself open to all (0755), as on the host: bwrap would make them 0700, which a kernel
+    account (:func:`kernel_account`) cannot pass on its way to the interpreter or its scratch folder."""
+    inside = [h for h in hide if _under(path, [h])]
+    if not inside:
+        return []
+    top, args = max(inside, key=len).rstrip("/"), []
+    parts = path[len(top):].strip("/").split("/")[:-1]
+    for i in range(len(parts)):
+        folder = top + "/" + "/".join(parts[:i + 1])
+        if folder not in made:
+            made.add(folder)
+            args += ["--perms", "0755", "--dir", folder]
+    return args
+
+
 def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
-         hidden: list[str] | None = None, gpu: bool = True) -> list[str]:
+         hidden: list[str] | None = None, gpu: bool = True, account=_AUTO) -> list[str]:
     """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
     sockets), ``read_only`` files bound back, the GPU's device nodes unless ``gpu`` is False; see
-    the module docstring for the rest."""
+    the module docstring for the rest. ``account``: the uid ``cmd`` runs as (default: a fresh
+    :func:`kernel_account`; None: the grader's); scratch and ``ipc_dir`` are handed over to it."""
+    if account is _AUTO:
+        account = kernel_account()
     home = os.path.expanduser("~")
     hide = [h for h in dict.fromkeys([*HIDDEN, home, *(hidden if hidden is not None else _course_roots())])
             if h and h != "/" and os.path.isdir(h)]
@@ -189,17 +307,19 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     # the kernel runs as uid 0 when the grader is root, and sysctls need no capability: a writable
     # kernel.core_pattern runs any program as root outside every namespace (red team, 2026-12-01)
     args += [a for path in _PROC_READ_ONLY if os.path.exists(path) for a in ("--ro-bind", path, path)]
-    for dev in gpu_nodes() if gpu else []:
+    devices = gpu_nodes() if gpu else []
+    for dev in devices:
         args += ["--dev-bind", dev, dev]
     args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
     for h in hide:
         args += ["--size", str(TMPFS_BYTES), "--tmpfs", h]
+    made: set[str] = set()
     for p in [*_needed_read_only(), *read_only]:
         if _rebind(p, hide):
-            args += ["--ro-bind", p, p]
-    args += ["--bind", scratch, scratch]
-    if ipc_dir:
-        args += ["--bind", ipc_dir, ipc_dir]
+            args += [*_mount_point_parents(p, hide, made), "--ro-bind", p, p]
+    for folder in (scratch, ipc_dir):
+        if folder:
+            args += [*_mount_point_parents(folder, hide, made), "--bind", folder, folder]
     for h in reversed(hide):  # the hiding tmpfs read-only too, once the mount points in it exist
         args += ["--remount-ro", h]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -207,13 +327,29 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
              # bwrap started by root keeps root's capabilities in the sandbox unless told: with them a
              # kernel mounts / again without the hiding tmpfs and writes the gradebook (red team, 2026-12-01)
              "--cap-drop", "ALL",
-             "--die-with-parent", "--new-session", "--chdir", scratch]
+             "--die-with-parent", "--new-session"]
+    if account is None:
+        args += ["--chdir", scratch]
     for key, value in scratch_env(scratch).items():
         args += ["--setenv", key, value]
     # ipykernel would take PID 1 (bwrap's reaper) for a dead parent and quit; --die-with-parent
     # already ties the kernel's life to the grader's
     args += ["--unsetenv", "JPY_PARENT_PID"]
-    return [*args, "--", *cmd]
+    if account is None:
+        return [*args, "--", *cmd]
+    for folder in (scratch, ipc_dir):
+        if folder:
+            hand_over(folder, account)
+    if ipc_dir:  # a kernel's account has a name, as any process's has (pwd.getpwuid, getpass)
+        for name, line in _account_entries(account, scratch).items():
+            args += ["--ro-bind", _with_line(f"/etc/{name}", line, os.path.join(ipc_dir, name)), f"/etc/{name}"]
+    args += ["--setenv", "USER", KERNEL_ACCOUNT_NAME, "--setenv", "LOGNAME", KERNEL_ACCOUNT_NAME]
+    # the two capabilities the switch to the account needs; it drops them, and bwrap's no_new_privs
+    # keeps the kernel from gaining any back through a set-uid program
+    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    groups = ",".join(str(g) for g in _device_groups(devices))
+    return [*args, "--", sys.executable, "-I", "-S", "-c", _DROP, str(account), str(account), groups, scratch,
+            "--", *cmd]
 
 
 def scratch_env(scratch: str) -> dict[str, str]:
@@ -260,6 +396,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.gpu = gpu  # False: no GPU device node is bound (the caller also hides it in the environment)
         # a pids cgroup of its own where this machine allows one (else the guard's RLIMIT_NPROC, or none)
         self.cgroup = _tasks.create(max_tasks)
+        self.account = kernel_account()  # None: the grader's own account
         self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
         _seed_caches(self.scratch)
         self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
@@ -268,8 +405,10 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def format_kernel_cmd(self, extra_arguments=None):
         cmd = super().format_kernel_cmd(extra_arguments)
-        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir,
-                                              read_only=[os.path.realpath(self.connection_file)], gpu=self.gpu))
+        connection = os.path.realpath(self.connection_file)
+        hand_over(connection, self.account)  # written 0600 by the grader: the kernel reads its ports and key
+        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir, read_only=[connection],
+                                              gpu=self.gpu, account=self.account))
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch

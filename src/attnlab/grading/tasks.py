@@ -16,7 +16,9 @@ loses points for it. Two bounds, each counting every task (process or thread) of
   counts it per user namespace, and bwrap run by an account other than root gives every sandbox
   a user namespace of its own, so the limit counts that kernel's tasks only. Root's tasks are
   exempt from RLIMIT_NPROC, and without a namespace of its own the count would include every
-  process of the account (other kernels, the grader), so the guard sets it only in that case.
+  process of the account (other kernels, the grader), so the guard sets it only in that case, or
+  where a root grader runs the kernel as an account of its own (:func:`.sandbox.kernel_account`),
+  which no other process shares.
 
 :func:`describe` says which bound is in force here (``attnlab autograde`` prints it, ``attnlab
 doctor`` checks it). Where neither works (root without a writable pids cgroup), grading goes on
@@ -257,13 +259,16 @@ def _per_namespace_counts() -> bool:
     return (major, minor) >= (5, 14)
 
 
-def limit_in_kernel(max_tasks: int, grader_namespace: str) -> int:
+def limit_in_kernel(max_tasks: int, grader_namespace: str, own_account: bool = False) -> int:
     """Set RLIMIT_NPROC to ``max_tasks`` in this (sandboxed kernel) process where it counts this
-    sandbox's tasks only: it runs in a user namespace other than the grader's (``grader_namespace``,
-    :func:`user_namespace` there) and Linux counts per namespace. The limit set, or 0 where none was
-    (there, it would also count the grader's and the other kernels' tasks, or bind nothing for root)."""
+    sandbox's tasks only: the kernel runs as an account of its own (``own_account``: a root grader's
+    kernel, :func:`attnlab.grading.sandbox.kernel_account`), or in a user namespace other than the
+    grader's (``grader_namespace``, :func:`user_namespace` there) and Linux counts per namespace. The
+    limit set, or 0 where none was (there, it would also count the grader's and the other kernels'
+    tasks, or bind nothing for root)."""
     mine = user_namespace()
-    if max_tasks <= 0 or not mine or not grader_namespace or mine == grader_namespace or not _per_namespace_counts():
+    apart = mine and grader_namespace and mine != grader_namespace and _per_namespace_counts()
+    if max_tasks <= 0 or not (apart or own_account and os.getuid() != 0):
         return 0
     import resource
 
@@ -325,10 +330,14 @@ def describe() -> tuple[bool, str]:
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")
     if _bwrap_makes_user_namespaces() and _per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
+    from .sandbox import kernel_account
+
+    if os.getuid() == 0 and kernel_account() is not None:
+        return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC of each kernel's own account)"
     where = (f"the grader's cgroup {own} offers no pids controller" if own is not None and not offered else
              f"the grader's cgroup {own} is not writable" if own is not None else "no pids cgroup can be made")
-    why = ("as root the sandboxes share the grader's user namespace, where RLIMIT_NPROC cannot count one "
-           "kernel alone" if os.getuid() == 0 else
+    why = ("as root with kernels kept at uid 0 (ATTNLAB_KERNEL_ACCOUNT=root), RLIMIT_NPROC binds nothing"
+           if os.getuid() == 0 else
            "bwrap is setuid root here (no user namespace per sandbox)" if not _bwrap_makes_user_namespaces()
            else "this Linux (before 5.14) counts RLIMIT_NPROC per account, not per sandbox")
     return False, (f"no bound on a kernel's processes and threads: {where}, and {why}. A notebook that forks "
