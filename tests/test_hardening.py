@@ -1043,3 +1043,20 @@ def test_outputs_rewritten_behind_the_output_hook_are_cleaned():
     assert event_attributes(formgrade_html(nb))
     assert clean_outputs(nb) == [0]
     assert event_attributes(formgrade_html(nb)) == [] and "<b>ok</b>" in formgrade_html(nb)
+
+
+def test_sandbox_check_says_when_only_the_kernel_account_cannot_start(monkeypatch):
+    """A root grader whose course lies in a folder only root may enter: the check names the account and
+    the two ways out, instead of a bare bwrap error."""
+    from attnlab.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "kernel_account", lambda: sandbox.KERNEL_IDS.start)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sandbox, "_starts", lambda account: "" if account is None else "Permission denied")
+    sandbox.check.cache_clear()
+    try:
+        ok, detail = sandbox.check()
+    finally:
+        sandbox.check.cache_clear()
+    assert not ok and "account of their own" in detail and "chmod -R o+rX" in detail
+    assert f"{sandbox.KERNEL_ACCOUNT_ENV}=root" in detail and "Permission denied" in detail

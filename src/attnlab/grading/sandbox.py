@@ -118,28 +118,43 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-@functools.lru_cache(maxsize=1)
-def check() -> tuple[bool, str]:
-    """(works, detail): whether bwrap starts this interpreter in the sandbox used for kernels."""
-    exe = bwrap_path()
-    if exe is None:
-        return False, "bwrap (bubblewrap) is not installed"
+def _starts(account) -> str:
+    """"" when bwrap starts this interpreter, importing the course's package, in a kernel's sandbox as
+    ``account``; else what went wrong."""
     scratch = tempfile.mkdtemp(prefix="attnlab-sandbox-check-")
     try:
         cmd = wrap([sys.executable, "-c", "import attnlab, os; open('ok', 'w').write(str(os.getpid()))"],
-                   scratch, ipc_dir=None)
+                   scratch, ipc_dir=None, account=account)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        ok = proc.returncode == 0 and Path(scratch, "ok").read_text().strip() == "2"
-        if not ok:
-            return False, f"bwrap could not start a sandbox: {(proc.stderr or proc.stdout).strip()[-300:]}"
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-        who = ("each kernel as an account of its own (uid >= {:#x}), not root".format(KERNEL_IDS.start)
-               if kernel_account() is not None else "kernels as this account")
-        return True, f"{version} at {exe}; {who}"
+        ok = os.path.exists(os.path.join(scratch, "ok")) and Path(scratch, "ok").read_text().strip() == "2"
+        return "" if proc.returncode == 0 and ok else (proc.stderr or proc.stdout).strip()[-300:] or "no output"
     except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"bwrap could not start a sandbox: {exc}"
+        return str(exc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=1)
+def check() -> tuple[bool, str]:
+    """(works, detail): whether bwrap starts this interpreter in the sandbox used for kernels, as the
+    account kernels run as (:func:`kernel_account`)."""
+    exe = bwrap_path()
+    if exe is None:
+        return False, "bwrap (bubblewrap) is not installed"
+    account = kernel_account()
+    error = _starts(account)
+    if error and account is not None and not _starts(None):
+        return False, (f"kernels of a root grader run as an account of their own (uid {account}), and it cannot "
+                       f"start Python with the course's package in the sandbox: {error}. Make the interpreter, its "
+                       f"packages and the course readable by all (`chmod -R o+rX` on their folders and the folders "
+                       f"above them), or set {KERNEL_ACCOUNT_ENV}=root to keep kernels at uid 0, where learner code "
+                       f"can read every root-only file the sandbox shows (/etc/shadow) into its feedback")
+    if error:
+        return False, f"bwrap could not start a sandbox: {error}"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    who = (f"each kernel as an account of its own (uid >= {KERNEL_IDS.start:#x}), not root"
+           if account is not None else "kernels as this account")
+    return True, f"{version} at {exe}; {who}"
 
 
 def require(allow_unsafe: bool = False) -> str:
