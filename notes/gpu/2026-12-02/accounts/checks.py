@@ -13,6 +13,7 @@ import tempfile
 import textwrap
 
 here = tempfile.mkdtemp()
+os.chmod(here, 0o755)  # the kernel account reads the probe's module from it
 open(os.path.join(here, "rowmax.py"), "w").write(textwrap.dedent('''
     import triton
     import triton.language as tl
