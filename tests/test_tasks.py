@@ -222,3 +222,26 @@ def test_sweep_removes_only_dead_graders_cgroups_of_this_pid_namespace(tmp_path,
     for name in names.values():
         (tmp_path / name).mkdir()
     assert tasks.sweep() == 1 and removed == [names["reused"]]
+
+
+def test_a_root_grader_without_a_pids_cgroup_bounds_each_kernel_account(monkeypatch):
+    """Root in a container whose cgroup offers no pids controller (the H200 host, a Kubernetes pod): the
+    kernels' own accounts make RLIMIT_NPROC count one kernel each, unless kernels are kept at uid 0."""
+    from attnlab.grading import sandbox
+
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(tasks, "create", lambda n, candidates=None: None)
+    monkeypatch.setattr(tasks, "_own_v2_cgroup", lambda root=None: None)
+    monkeypatch.delenv(sandbox.KERNEL_ACCOUNT_ENV, raising=False)
+    monkeypatch.delenv(tasks.MAX_TASKS_ENV, raising=False)
+    tasks.describe.cache_clear()
+    try:
+        bounded, line = tasks.describe()
+        assert bounded and "own account" in line, line
+        monkeypatch.setenv(sandbox.KERNEL_ACCOUNT_ENV, "root")
+        tasks.describe.cache_clear()
+        bounded, line = tasks.describe()
+        assert not bounded and "ATTNLAB_KERNEL_ACCOUNT=root" in line, line
+    finally:
+        tasks.describe.cache_clear()
