@@ -123,6 +123,14 @@ def graded(tmp_path_factory) -> GradedCourse:
         write_submission(each, "other_mistakes", {n: apply_mistake(reference_notebook(each, n), picked[n])
                                                   for n in each.notebook_names() if n in picked})
         jobs += [("other_mistakes", n) for n in each.notebook_names() if n in picked]
+    # a reference notebook beside a link to a file only root may read: refused, never followed
+    first = c.assignments()[0]
+    folder = write_submission(first, "linked", {n: reference_notebook(first, n) for n in first.notebook_names()[:1]})
+    secret = tmp / "root-only.txt"
+    secret.write_text("root's secret")
+    secret.chmod(0o600)
+    (folder / "notes.txt").symlink_to(secret)
+    jobs += [("linked", n) for n in first.notebook_names()[:1]]
     # one grading worker beside the suite's other xdist worker (2 cores), two when the suite runs alone
     workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print, workers=workers)}

@@ -73,3 +73,12 @@ def test_in_process_runs_lose_what_autograding_loses(graded, notebook):
         failed, others = run_as_autograded(notebook, mistake)
         assert lost == {gid: error.split(":", 1)[0] for gid, error in failed.items()}, (student, r.losses(), failed)
         assert others == {}, (student, others)
+
+
+def test_a_submission_holding_a_link_is_refused_not_followed(graded):
+    """A link in a submission folder (to a file only root may read) would be copied by nbgrader as the
+    grader reads it and handed to the kernel: the whole submission is refused with the reason instead."""
+    r = graded.results[("linked", "01_online_softmax")]
+    assert r.status == "failed" and r.points == 0, (r.status, r.points, r.reason)
+    assert "notes.txt (a link)" in r.reason and "follows no link" in r.reason
+    assert not (graded.course.autograded / "linked" / graded.course.assignment / "notes.txt").exists()

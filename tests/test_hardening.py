@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -1060,3 +1061,56 @@ def test_sandbox_check_says_when_only_the_kernel_account_cannot_start(monkeypatc
         sandbox.check.cache_clear()
     assert not ok and "account of their own" in detail and "chmod -R o+rX" in detail
     assert f"{sandbox.KERNEL_ACCOUNT_ENV}=root" in detail and "Permission denied" in detail
+
+
+def test_links_and_special_files_in_a_submission_are_found(tmp_path):
+    """Links (to files or folders), FIFOs and a linked assignment folder are named; plain files and
+    folders are not; a linked folder is not walked into."""
+    from attnlab.grading.submissions import not_plain_files
+
+    folder = tmp_path / "alice" / "attention_kernels"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "01_online_softmax.ipynb").write_text("{}")
+    (folder / "sub" / "notes.md").write_text("x")
+    assert not_plain_files(folder) == []
+    (folder / "sub" / "answers.ipynb").symlink_to("/etc/shadow")
+    (folder / "course").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(folder / "pipe")
+    assert not_plain_files(folder) == ["course (a link)", "pipe (not a regular file)", "sub/answers.ipynb (a link)"]
+    elsewhere = tmp_path / "bob"
+    elsewhere.mkdir()
+    (elsewhere / "attention_kernels").symlink_to(folder, target_is_directory=True)
+    assert not_plain_files(elsewhere / "attention_kernels") == ["attention_kernels/"]
+
+
+def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_ids(tmp_path, monkeypatch):
+    """Each kernel gets the next uid (no two live kernels share one, nor a later kernel a uid's leftover
+    keyrings soon); a uid a directory resolves to is skipped; a user namespace that does not map the
+    range (rootless container) keeps kernels at the grader's account; the parents of bound folders
+    inside a hidden one are made passable (0755), once each."""
+    import pwd
+
+    from attnlab.grading import sandbox
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.delenv(sandbox.KERNEL_ACCOUNT_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mapped = sandbox._mapped
+    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: True)
+    first = sandbox.kernel_account()
+    taken = first + 1 if first + 1 in sandbox.KERNEL_IDS else sandbox.KERNEL_IDS.start
+    real = pwd.getpwuid
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: real(0) if uid == taken else real(uid))
+    assert sandbox.kernel_account() not in (first, taken) and first in sandbox.KERNEL_IDS
+    maps = tmp_path / "uid_map"
+    maps.write_text("         0       1000          1\n         1     100000      65536\n")
+    assert not mapped(sandbox.KERNEL_IDS, str(maps))
+    maps.write_text("         0          0 4294967295\n")
+    assert mapped(sandbox.KERNEL_IDS, str(maps))
+    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: False)
+    assert sandbox.kernel_account() is None and "maps no uids" in sandbox.kernel_accounts()
+    made: set = set()
+    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.12", ["/tmp", "/root"], made) == [
+        "--perms", "0755", "--dir", "/root/.pyenv", "--perms", "0755", "--dir", "/root/.pyenv/versions"]
+    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
+    assert sandbox._mount_point_parents("/usr/lib/python3", ["/root"], made) == []

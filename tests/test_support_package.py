@@ -375,6 +375,11 @@ def test_interpreter_patches_the_language_once_per_launch(tmp_path):
                 total += tl.sum(x, 0)
             tl.store(Y, best)
             tl.store(Y + 1, total)
+
+
+        @triton.jit
+        def broken_kernel(X):
+            tl.store(X, tl.max(tl.load(X + tl.arange(0, 3)), 0))  # arange needs a power of 2: raises
     '''))
     script = textwrap.dedent(f'''
         import os, sys
@@ -382,7 +387,7 @@ def test_interpreter_patches_the_language_once_per_launch(tmp_path):
         sys.path.insert(0, {str(tmp_path)!r})
         import torch
         from triton.runtime import interpreter as ti
-        from rowmax import rowmax_kernel
+        from rowmax import broken_kernel, rowmax_kernel
         calls = [0]
         real = ti._patch_builtin
         def counted(*a, **k):
@@ -399,12 +404,19 @@ def test_interpreter_patches_the_language_once_per_launch(tmp_path):
             return calls[0]
 
         print(patches(rowmax_kernel, 1), patches(rowmax_kernel, 6))
-        from attnlab.device import runnable_kernel
-        kernel = runnable_kernel(rowmax_kernel)
-        print(patches(kernel, 1), patches(kernel, 6))
+        from attnlab import device
+        kernel = device.runnable_kernel(rowmax_kernel)
+        counts = [patches(kernel, 1), patches(kernel, 6)]
+        try:  # a launch that raises leaves no record of patched modules behind
+            device.runnable_kernel(broken_kernel)[(1,)](torch.zeros(4))
+            raise SystemExit("broken_kernel ran")
+        except Exception as exc:
+            assert "SystemExit" not in repr(exc)
+        assert device._PATCHED_IN_LAUNCH is None
+        print(*counts, patches(kernel, 6))
     ''')
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     before, after = (tuple(map(int, line.split())) for line in proc.stdout.split("\n")[-3:-1])
     assert before[1] > before[0], before  # Triton alone: more nested calls, more patching
-    assert after[0] == after[1] < before[1], after
+    assert after[0] == after[1] == after[2] < before[1], after

@@ -211,6 +211,29 @@ def runnable_kernel(kernel):
     return kernel
 
 
+# Triton's own interpreter functions that the course wraps, kept here (not in closures) so that the
+# grader's guard, which snapshots this module's globals, restores them if a cell rebinds them.
+_TRITON_PATCH_LANG_TENSOR = None
+_TRITON_PATCH_LANG = None
+_TRITON_GRID_CALL = None
+#: The language modules patched so far by the launch running now; None between launches.
+_PATCHED_IN_LAUNCH: tuple | None = None
+
+
+def _index_of_squeezed(self):
+    return int(self.handle.data.squeeze())
+
+
+def _patch_lang_tensor_with_index(tensor, *args, **kwargs):
+    result = _TRITON_PATCH_LANG_TENSOR(tensor, *args, **kwargs)
+    scope = args[0] if args else kwargs.get("scope")
+    if hasattr(scope, "set_attr"):  # Triton's patch scope undoes it after the run
+        scope.set_attr(tensor, "__index__", _index_of_squeezed)
+    else:
+        tensor.__index__ = _index_of_squeezed
+    return result
+
+
 def _fix_interpreter_index() -> None:
     """Make Triton's interpreter work with NumPy >= 2.4 on Triton versions before the upstream fix.
 
@@ -220,33 +243,47 @@ def _fix_interpreter_index() -> None:
     tensors fails (triton-lang/triton#9171; Triton 3.6 with NumPy 2.5 on the H200 host, 2026-12-01).
     After Triton's own patch, ``__index__`` squeezes the array first, as the upstream fix does.
     Nothing changes where Triton already does so."""
+    global _TRITON_PATCH_LANG_TENSOR
     try:
         from triton.runtime import interpreter as ti
     except ImportError:
         return
     original = getattr(ti, "_patch_lang_tensor", None)
-    if original is None or getattr(original, "attnlab_index_fix", False):
+    if original is None or original is _patch_lang_tensor_with_index:
         return
-
-    def index(self):
-        return int(self.handle.data.squeeze())
-
-    def patch_lang_tensor(tensor, *args, **kwargs):
-        result = original(tensor, *args, **kwargs)
-        scope = args[0] if args else kwargs.get("scope")
-        if hasattr(scope, "set_attr"):  # Triton's patch scope undoes it after the run
-            scope.set_attr(tensor, "__index__", index)
-        else:
-            tensor.__index__ = index
-        return result
-
-    patch_lang_tensor.attnlab_index_fix = True
-    ti._patch_lang_tensor = patch_lang_tensor
+    _TRITON_PATCH_LANG_TENSOR = original
+    ti._patch_lang_tensor = _patch_lang_tensor_with_index
 
 
 class _NoPatches:
     def restore(self) -> None:
         pass
+
+
+def _patch_lang_once(fn):
+    """Triton's ``_patch_lang(fn)``, skipped when every language module ``fn`` sees was patched already
+    by the launch running now."""
+    global _PATCHED_IN_LAUNCH
+    import triton.language as tl
+
+    langs = tuple(v for v in fn.__globals__.values() if v is tl or v is tl.core)
+    done = _PATCHED_IN_LAUNCH
+    if done is not None and langs and all(any(v is p for p in done) for v in langs):
+        return _NoPatches()
+    scope = _TRITON_PATCH_LANG(fn)  # Triton itself raises for a function that sees no language module
+    if done is not None:
+        _PATCHED_IN_LAUNCH = done + langs
+    return scope
+
+
+def _launch_patching_once(self, *args, **kwargs):
+    """Triton's ``GridExecutor.__call__`` (one kernel launch), with its own record of patched modules."""
+    global _PATCHED_IN_LAUNCH
+    outer, _PATCHED_IN_LAUNCH = _PATCHED_IN_LAUNCH, ()
+    try:
+        return _TRITON_GRID_CALL(self, *args, **kwargs)
+    finally:
+        _PATCHED_IN_LAUNCH = outer
 
 
 def _patch_lang_once_per_launch() -> None:
@@ -258,42 +295,20 @@ def _patch_lang_once_per_launch() -> None:
     second patch of a module within one launch changes nothing (builtins already replaced are no
     longer builtins; the rest is set to equivalent functions), and it cost 05's reference kernel
     about a sixth of its interpreted run (2026-12-02, Triton 3.9). Here a module already patched in
-    the running launch is not patched again. Nothing changes where Triton's interpreter has no
-    ``_patch_lang`` or ``GridExecutor``."""
+    the running launch is not patched again. (Triton never undoes the patches of such nested calls
+    to ``tl.core``: they outlive the launch with or without this change.) Nothing changes where
+    Triton's interpreter has no ``_patch_lang`` or ``GridExecutor``."""
+    global _TRITON_PATCH_LANG, _TRITON_GRID_CALL
     try:
-        import triton.language as tl
         from triton.runtime import interpreter as ti
     except ImportError:
         return
     original, executor = getattr(ti, "_patch_lang", None), getattr(ti, "GridExecutor", None)
-    if original is None or executor is None or getattr(original, "attnlab_once", False):
+    if original is None or executor is None or original is _patch_lang_once:
         return
-    languages = (tl, tl.core)
-    launch = {"depth": 0, "patched": []}
-
-    def patch_lang(fn):
-        langs = [v for v in fn.__globals__.values() if any(v is lang for lang in languages)]
-        if launch["depth"] and all(any(v is p for p in launch["patched"]) for v in langs):
-            return _NoPatches()
-        scope = original(fn)
-        if launch["depth"]:
-            launch["patched"] += langs
-        return scope
-
-    run = executor.__call__
-
-    def call(self, *args, **kwargs):
-        launch["depth"] += 1
-        try:
-            return run(self, *args, **kwargs)
-        finally:
-            launch["depth"] -= 1
-            if not launch["depth"]:
-                launch["patched"] = []  # the launch restored its patches
-
-    patch_lang.attnlab_once = True
-    ti._patch_lang = patch_lang
-    executor.__call__ = call
+    _TRITON_PATCH_LANG, _TRITON_GRID_CALL = original, executor.__call__
+    ti._patch_lang = _patch_lang_once
+    executor.__call__ = _launch_patching_once
 
 
 def _quiet_interpreter_warnings() -> None:

@@ -474,7 +474,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     """
     from .course import assignment_of
     from .sandbox import require
-    from .submissions import WHOLE, normalize_submission
+    from .submissions import WHOLE, normalize_submission, not_plain_files
 
     by_assignment: dict[str, list[tuple[str, str]]] = {}
     for s, n in jobs:
@@ -501,7 +501,15 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             progress(f"WARNING: {describe()[1]}")
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
+    refused: dict[str, str] = {}  # student -> why none of the submission's notebooks is graded
     for s in dict.fromkeys(s for s, _ in jobs):
+        odd = not_plain_files(course.submitted / s / course.assignment)
+        if odd:
+            refused[s] = (f"not graded: the submission folder holds {', '.join(odd[:5])}"
+                          f"{' and more' if len(odd) > 5 else ''}; the grader follows no link (it would read "
+                          f"the target with the grader's rights): replace each by the file itself, then grade again")
+            folder_notes[s] = {}
+            continue
         folder_notes[s] = normalize_submission(course.submitted / s / course.assignment, course.notebook_names())
     first_job = {}
     for s, n in jobs:
@@ -512,7 +520,11 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         notes = list(folder_notes[s].get(n, []))
         if first_job[s] == n:
             notes += folder_notes[s].get(WHOLE, [])
-        if outcome is None:
+        if s in refused:
+            auto, manual = notebook_points(course, n)
+            r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual, reason=refused[s])
+            _zero_notebook(course, s, n)
+        elif outcome is None:
             auto, manual = notebook_points(course, n)
             folder = course.submitted / s / course.assignment
             others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
@@ -532,7 +544,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
 
     present = []
     for s, n in jobs:
-        if (course.submitted / s / course.assignment / f"{n}.ipynb").exists():
+        if s not in refused and (course.submitted / s / course.assignment / f"{n}.ipynb").exists():
             present.append(f"{s}/{n}")
         else:
             finish(f"{s}/{n}", None)

@@ -115,7 +115,7 @@ def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
-        folders = [km.scratch, km._ipc_dir, *([str(km.cgroup)] if km.cgroup else [])] \
+        folders = [km.folder, *([str(km.cgroup)] if km.cgroup else [])] \
             if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
             f.write(" ".join([f"{pid}:{process_start(pid) or ''}", *folders]) + "\n")
@@ -559,7 +559,6 @@ class GradingExecute(Execute):
     def _submission_folder(self, resources: dict) -> str:
         """The student's submitted folder (nbgrader's), else the folder nbgrader says the notebook is in."""
         here = resources.get("metadata", {}).get("path") or "."
-        account = getattr(self.km, "account", None)  # a root grader's kernel reads them as its own account
         info = resources.get("nbgrader", {})
         if info.get("student") and info.get("assignment"):
             from nbgrader.coursedir import CourseDirectory

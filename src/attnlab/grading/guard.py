@@ -123,6 +123,16 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         ns[alias] = sys.modules[__name__]
     state.ipython = _ipython_hooks()
     _watch_cells()
+    if triton:
+        # the course's own changes to Triton's interpreter, applied before the snapshots (attnlab.device's
+        # globals hold Triton's originals) so that they hold them
+        try:
+            from attnlab.device import _fix_interpreter_index, _patch_lang_once_per_launch
+
+            _fix_interpreter_index()
+            _patch_lang_once_per_launch()
+        except Exception:  # noqa: BLE001
+            pass
     for name in _MODULES:
         try:
             mod = importlib.import_module(name)
@@ -146,14 +156,6 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
                 for k2, v2 in vars(value).items():
                     _functions_of(f"{name}.{key}.{k2}", v2, state.code)
             _functions_of(f"{name}.{key}", value, state.code)
-    if triton:
-        try:  # the course's own changes to Triton's interpreter, applied now so that the snapshot holds them
-            from attnlab.device import _fix_interpreter_index, _patch_lang_once_per_launch
-
-            _fix_interpreter_index()
-            _patch_lang_once_per_launch()
-        except Exception:  # noqa: BLE001
-            pass
     for name, classes in _TRITON_CLASSES.items() if triton else ():
         try:
             mod = importlib.import_module(name)

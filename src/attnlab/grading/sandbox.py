@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -73,10 +74,9 @@ HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv"
 _PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
 #: Driver nodes every CUDA process opens besides its GPU's own node (those present are bound).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps")
-#: The uids (each also the gid) a root grader's kernels run as, one drawn at random per kernel: past
-#: the ranges systemd hands to users, dynamic users and containers (0x70000000 and above is unused
-#: there), so no file or process on the machine belongs to one. Two kernels that drew the same one
-#: would only share a task count; their namespaces still keep them apart.
+#: The uids (each also the gid) a root grader's kernels run as, handed out in turn (:func:`kernel_account`):
+#: past the ranges systemd gives to users, dynamic users and containers (0x70000000 and above is
+#: unused there), so no file or process on the machine belongs to one.
 KERNEL_IDS = range(0x75000000, 0x75000000 + 2**20)
 #: The kernel account's name in the sandbox's /etc/passwd and /etc/group (and USER, LOGNAME).
 KERNEL_ACCOUNT_NAME = "attnlab-kernel"
@@ -85,18 +85,21 @@ KERNEL_ACCOUNT_ENV = "ATTNLAB_KERNEL_ACCOUNT"
 #: Run inside the sandbox by ``python -I -S`` (no site, no environment, no working folder on sys.path:
 #: nothing a submission wrote is read) before the kernel: argv = uid gid groups folder -- command...
 #: It enters the scratch folder as the account: root without capabilities may not (bwrap's --chdir).
-_DROP = """import os, sys
+_DROP = """import ctypes, os, sys
 uid, gid, groups = int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",") if g]
+libc = ctypes.CDLL(None, use_errno=True)
+cap = 0
+while libc.prctl(24, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # PR_CAPBSET_DROP, up to the last capability
+    cap += 1
 os.setgroups(groups)
 os.setresgid(gid, gid, gid)
 os.setresuid(uid, uid, uid)
-import ctypes  # the switch empties the permitted and effective sets; capset empties the inheritable one
-empty = (ctypes.c_uint32 * 6)()
-if ctypes.CDLL(None, use_errno=True).capset((ctypes.c_uint32 * 2)(0x20080522, 0), empty) != 0:
+# the switch empties the permitted and effective sets; capset empties the inheritable one
+if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
     sys.exit(f"attnlab sandbox: capset failed: {os.strerror(ctypes.get_errno())}")
 os.chdir(sys.argv[4])
 caps = [ln.split() for ln in open("/proc/self/status") if ln.startswith(("Cap", "NoNewPrivs"))]
-left = [f"{k} {v}" for k, v in caps if k != "CapBnd:" and int(v, 16) != (k == "NoNewPrivs:")]
+left = [f"{k} {v}" for k, v in caps if int(v, 16) != (k == "NoNewPrivs:")]
 if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or left:
     sys.exit(f"attnlab sandbox: could not drop to uid {uid} without capabilities: {left}")
 os.execvp(sys.argv[6], sys.argv[6:])
@@ -116,6 +119,17 @@ class SandboxUnavailable(RuntimeError):
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_version() -> tuple[int, ...]:
+    """bwrap's version, (0,) where it cannot be read. ``--size`` (a cap on each tmpfs) came in 0.8.0;
+    Ubuntu 22.04 ships 0.6.1, whose sandboxes then get tmpfs of the kernel's default size."""
+    try:
+        out = subprocess.run([bwrap_path() or "bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout
+        return tuple(int(x) for x in out.split()[-1].split(".")[:3])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return (0,)
 
 
 def _starts(account) -> str:
@@ -142,7 +156,7 @@ def check() -> tuple[bool, str]:
     if exe is None:
         return False, "bwrap (bubblewrap) is not installed"
     account = kernel_account()
-    error = _starts(account)
+    error = _starts(account)  # as the account a kernel would get
     if error and account is not None and not _starts(None):
         return False, (f"kernels of a root grader run as an account of their own (uid {account}), and it cannot "
                        f"start Python with the course's package in the sandbox: {error}. Make the interpreter, its "
@@ -151,9 +165,15 @@ def check() -> tuple[bool, str]:
                        f"can read every root-only file the sandbox shows (/etc/shadow) into its feedback")
     if error:
         return False, f"bwrap could not start a sandbox: {error}"
+    closed = closed_gpu_nodes() if account is not None else []
+    if closed:
+        return False, (f"kernels of a root grader run as an account of their own, and the GPU's device nodes "
+                       f"{', '.join(closed)} are open to root only: every GPU case would fail. Open them to all "
+                       f"(the NVIDIA driver's default, NVreg_DeviceFileMode=0666) or to a group other than root, "
+                       f"or set {KERNEL_ACCOUNT_ENV}=root to keep kernels at uid 0")
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
     who = (f"each kernel as an account of its own (uid >= {KERNEL_IDS.start:#x}), not root"
-           if account is not None else "kernels as this account")
+           if account is not None else f"kernels as this account ({kernel_accounts()})")
     return True, f"{version} at {exe}; {who}"
 
 
@@ -188,24 +208,100 @@ def _course_roots() -> list[str]:
     return [os.getcwd(), tempfile.gettempdir()]
 
 
-def kernel_account() -> int | None:
-    """The uid (also the gid) a new kernel runs as: a fresh one from :data:`KERNEL_IDS` when this grader
-    runs as root, else None (the kernel is the grader's own account, in bwrap's user namespace).
+def _mapped(ids: range, map_file: str) -> bool:
+    """Whether every id of ``ids`` is mapped in this process's user namespace (``/proc/self/uid_map``
+    or ``gid_map``): not so for root in a rootless container, where only a few ids exist."""
+    try:
+        extents = [tuple(map(int, ln.split())) for ln in Path(map_file).read_text().splitlines() if ln.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(inside <= ids.start and ids.stop <= inside + count for inside, _, count in extents)
 
-    Setting :data:`KERNEL_ACCOUNT_ENV` to ``root`` keeps a root grader's kernels at uid 0: learner code
-    can then read every root-only file the sandbox still shows (``/etc/shadow``, host keys) and print
-    it into its notebook, which may go back to the student as feedback.
+
+def kernel_accounts() -> str:
+    """Whether a root grader's kernels run as accounts of their own here: "" if so, else why not.
+
+    Not for a grader that is not root (its kernels are its own account, in bwrap's user namespace),
+    nor where :data:`KERNEL_ACCOUNT_ENV` is ``root`` (learner code can then read every root-only file
+    the sandbox shows, ``/etc/shadow``, and print it into its feedback), nor for root in a user
+    namespace that does not map :data:`KERNEL_IDS` (a rootless container: there root is an ordinary
+    account of the host already).
     """
-    if os.geteuid() != 0 or os.environ.get(KERNEL_ACCOUNT_ENV, "").strip().lower() == "root":
+    if os.geteuid() != 0:
+        return "the grader is not root"
+    if os.environ.get(KERNEL_ACCOUNT_ENV, "").strip().lower() == "root":
+        return f"{KERNEL_ACCOUNT_ENV}=root"
+    if not (_mapped(KERNEL_IDS, "/proc/self/uid_map") and _mapped(KERNEL_IDS, "/proc/self/gid_map")):
+        return f"this user namespace maps no uids {KERNEL_IDS.start:#x}-{KERNEL_IDS.stop - 1:#x}"
+    return ""
+
+
+def kernel_account() -> int | None:
+    """A new kernel's uid (also its gid): the next one of :data:`KERNEL_IDS` that no account or group of
+    this machine resolves to (an LDAP/SSSD directory may hand out ids in that range), or None where
+    :func:`kernel_accounts` says kernels keep the grader's account. Each call hands out another."""
+    if kernel_accounts():
         return None
+    import grp
+    import pwd
+
+    for _ in range(64):
+        uid = KERNEL_IDS[_next_account_index()]
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            return uid
+    raise RuntimeError(f"64 ids in a row from {KERNEL_IDS.start:#x} belong to accounts or groups of this machine: "
+                       f"set {KERNEL_ACCOUNT_ENV}=root, or free that range")
+
+
+def _next_account_index() -> int:
+    """The next kernel account, counted on in a file of the grader's temporary folder (hidden from every
+    kernel) under a lock: kernels started on this machine, by any grading process, get different uids
+    until all of :data:`KERNEL_IDS` have been given out, so live kernels never share one (RLIMIT_NPROC),
+    and what outlives a kernel under its uid (the kernel keyrings of ``add_key``) reaches another
+    kernel only after a million more. A counter file that is not root's own regular file is not
+    trusted: then a random account."""
+    import fcntl
     import secrets
 
-    return KERNEL_IDS[secrets.randbelow(len(KERNEL_IDS))]
+    path = os.path.join(tempfile.gettempdir(), "attnlab-kernel-accounts")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError:
+        return secrets.randbelow(len(KERNEL_IDS))
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            return secrets.randbelow(len(KERNEL_IDS))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 32).strip()
+        index = int(raw) % len(KERNEL_IDS) if raw.isdigit() else secrets.randbelow(len(KERNEL_IDS))
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str((index + 1) % len(KERNEL_IDS)).encode())
+        return index
+    except OSError:
+        return secrets.randbelow(len(KERNEL_IDS))
+    finally:
+        os.close(fd)
 
 
 def hand_over(path: str, account: int | None) -> None:
     """Make ``path`` (a file, or a folder and everything in it) the kernel account's, so the kernel
-    can read and write what the grader put in its scratch folder; nothing when ``account`` is None."""
+    can read and write what the grader put in its scratch folder; nothing when ``account`` is None.
+    Links are changed themselves, never their targets.
+
+    Raises:
+        OSError: ``chown`` failed (EINVAL for an id this user namespace does not map; EPERM when the
+            grader is not root).
+    """
     if account is None:
         return
     os.chown(path, account, account, follow_symlinks=False)
@@ -227,25 +323,33 @@ def _with_line(source: str, line: str, target: str) -> str:
         text = Path(source).read_text()
     except OSError:
         text = ""
-    Path(target).write_text(text + ("" if not text or text.endswith("\n") else "\n") + line + "\n")
-    os.chmod(target, 0o644)
+    with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "w") as f:
+        f.write(text + ("" if not text or text.endswith("\n") else "\n") + line + "\n")
     return target
 
 
-def _device_groups(nodes: list[str]) -> list[int]:
-    """The groups a kernel account needs to open the bound device nodes that are not open to all
-    (e.g. ``/dev/nvidia*`` as 0660 root:video on some hosts)."""
-    groups = set()
+def _device_files(nodes: list[str]):
+    """(path, stat) of each bound device node that is not open to all, folders' entries included."""
     for node in nodes:
-        paths = [os.path.join(node, n) for n in os.listdir(node)] if os.path.isdir(node) else [node]
+        paths = [os.path.join(node, n) for n in sorted(os.listdir(node))] if os.path.isdir(node) else [node]
         for path in paths:
             try:
                 st = os.stat(path)
             except OSError:
                 continue
             if st.st_mode & 0o006 != 0o006:
-                groups.add(st.st_gid)
-    return sorted(groups - {0})
+                yield path, st
+
+
+def _device_groups(nodes: list[str]) -> list[int]:
+    """The groups a kernel account needs to open the bound device nodes that are not open to all
+    (e.g. ``/dev/nvidia*`` as 0660 root:video on some hosts); never root's group."""
+    return sorted({st.st_gid for _, st in _device_files(nodes)} - {0})
+
+
+def closed_gpu_nodes() -> list[str]:
+    """GPU device nodes that only root (user or group) may open: a kernel account cannot use them."""
+    return [path for path, st in _device_files(gpu_nodes()) if st.st_gid == 0 and st.st_mode & 0o060]
 
 
 def gpu_nodes(dev: Path = Path("/dev"), env: dict | None = None) -> list[str]:
@@ -306,11 +410,21 @@ def _mount_point_parents(path: str, hide: list[str], made: set[str]) -> list[str
 
 
 def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
-         hidden: list[str] | None = None, gpu: bool = True, account=_AUTO) -> list[str]:
+         hidden: list[str] | None = None, gpu: bool = True, account: int | None | object = _AUTO,
+         etc_dir: str | None = None) -> list[str]:
     """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
     sockets), ``read_only`` files bound back, the GPU's device nodes unless ``gpu`` is False; see
-    the module docstring for the rest. ``account``: the uid ``cmd`` runs as (default: a fresh
-    :func:`kernel_account`; None: the grader's); scratch and ``ipc_dir`` are handed over to it."""
+    the module docstring for the rest.
+
+    ``account``: the uid ``cmd`` runs as (default: a new :func:`kernel_account`; None: the grader's).
+    With one, this also changes the file system: scratch and ``ipc_dir`` are handed over to it
+    (:func:`hand_over`), and the account's copies of /etc/passwd and /etc/group are written into
+    ``etc_dir``, a folder of the grader's that the kernel cannot write (without one, the account has
+    no name in the sandbox).
+
+    Raises:
+        OSError: handing a folder over or writing into ``etc_dir`` failed.
+    """
     if account is _AUTO:
         account = kernel_account()
     home = os.path.expanduser("~")
@@ -325,9 +439,10 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     devices = gpu_nodes() if gpu else []
     for dev in devices:
         args += ["--dev-bind", dev, dev]
-    args += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
+    size = ["--size", str(TMPFS_BYTES)] if _bwrap_version() >= (0, 8) else []
+    args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]
     for h in hide:
-        args += ["--size", str(TMPFS_BYTES), "--tmpfs", h]
+        args += [*size, "--tmpfs", h]
     made: set[str] = set()
     for p in [*_needed_read_only(), *read_only]:
         if _rebind(p, hide):
@@ -355,13 +470,13 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     for folder in (scratch, ipc_dir):
         if folder:
             hand_over(folder, account)
-    if ipc_dir:  # a kernel's account has a name, as any process's has (pwd.getpwuid, getpass)
+    if etc_dir:  # a kernel's account has a name, as any process's has (pwd.getpwuid, getpass)
         for name, line in _account_entries(account, scratch).items():
-            args += ["--ro-bind", _with_line(f"/etc/{name}", line, os.path.join(ipc_dir, name)), f"/etc/{name}"]
+            args += ["--ro-bind", _with_line(f"/etc/{name}", line, os.path.join(etc_dir, name)), f"/etc/{name}"]
     args += ["--setenv", "USER", KERNEL_ACCOUNT_NAME, "--setenv", "LOGNAME", KERNEL_ACCOUNT_NAME]
-    # the two capabilities the switch to the account needs; it drops them, and bwrap's no_new_privs
-    # keeps the kernel from gaining any back through a set-uid program
-    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    # the capabilities the switch to the account needs (SETPCAP: to empty the bounding set); it drops
+    # them all, and bwrap's no_new_privs keeps the kernel from gaining any back through a set-uid program
+    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     groups = ",".join(str(g) for g in _device_groups(devices))
     return [*args, "--", sys.executable, "-I", "-S", "-c", _DROP, str(account), str(account), groups, scratch,
             "--", *cmd]
@@ -412,9 +527,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         # a pids cgroup of its own where this machine allows one (else the guard's RLIMIT_NPROC, or none)
         self.cgroup = _tasks.create(max_tasks)
         self.account = kernel_account()  # None: the grader's own account
-        self.scratch = tempfile.mkdtemp(prefix="attnlab-run-")
+        # the grader's own folder (0700): the kernel's scratch and socket folders, which the kernel
+        # owns, lie inside it, so no other account reaches them even if the kernel opens them to all;
+        # the account's /etc/passwd and /etc/group copies sit in it, out of the kernel's reach
+        self.folder = tempfile.mkdtemp(prefix="attnlab-run-")
+        self.scratch = os.path.join(self.folder, "scratch")
+        self._ipc_dir = os.path.join(self.folder, "ipc")
+        os.mkdir(self.scratch, 0o700)
+        os.mkdir(self._ipc_dir, 0o700)
         _seed_caches(self.scratch)
-        self._ipc_dir = tempfile.mkdtemp(prefix="attnlab-ipc-")
         self.transport = "ipc"
         self.ip = os.path.join(self._ipc_dir, "kernel")
 
@@ -423,7 +544,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         connection = os.path.realpath(self.connection_file)
         hand_over(connection, self.account)  # written 0600 by the grader: the kernel reads its ports and key
         return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir, read_only=[connection],
-                                              gpu=self.gpu, account=self.account))
+                                              gpu=self.gpu, account=self.account, etc_dir=self.folder))
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
@@ -431,6 +552,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         from .gradebook import kernel_env
 
         kw["env"] = kernel_env(kw.get("env"))
+        # not the grader's stdout and stderr (a worker's log file, read and written by every kernel
+        # it starts: a channel from one student's notebook to the next, red team 2026-12-02); what
+        # the kernel prints reaches the grader as messages
+        kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
         cmd, kw = await super()._async_pre_start_kernel(**kw)
         return cmd, kw
 
@@ -449,8 +574,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
     def remove_folders(self) -> None:
-        """Remove the scratch and socket folders and the cgroup (killing what is left in it)."""
+        """Remove the kernel's folder (scratch, sockets) and the cgroup (killing what is left in it)."""
         if not _tasks.remove(self.cgroup):
             self.log.warning("attnlab: could not remove the kernel's cgroup %s (the next run's sweep will)", self.cgroup)
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        shutil.rmtree(self._ipc_dir, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -12,8 +12,10 @@ report can say what happened. It never overwrites a correctly named notebook.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 #: Written into a submission folder: the moves already made (so re-running keeps the notes).
@@ -122,3 +124,27 @@ def normalize_submission(folder: Path, names: list[str]) -> dict[str, list[str]]
     if changed:
         (folder / NOTES_FILE).write_text(json.dumps(notes, indent=1))
     return notes
+
+
+def not_plain_files(folder: Path) -> list[str]:
+    """What in a submission folder is neither a regular file nor a folder: links (to a file or folder
+    anywhere), FIFOs, sockets, device nodes; the folder itself or its student folder when they are one.
+
+    nbgrader copies a submission's files as root would read them, following links, and the grader
+    then hands them to the notebook's kernel: a link to ``/etc/shadow`` or to the instructor's
+    ``source/`` notebook would be read on the student's behalf (red team, 2026-12-02). Nothing a
+    student hands in through nbgrader's exchange or an LMS archive is a link, so one is refused,
+    not followed. Paths are relative to ``folder``; empty when there is nothing of the kind.
+    """
+    folder = Path(folder)
+    found = [p.name + "/" for p in (folder.parent, folder) if p.is_symlink()]
+    if found or not folder.is_dir():
+        return found
+    for top, dirs, files in os.walk(folder):  # never into a linked folder
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a link" if stat.S_ISLNK(mode) else "not a regular file"
+                found.append(f"{os.path.relpath(path, folder)} ({kind})")
+    return sorted(found)

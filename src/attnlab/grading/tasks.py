@@ -330,13 +330,13 @@ def describe() -> tuple[bool, str]:
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")
     if _bwrap_makes_user_namespaces() and _per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
-    from .sandbox import kernel_account
+    from .sandbox import kernel_accounts
 
-    if os.getuid() == 0 and kernel_account() is not None:
+    if os.getuid() == 0 and not kernel_accounts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC of each kernel's own account)"
     where = (f"the grader's cgroup {own} offers no pids controller" if own is not None and not offered else
              f"the grader's cgroup {own} is not writable" if own is not None else "no pids cgroup can be made")
-    why = ("as root with kernels kept at uid 0 (ATTNLAB_KERNEL_ACCOUNT=root), RLIMIT_NPROC binds nothing"
+    why = (f"as root with kernels kept at uid 0 ({kernel_accounts()}), RLIMIT_NPROC binds nothing"
            if os.getuid() == 0 else
            "bwrap is setuid root here (no user namespace per sandbox)" if not _bwrap_makes_user_namespaces()
            else "this Linux (before 5.14) counts RLIMIT_NPROC per account, not per sandbox")
