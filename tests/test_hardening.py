@@ -1076,7 +1076,9 @@ def test_links_and_special_files_in_a_submission_are_found(tmp_path):
     (folder / "sub" / "answers.ipynb").symlink_to("/etc/shadow")
     (folder / "course").symlink_to(tmp_path, target_is_directory=True)
     os.mkfifo(folder / "pipe")
-    assert not_plain_files(folder) == ["course (a link)", "pipe (not a regular file)", "sub/answers.ipynb (a link)"]
+    os.link(folder / "sub" / "notes.md", folder / "hard.md")
+    assert not_plain_files(folder) == ["course (a link)", "hard.md (a hard link)", "pipe (not a regular file)",
+                                       "sub/answers.ipynb (a link)", "sub/notes.md (a hard link)"]
     elsewhere = tmp_path / "bob"
     elsewhere.mkdir()
     (elsewhere / "attention_kernels").symlink_to(folder, target_is_directory=True)
@@ -1114,3 +1116,38 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
         "--perms", "0755", "--dir", "/root/.pyenv", "--perms", "0755", "--dir", "/root/.pyenv/versions"]
     assert sandbox._mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
     assert sandbox._mount_point_parents("/usr/lib/python3", ["/root"], made) == []
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or os.uname().machine != "x86_64", reason="root on x86_64 (keyctl's number)")
+def test_a_kernel_account_leaves_the_graders_session_keyring():
+    """A grader in a session keyring of its own (a container's, a service's): the kernel account joins a
+    new one, so it neither reads the grader's keys nor passes its own on to the next kernel."""
+    from attnlab.grading import sandbox
+
+    probe = "import ctypes; print(ctypes.CDLL(None).syscall(250, 0, ctypes.c_long(-3), 0))"  # the session keyring's id
+    parent = ("import ctypes, subprocess, sys\nlibc = ctypes.CDLL(None)\n"
+              "print(libc.syscall(250, 1, b'attnlab-test-session'))\n"  # join a new named session keyring
+              f"print(subprocess.run({sandbox.wrap([sys.executable, '-c', probe], tempfile.mkdtemp(), None)!r}, "
+              "capture_output=True, text=True).stdout.strip())")
+    ours, kernel = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
+                                  check=True).stdout.split()
+    assert int(ours) > 0 and int(kernel) > 0 and kernel != ours
+
+
+def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch):
+    """Open to all, or read-write for a group other than root's: usable. Root's group, a group that may
+    only read, or root alone: named, so that the check refuses instead of every GPU case failing."""
+    from attnlab.grading import sandbox
+
+    modes = {"open": (0o666, 44), "video": (0o660, 44), "root-group": (0o660, 0), "read-only-group": (0o640, 44),
+             "root-only": (0o600, 0)}
+    for name, (mode, gid) in modes.items():
+        (tmp_path / name).write_text("")
+        os.chmod(tmp_path / name, mode)
+        if os.geteuid() == 0:
+            os.chown(tmp_path / name, 0, gid)
+    monkeypatch.setattr(sandbox, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes])
+    closed = {os.path.basename(p) for p in sandbox.closed_gpu_nodes()}
+    expected = {"root-group", "read-only-group", "root-only"} if os.geteuid() == 0 else closed
+    assert closed == expected and "open" not in closed

@@ -218,6 +218,9 @@ _TRITON_PATCH_LANG = None
 _TRITON_GRID_CALL = None
 #: The language modules patched so far by the launch running now; None between launches.
 _PATCHED_IN_LAUNCH: tuple | None = None
+#: The names above: the guard leaves them out of its snapshot of this module in a notebook that does
+#: not use Triton (there the wrappers may be installed after the snapshot, and Triton is not guarded).
+TRITON_WRAPPER_STATE = ("_TRITON_PATCH_LANG_TENSOR", "_TRITON_PATCH_LANG", "_TRITON_GRID_CALL", "_PATCHED_IN_LAUNCH")
 
 
 def _index_of_squeezed(self):

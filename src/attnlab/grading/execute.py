@@ -105,6 +105,18 @@ def process_start(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def _copy_in(src: str, dest: str, account: int | None) -> None:
+    """Copy ``src`` into a kernel's scratch folder as a new file (never through a link or over a file
+    already there: such a name is skipped), then hand it to the kernel's account."""
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return
+    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    _sandbox.hand_over(dest, account)
+
+
 def _plain_file(path: str) -> bool:
     """A regular file, not a link: the grader copies as root, and a link in a submission folder could
     point at a file only root may read, which the kernel would then read from its scratch folder."""
@@ -621,11 +633,11 @@ class GradingExecute(Execute):
             for name in os.listdir(here):
                 src = os.path.join(here, name)
                 if _plain_file(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
-                    _sandbox.hand_over(shutil.copy(src, os.path.join(run, name)), account)
+                    _copy_in(src, os.path.join(run, name), account)
             submitted = self._submission_folder(resources)
             for name in os.listdir(submitted):
                 src = os.path.join(submitted, name)
                 if name.endswith(".ipynb") and _plain_file(src) and os.path.getsize(src) < _MAX_COPY:
-                    _sandbox.hand_over(shutil.copy(src, os.path.join(run, name)), account)
+                    _copy_in(src, os.path.join(run, name), account)
         except OSError:
             pass

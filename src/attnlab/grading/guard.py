@@ -142,6 +142,9 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         snap = dict(vars(mod))
         if name == __name__:
             snap.pop("_STATE", None)  # the guard's own state is set after this snapshot
+        if name == "attnlab.device" and not triton:
+            for key in getattr(mod, "TRITON_WRAPPER_STATE", ()):
+                snap.pop(key, None)
         if not name.startswith("attnlab"):
             # public names only: private module state may change legitimately as the library runs
             snap = {k: v for k, v in snap.items() if not k.startswith("_") or k in ("__import__", "__build_class__")}

@@ -94,6 +94,11 @@ while libc.prctl(24, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # PR_CAPBSET_DROP, up 
 os.setgroups(groups)
 os.setresgid(gid, gid, gid)
 os.setresuid(uid, uid, uid)
+# a session keyring of its own: the one inherited (a container's, a service's) would stay usable by a
+# process that possesses it, whatever its uid, and carry keys from one kernel to the next
+keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+if keyctl and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() != 38:  # JOIN_SESSION_KEYRING; ENOSYS
+    sys.exit(f"attnlab sandbox: could not leave the grader's session keyring: {os.strerror(ctypes.get_errno())}")
 # the switch empties the permitted and effective sets; capset empties the inheritable one
 if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
     sys.exit(f"attnlab sandbox: capset failed: {os.strerror(ctypes.get_errno())}")
@@ -262,24 +267,33 @@ def kernel_account() -> int | None:
 
 
 def _next_account_index() -> int:
-    """The next kernel account, counted on in a file of the grader's temporary folder (hidden from every
-    kernel) under a lock: kernels started on this machine, by any grading process, get different uids
-    until all of :data:`KERNEL_IDS` have been given out, so live kernels never share one (RLIMIT_NPROC),
-    and what outlives a kernel under its uid (the kernel keyrings of ``add_key``) reaches another
-    kernel only after a million more. A counter file that is not root's own regular file is not
-    trusted: then a random account."""
+    """The next kernel account, counted on in a file of the grader's own folder in its temporary folder
+    (hidden from every kernel), under a lock: kernels started on this machine, by any grading process,
+    get different uids until all of :data:`KERNEL_IDS` have been given out, so live kernels never share
+    one (RLIMIT_NPROC), and what outlives a kernel under its uid (its user keyring) reaches another
+    kernel only after a million more. A folder or file that is not the grader's own (another account
+    made it first, a link) is not used: then a random account, with a warning."""
     import fcntl
     import secrets
+    import warnings
 
-    path = os.path.join(tempfile.gettempdir(), "attnlab-kernel-accounts")
+    folder = os.path.join(tempfile.gettempdir(), "attnlab-kernel-uids")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-    except OSError:
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise OSError(f"{folder} is not a folder of this account's alone")
+        fd = os.open(os.path.join(folder, "next"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        warnings.warn(f"attnlab: kernel accounts drawn at random ({exc})", RuntimeWarning, stacklevel=2)
         return secrets.randbelow(len(KERNEL_IDS))
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
-            return secrets.randbelow(len(KERNEL_IDS))
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError("the counter file is not a plain file of its own")
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.read(fd, 32).strip()
         index = int(raw) % len(KERNEL_IDS) if raw.isdigit() else secrets.randbelow(len(KERNEL_IDS))
@@ -287,7 +301,8 @@ def _next_account_index() -> int:
         os.ftruncate(fd, 0)
         os.write(fd, str((index + 1) % len(KERNEL_IDS)).encode())
         return index
-    except OSError:
+    except OSError as exc:
+        warnings.warn(f"attnlab: kernel accounts drawn at random ({exc})", RuntimeWarning, stacklevel=2)
         return secrets.randbelow(len(KERNEL_IDS))
     finally:
         os.close(fd)
@@ -348,8 +363,9 @@ def _device_groups(nodes: list[str]) -> list[int]:
 
 
 def closed_gpu_nodes() -> list[str]:
-    """GPU device nodes that only root (user or group) may open: a kernel account cannot use them."""
-    return [path for path, st in _device_files(gpu_nodes()) if st.st_gid == 0 and st.st_mode & 0o060]
+    """GPU device nodes a kernel account cannot open for reading and writing: not open to all, and
+    their group is root's or lacks read-write (the account is given each node's other group)."""
+    return [path for path, st in _device_files(gpu_nodes()) if st.st_gid == 0 or st.st_mode & 0o060 != 0o060]
 
 
 def gpu_nodes(dev: Path = Path("/dev"), env: dict | None = None) -> list[str]:

@@ -128,7 +128,8 @@ def normalize_submission(folder: Path, names: list[str]) -> dict[str, list[str]]
 
 def not_plain_files(folder: Path) -> list[str]:
     """What in a submission folder is neither a regular file nor a folder: links (to a file or folder
-    anywhere), FIFOs, sockets, device nodes; the folder itself or its student folder when they are one.
+    anywhere), hard links (a file with another name elsewhere), FIFOs, sockets, device nodes; the
+    folder itself or its student folder when they are links.
 
     nbgrader copies a submission's files as root would read them, following links, and the grader
     then hands them to the notebook's kernel: a link to ``/etc/shadow`` or to the instructor's
@@ -143,8 +144,10 @@ def not_plain_files(folder: Path) -> list[str]:
     for top, dirs, files in os.walk(folder):  # never into a linked folder
         for name in dirs + files:
             path = os.path.join(top, name)
-            mode = os.lstat(path).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                kind = "a link" if stat.S_ISLNK(mode) else "not a regular file"
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:  # another name of a file anywhere on this disk
+                found.append(f"{os.path.relpath(path, folder)} (a hard link)")
+            elif not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 found.append(f"{os.path.relpath(path, folder)} ({kind})")
     return sorted(found)
