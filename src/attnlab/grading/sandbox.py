@@ -95,9 +95,10 @@ os.setgroups(groups)
 os.setresgid(gid, gid, gid)
 os.setresuid(uid, uid, uid)
 # a session keyring of its own: the one inherited (a container's, a service's) would stay usable by a
-# process that possesses it, whatever its uid, and carry keys from one kernel to the next
+# process that possesses it, whatever its uid, and carry keys from one kernel to the next; where keyctl
+# is missing (ENOSYS) or filtered out (EPERM: Docker's default seccomp profile), nobody here can use it
 keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
-if keyctl and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() != 38:  # JOIN_SESSION_KEYRING; ENOSYS
+if keyctl and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() not in (1, 38):  # JOIN_SESSION_KEYRING
     sys.exit(f"attnlab sandbox: could not leave the grader's session keyring: {os.strerror(ctypes.get_errno())}")
 # the switch empties the permitted and effective sets; capset empties the inheritable one
 if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
