@@ -1137,17 +1137,24 @@ def test_a_kernel_account_leaves_the_graders_session_keyring():
 
 def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch):
     """Open to all, or read-write for a group other than root's: usable. Root's group, a group that may
-    only read, or root alone: named, so that the check refuses instead of every GPU case failing."""
+    only read, or root alone: named, so that the check refuses instead of every GPU case failing; MIG's
+    capability nodes (0400 root on the H200 host, where CUDA runs without them) only for a MIG instance."""
     from attnlab.grading import sandbox
 
-    modes = {"open": (0o666, 44), "video": (0o660, 44), "root-group": (0o660, 0), "read-only-group": (0o640, 44),
-             "root-only": (0o600, 0)}
+    modes = {"nvidia0": (0o666, 44), "nvidia1": (0o660, 44), "nvidiactl": (0o660, 0), "nvidia-uvm": (0o640, 44),
+             "nvidia2": (0o600, 0), "nvidia-caps/nvidia-cap1": (0o400, 0)}
+    (tmp_path / "nvidia-caps").mkdir()
     for name, (mode, gid) in modes.items():
         (tmp_path / name).write_text("")
         os.chmod(tmp_path / name, mode)
         if os.geteuid() == 0:
             os.chown(tmp_path / name, 0, gid)
-    monkeypatch.setattr(sandbox, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes])
-    closed = {os.path.basename(p) for p in sandbox.closed_gpu_nodes()}
-    expected = {"root-group", "read-only-group", "root-only"} if os.geteuid() == 0 else closed
-    assert closed == expected and "open" not in closed
+    monkeypatch.setattr(sandbox, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes if "/" not in n]
+                        + [str(tmp_path / "nvidia-caps")])
+    if os.geteuid() != 0:
+        pytest.skip("the nodes' groups can only be set by root")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    closed = {os.path.relpath(p, tmp_path) for p in sandbox.closed_gpu_nodes()}
+    assert closed == {"nvidiactl", "nvidia-uvm", "nvidia2"}  # MIG's capability nodes only for a MIG instance
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f1e6c2a-0000-0000-0000-000000000000")
+    assert {os.path.relpath(p, tmp_path) for p in sandbox.closed_gpu_nodes()} == closed | {"nvidia-caps/nvidia-cap1"}

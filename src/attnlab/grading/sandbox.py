@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -364,9 +365,15 @@ def _device_groups(nodes: list[str]) -> list[int]:
 
 
 def closed_gpu_nodes() -> list[str]:
-    """GPU device nodes a kernel account cannot open for reading and writing: not open to all, and
-    their group is root's or lacks read-write (the account is given each node's other group)."""
-    return [path for path, st in _device_files(gpu_nodes()) if st.st_gid == 0 or st.st_mode & 0o060 != 0o060]
+    """The device nodes every CUDA process opens (a GPU's ``/dev/nvidiaN``, ``nvidiactl``, ``nvidia-uvm``)
+    that a kernel account cannot open for reading and writing: not open to all, and their group is
+    root's or lacks read-write (the account is given each node's other group). ``/dev/nvidia-caps``
+    (0400 root on the H200 host) matters only for a MIG instance, and counts only where the worker was
+    given one (``CUDA_VISIBLE_DEVICES=MIG-...``)."""
+    mig = "MIG-" in os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    needed = re.compile(r"nvidia(\d+|ctl|-uvm)$|nvidia-caps/" if mig else r"nvidia(\d+|ctl|-uvm)$")
+    return [path for path, st in _device_files(gpu_nodes())
+            if needed.search(path) and (st.st_gid == 0 or st.st_mode & 0o060 != 0o060)]
 
 
 def gpu_nodes(dev: Path = Path("/dev"), env: dict | None = None) -> list[str]:

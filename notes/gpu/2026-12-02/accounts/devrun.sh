@@ -10,4 +10,4 @@ mkdir -p $OUT/r
 { date -u; id; nvidia-smi -L; ls -l /dev/nvidia*; python3 -c "import sys, torch, triton, numpy; print(sys.version.split()[0], torch.__version__, triton.__version__, numpy.__version__)"; } > $OUT/r/env.txt 2>&1
 timeout 240 python3 notes/gpu/2026-12-02/accounts/checks.py > $OUT/r/checks.txt 2>&1
 echo "checks: exit $?" >> $OUT/r/checks.txt
-SKIP_INSTALL=1 OUT=$OUT SAMPLES_JOBS=8 KINDS=reference CLASS=8 DEADLINE=${DEADLINE:-400} PLAN="h200-j8:8:8:80" bash benchmarks/grading_scale_gpu.sh
+REQUIRE_SANDBOX=1 SKIP_INSTALL=1 OUT=$OUT SAMPLES_JOBS=8 KINDS=reference CLASS=8 DEADLINE=${DEADLINE:-400} PLAN="h200-j8:8:8:80" bash benchmarks/grading_scale_gpu.sh
