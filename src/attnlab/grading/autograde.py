@@ -520,12 +520,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         notes = list(folder_notes[s].get(n, []))
         if first_job[s] == n:
             notes += folder_notes[s].get(WHOLE, [])
-        if s in refused:
+        if s in refused or outcome is None:
             auto, manual = notebook_points(course, n)
+        if s in refused:
             r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual, reason=refused[s])
             _zero_notebook(course, s, n)
         elif outcome is None:
-            auto, manual = notebook_points(course, n)
             folder = course.submitted / s / course.assignment
             others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
             reason = f"{n}.ipynb was not submitted"

@@ -7,11 +7,12 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   be undone or redone from inside; ``/proc/sys`` and ``/proc/sysrq-trigger`` are read-only (uid 0
   needs no capability to write a sysctl such as ``kernel.core_pattern``);
 - when the grader runs as root, the kernel runs as an account of its own (:func:`kernel_account`: a
-  uid and gid from :data:`KERNEL_IDS` that no file on the machine belongs to), so it cannot read what
-  only root may read and is still visible (``/etc/shadow``, SSH host keys) and print it into the
-  feedback a student gets back; RLIMIT_NPROC then counts that kernel's tasks alone. bwrap keeps
-  ``CAP_SETUID`` and ``CAP_SETGID`` for a few lines of ``python -I -S`` (:data:`_DROP`) that switch
-  to the account, check that no capability is left and exec the kernel. Run by another account,
+  uid and gid from :data:`KERNEL_IDS` that no account or group of the machine resolves to), so it
+  cannot read what only root may read and is still visible (``/etc/shadow``, SSH host keys) and
+  print it into the feedback a student gets back; RLIMIT_NPROC then counts that kernel's tasks
+  alone. bwrap keeps ``CAP_SETUID``, ``CAP_SETGID`` and ``CAP_SETPCAP`` for a few lines of ``python
+  -I -S`` (:data:`_DROP`) that empty the bounding set, switch to the account, join a session keyring
+  of its own, check that no capability is left and exec the kernel. Run by another account,
   bwrap's user namespace already gives the kernel no more rights than the grader's account;
 - the whole file system is read-only (``--ro-bind / /``); the course folder (gradebook.db,
   submitted/, autograded/), every home folder, ``/tmp``, ``/var/tmp`` and ``/run`` are hidden
@@ -178,10 +179,9 @@ def check() -> tuple[bool, str]:
                        f"{', '.join(closed)} are open to root only: every GPU case would fail. Open them to all "
                        f"(the NVIDIA driver's default, NVreg_DeviceFileMode=0666) or to a group other than root, "
                        f"or set {KERNEL_ACCOUNT_ENV}=root to keep kernels at uid 0")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
     who = (f"each kernel as an account of its own (uid >= {KERNEL_IDS.start:#x}), not root"
            if account is not None else f"kernels as this account ({kernel_accounts()})")
-    return True, f"{version} at {exe}; {who}"
+    return True, f"bubblewrap {'.'.join(map(str, _bwrap_version()))} at {exe}; {who}"
 
 
 def require(allow_unsafe: bool = False) -> str:
@@ -249,23 +249,26 @@ def kernel_account() -> int | None:
     :func:`kernel_accounts` says kernels keep the grader's account. Each call hands out another."""
     if kernel_accounts():
         return None
-    import grp
-    import pwd
-
     for _ in range(64):
         uid = KERNEL_IDS[_next_account_index()]
-        try:
-            pwd.getpwuid(uid)
-            continue
-        except KeyError:
-            pass
-        try:
-            grp.getgrgid(uid)
-            continue
-        except KeyError:
+        if not _resolves(uid):
             return uid
     raise RuntimeError(f"64 ids in a row from {KERNEL_IDS.start:#x} belong to accounts or groups of this machine: "
                        f"set {KERNEL_ACCOUNT_ENV}=root, or free that range")
+
+
+def _resolves(uid: int) -> bool:
+    """Whether ``uid`` names an account or a group of this machine (files, LDAP, SSSD...)."""
+    import grp
+    import pwd
+
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+            return True
+        except KeyError:
+            pass
+    return False
 
 
 def _next_account_index() -> int:
@@ -276,8 +279,6 @@ def _next_account_index() -> int:
     kernel only after a million more. A folder or file that is not the grader's own (another account
     made it first, a link) is not used: then a random account, with a warning."""
     import fcntl
-    import secrets
-    import warnings
 
     folder = os.path.join(tempfile.gettempdir(), "attnlab-kernel-uids")
     try:
@@ -290,24 +291,32 @@ def _next_account_index() -> int:
             raise OSError(f"{folder} is not a folder of this account's alone")
         fd = os.open(os.path.join(folder, "next"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
-        warnings.warn(f"attnlab: kernel accounts drawn at random ({exc})", RuntimeWarning, stacklevel=2)
-        return secrets.randbelow(len(KERNEL_IDS))
+        return _random_index(exc)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             raise OSError("the counter file is not a plain file of its own")
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.read(fd, 32).strip()
-        index = int(raw) % len(KERNEL_IDS) if raw.isdigit() else secrets.randbelow(len(KERNEL_IDS))
+        index = int(raw) % len(KERNEL_IDS) if raw.isdigit() else _random_index(None)
         os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
         os.write(fd, str((index + 1) % len(KERNEL_IDS)).encode())
         return index
     except OSError as exc:
-        warnings.warn(f"attnlab: kernel accounts drawn at random ({exc})", RuntimeWarning, stacklevel=2)
-        return secrets.randbelow(len(KERNEL_IDS))
+        return _random_index(exc)
     finally:
         os.close(fd)
+
+
+def _random_index(why: Exception | None) -> int:
+    """A random kernel account: a new counter starts anywhere; a counter that cannot be used is warned of."""
+    import secrets
+    import warnings
+
+    if why is not None:
+        warnings.warn(f"attnlab: kernel accounts drawn at random ({why})", RuntimeWarning, stacklevel=3)
+    return secrets.randbelow(len(KERNEL_IDS))
 
 
 def hand_over(path: str, account: int | None) -> None:
