@@ -1158,3 +1158,25 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
     assert closed == {"nvidiactl", "nvidia-uvm", "nvidia2"}  # MIG's capability nodes only for a MIG instance
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f1e6c2a-0000-0000-0000-000000000000")
     assert {os.path.relpath(p, tmp_path) for p in sandbox.closed_gpu_nodes()} == closed | {"nvidia-caps/nvidia-cap1"}
+
+
+def test_plain_nbgrader_never_hands_the_kernel_a_linked_files_target(tmp_path):
+    """Plain `nbgrader autograde` copies a submission's files into autograded/ following links, before
+    any preprocessor runs: the grader copies into scratch only what was handed in as a plain file."""
+    from attnlab.grading import execute
+
+    secret = tmp_path / "root-only.txt"
+    secret.write_text("root's secret")
+    submitted, autograded, run = (tmp_path / d for d in ("submitted", "autograded", "run"))
+    for d in (submitted, autograded, run):
+        d.mkdir()
+    (submitted / "notes.txt").symlink_to(secret)
+    os.link(secret, submitted / "hard.txt")
+    (submitted / "data.txt").write_text("mine")
+    for name in ("notes.txt", "hard.txt", "data.txt"):  # what nbgrader's copy made of them
+        (autograded / name).write_text((submitted / name).read_text())
+    ep = execute.GradingExecute()
+    ep.km = None
+    ep._submission_folder = lambda resources: str(submitted)
+    ep._fill_run_dir(str(run), {"metadata": {"path": str(autograded)}})
+    assert sorted(os.listdir(run)) == ["data.txt"]

@@ -49,6 +49,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 from time import monotonic
 
@@ -118,9 +119,14 @@ def _copy_in(src: str, dest: str, account: int | None) -> None:
 
 
 def _plain_file(path: str) -> bool:
-    """A regular file, not a link: the grader copies as root, and a link in a submission folder could
-    point at a file only root may read, which the kernel would then read from its scratch folder."""
-    return os.path.isfile(path) and not os.path.islink(path)
+    """A regular file with one name, not a link or a hard link: the grader copies as root, and a link in
+    a submission folder could point at a file only root may read, which the kernel would then read
+    from its scratch folder."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def _record_pid(km) -> None:
@@ -630,11 +636,15 @@ class GradingExecute(Execute):
         here = resources.get("metadata", {}).get("path") or "."
         account = getattr(self.km, "account", None)  # a root grader's kernel reads them as its own account
         try:
+            submitted = self._submission_folder(resources)
             for name in os.listdir(here):
                 src = os.path.join(here, name)
-                if _plain_file(src) and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
+                # nbgrader copied the submission's files here following links (plain `nbgrader autograde`
+                # does not refuse them first, as `attnlab autograde` does): judge the file handed in
+                origin = os.path.join(submitted, name)
+                handed_in = origin == src or not os.path.lexists(origin) or _plain_file(origin)
+                if _plain_file(src) and handed_in and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
                     _copy_in(src, os.path.join(run, name), account)
-            submitted = self._submission_folder(resources)
             for name in os.listdir(submitted):
                 src = os.path.join(submitted, name)
                 if name.endswith(".ipynb") and _plain_file(src) and os.path.getsize(src) < _MAX_COPY:
