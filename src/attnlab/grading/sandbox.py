@@ -55,6 +55,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -84,32 +85,37 @@ KERNEL_IDS = range(0x75000000, 0x75000000 + 2**20)
 KERNEL_ACCOUNT_NAME = "attnlab-kernel"
 #: "root" keeps a root grader's kernels at uid 0 (not recommended: see :func:`kernel_account`).
 KERNEL_ACCOUNT_ENV = "ATTNLAB_KERNEL_ACCOUNT"
-#: Run inside the sandbox by ``python -I -S`` (no site, no environment, no working folder on sys.path:
-#: nothing a submission wrote is read) before the kernel: argv = uid gid groups folder -- command...
-#: It enters the scratch folder as the account: root without capabilities may not (bwrap's --chdir).
-_DROP = """import ctypes, os, sys
-uid, gid, groups = int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",") if g]
-libc = ctypes.CDLL(None, use_errno=True)
-cap = 0
-while libc.prctl(24, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # PR_CAPBSET_DROP, up to the last capability
-    cap += 1
-os.setgroups(groups)
-os.setresgid(gid, gid, gid)
-os.setresuid(uid, uid, uid)
-# a session keyring of its own: the one inherited (a container's, a service's) would stay usable by a
-# process that possesses it, whatever its uid, and carry keys from one kernel to the next; where keyctl
-# is missing (ENOSYS) or filtered out (EPERM: Docker's default seccomp profile), nobody here can use it
-keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
-if keyctl and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() not in (1, 38):  # JOIN_SESSION_KEYRING
-    sys.exit(f"attnlab sandbox: could not leave the grader's session keyring: {os.strerror(ctypes.get_errno())}")
-# the switch empties the permitted and effective sets; capset empties the inheritable one
-if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
-    sys.exit(f"attnlab sandbox: capset failed: {os.strerror(ctypes.get_errno())}")
-os.chdir(sys.argv[4])
-caps = [ln.split() for ln in open("/proc/self/status") if ln.startswith(("Cap", "NoNewPrivs"))]
-left = [f"{k} {v}" for k, v in caps if int(v, 16) != (k == "NoNewPrivs:")]
-if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or left:
-    sys.exit(f"attnlab sandbox: could not drop to uid {uid} without capabilities: {left}")
+#: ``drop(uid, gid, groups, folder)``: become the kernel's account with no capability left, in its
+#: scratch folder. Run inside the sandbox by ``python -I -S`` (no site, no environment, no working
+#: folder on sys.path: nothing a submission wrote is read) before bwrap's kernels (:data:`_DROP`), and
+#: by the fork server's kernels (:mod:`.forkserver`). It enters the scratch folder as the account: root
+#: without capabilities may not (bwrap's --chdir).
+DROP_FUNCTION = """import ctypes, os, sys
+def drop(uid, gid, groups, folder):
+    libc = ctypes.CDLL(None, use_errno=True)
+    cap = 0
+    while libc.prctl(24, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # PR_CAPBSET_DROP, up to the last capability
+        cap += 1
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    # a session keyring of its own: the one inherited (a container's, a service's) would stay usable by a
+    # process that possesses it, whatever its uid, and carry keys from one kernel to the next; where keyctl
+    # is missing (ENOSYS) or filtered out (EPERM: Docker's default seccomp profile), nobody here can use it
+    keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+    if keyctl and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() not in (1, 38):  # JOIN_SESSION_KEYRING
+        sys.exit(f"attnlab sandbox: could not leave the grader's session keyring: {os.strerror(ctypes.get_errno())}")
+    # the switch empties the permitted and effective sets; capset empties the inheritable one
+    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) != 0:
+        sys.exit(f"attnlab sandbox: capset failed: {os.strerror(ctypes.get_errno())}")
+    os.chdir(folder)
+    caps = [ln.split() for ln in open("/proc/self/status") if ln.startswith(("Cap", "NoNewPrivs"))]
+    left = [f"{k} {v}" for k, v in caps if int(v, 16) != (k == "NoNewPrivs:")]
+    if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or left:
+        sys.exit(f"attnlab sandbox: could not drop to uid {uid} without capabilities: {left}")
+"""
+#: bwrap's command when kernels run as an account: argv = uid gid groups folder -- command...
+_DROP = DROP_FUNCTION + """drop(int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",") if g], sys.argv[4])
 os.execvp(sys.argv[6], sys.argv[6:])
 """
 _AUTO = object()
@@ -444,7 +450,7 @@ def _mount_point_parents(path: str, hide: list[str], made: set[str]) -> list[str
 
 def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
          hidden: list[str] | None = None, gpu: bool = True, account: int | None | object = _AUTO,
-         etc_dir: str | None = None) -> list[str]:
+         etc_dir: str | None = None, info_fd: int | None = None) -> list[str]:
     """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
     sockets), ``read_only`` files bound back, the GPU's device nodes unless ``gpu`` is False; see
     the module docstring for the rest.
@@ -454,6 +460,9 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     (:func:`hand_over`), and the account's copies of /etc/passwd and /etc/group are written into
     ``etc_dir``, a folder of the grader's that the kernel cannot write (without one, the account has
     no name in the sandbox).
+
+    ``info_fd``: a file descriptor bwrap writes its sandbox's PID and namespaces to (``--info-fd``,
+    JSON), for the fork server (:mod:`.forkserver`).
 
     Raises:
         OSError: handing a folder over or writing into ``etc_dir`` failed.
@@ -465,7 +474,8 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
             if h and h != "/" and os.path.isdir(h)]
     hide = [os.path.realpath(h) for h in hide]
     hide.sort(key=len)  # parents first: a tmpfs over a folder hides the mounts made before it under it
-    args = [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = [bwrap_path() or "bwrap", *(["--info-fd", str(info_fd)] if info_fd is not None else []),
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     # the kernel runs as uid 0 when the grader is root, and sysctls need no capability: a writable
     # kernel.core_pattern runs any program as root outside every namespace (red team, 2026-12-01)
     args += [a for path in _PROC_READ_ONLY if os.path.exists(path) for a in ("--ro-bind", path, path)]
@@ -495,9 +505,7 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
         args += ["--chdir", scratch]
     for key, value in scratch_env(scratch).items():
         args += ["--setenv", key, value]
-    # ipykernel would take PID 1 (bwrap's reaper) for a dead parent and quit; --die-with-parent
-    # already ties the kernel's life to the grader's
-    args += ["--unsetenv", "JPY_PARENT_PID"]
+    args += ["--unsetenv", "JPY_PARENT_PID"]  # see kernel_environment
     if account is None:
         return [*args, "--", *cmd]
     for folder in (scratch, ipc_dir):
@@ -506,13 +514,57 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     if etc_dir:  # a kernel's account has a name, as any process's has (pwd.getpwuid, getpass)
         for name, line in _account_entries(account, scratch).items():
             args += ["--ro-bind", _with_line(f"/etc/{name}", line, os.path.join(etc_dir, name)), f"/etc/{name}"]
-    args += ["--setenv", "USER", KERNEL_ACCOUNT_NAME, "--setenv", "LOGNAME", KERNEL_ACCOUNT_NAME]
+    args += ["--setenv", "USER", KERNEL_ACCOUNT_NAME, "--setenv", "LOGNAME", KERNEL_ACCOUNT_NAME]  # as kernel_environment
     # the capabilities the switch to the account needs (SETPCAP: to empty the bounding set); it drops
     # them all, and bwrap's no_new_privs keeps the kernel from gaining any back through a set-uid program
     args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    groups = ",".join(str(g) for g in _device_groups(devices))
+    groups = ",".join(str(g) for g in _device_groups(devices))  # as kernel_groups
     return [*args, "--", sys.executable, "-I", "-S", "-c", _DROP, str(account), str(account), groups, scratch,
             "--", *cmd]
+
+
+def kernel_environment(env: dict, scratch: str, account: int | None) -> dict[str, str]:
+    """The environment a kernel started by :func:`wrap` with the environment ``env`` has (its
+    ``--setenv`` and ``--unsetenv``), for the fork server's kernels."""
+    env = {**env, **scratch_env(scratch)}
+    # ipykernel would take PID 1 (bwrap's reaper) for a dead parent and quit; --die-with-parent
+    # already ties the kernel's life to the grader's
+    env.pop("JPY_PARENT_PID", None)
+    if account is not None:
+        env.update(USER=KERNEL_ACCOUNT_NAME, LOGNAME=KERNEL_ACCOUNT_NAME)
+    return env
+
+
+def kernel_groups(gpu: bool) -> list[int]:
+    """The supplementary groups of a kernel account started by :func:`wrap` with this ``gpu``."""
+    return _device_groups(gpu_nodes() if gpu else [])
+
+
+def _sandbox_info(fd: int, timeout: float = 30.0) -> dict:
+    """What bwrap wrote on its ``--info-fd`` (read end ``fd``, closed here): ``child-pid``, the host's
+    pid of the sandbox's PID 1, and each namespace's inode number.
+
+    Raises:
+        OSError: nothing complete came within ``timeout`` seconds (bwrap failed).
+    """
+    import json
+    import select
+
+    text, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                break
+            text += chunk
+            try:
+                return json.loads(text)
+            except ValueError:
+                continue
+    finally:
+        os.close(fd)
+    raise OSError(f"bwrap reported no sandbox: {text[:200]!r}")
 
 
 def scratch_env(scratch: str) -> dict[str, str]:
@@ -554,8 +606,10 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
 
-    def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, **kwargs):
+    def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, fork_server: bool = True, **kwargs):
         super().__init__(**kwargs)
+        self.fork_server = fork_server  # False: bwrap starts the kernel's own interpreter (see _fork_argv)
+        self.forked = False  # whether the running kernel came from the fork server
         self.gpu = gpu  # False: no GPU device node is bound (the caller also hides it in the environment)
         # a pids cgroup of its own where this machine allows one (else the guard's RLIMIT_NPROC, or none)
         self.cgroup = _tasks.create(max_tasks)
@@ -573,11 +627,60 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.ip = os.path.join(self._ipc_dir, "kernel")
 
     def format_kernel_cmd(self, extra_arguments=None):
-        cmd = super().format_kernel_cmd(extra_arguments)
+        cmd = self._kernel_cmd = super().format_kernel_cmd(extra_arguments)
         connection = os.path.realpath(self.connection_file)
         hand_over(connection, self.account)  # written 0600 by the grader: the kernel reads its ports and key
-        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir, read_only=[connection],
-                                              gpu=self.gpu, account=self.account, etc_dir=self.folder))
+        return self._wrap(cmd)
+
+    def _wrap(self, cmd: list[str], info_fd: int | None = None) -> list[str]:
+        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir,
+                                              read_only=[os.path.realpath(self.connection_file)], gpu=self.gpu,
+                                              account=self.account, etc_dir=self.folder, info_fd=info_fd))
+
+    def _fork_argv(self) -> list[str] | None:
+        """ipykernel's arguments when the fork server may start this kernel, else None: kernels of a
+        root grader (an account of their own, which the server's child switches to as bwrap's kernels
+        do), started as ``python -m ipykernel_launcher`` by this very interpreter."""
+        from . import forkserver
+
+        cmd = getattr(self, "_kernel_cmd", [])
+        if (self.fork_server and forkserver.enabled() and self.account is not None and len(cmd) >= 3
+                and cmd[1:3] == ["-m", "ipykernel_launcher"]
+                and os.path.realpath(cmd[0]) == os.path.realpath(sys.executable)):
+            return cmd[3:]
+        return None
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        """Start the kernel: from the fork server where :meth:`_fork_argv` allows (bwrap runs its
+        placeholder in the sandbox and the server's fork joins it), else bwrap's own ``kernel_cmd``."""
+        from . import forkserver
+
+        self.forked = False
+        argv = self._fork_argv()
+        env = kernel_environment(kw.get("env") or dict(os.environ), self.scratch, self.account)
+        server = forkserver.server_for(env) if argv is not None else None
+        if server is not None:
+            read, write = os.pipe()
+            try:
+                holder = self._wrap([sys.executable, "-I", "-S", "-c", forkserver.HOLD], info_fd=write)
+                await super()._async_launch_kernel(holder, **kw, pass_fds=(write,))
+            finally:
+                os.close(write)
+            try:
+                info = _sandbox_info(read)
+                why = server.start(info["child-pid"], {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES
+                                                       if f"{ns}-namespace" in info},
+                                   self.account, self.account, kernel_groups(self.gpu), self.scratch, env, argv,
+                                   str(self.cgroup) if self.cgroup else None)
+            except (OSError, ValueError, KeyError) as exc:
+                why = str(exc)
+            if not why:
+                self.forked = True
+                return
+            self.log.warning("attnlab: the fork server could not start the kernel (%s); bwrap starts it", why)
+            await self.provisioner.kill()
+            await self.provisioner.wait()
+        await super()._async_launch_kernel(kernel_cmd, **kw)
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch

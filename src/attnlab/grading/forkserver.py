@@ -1,0 +1,316 @@
+"""Start sandboxed kernels from a process that imported torch once: a fork server per grading process.
+
+Starting a kernel costs about 2 CPU-s, most of it ``import torch``, and a submission of six notebooks
+pays it six times: 12 of its 26 CPU-s on the 2-core VM (notes/grading/2026-12-02). A fork server
+imports torch, the course's package and ipykernel once (:data:`PRELOAD`), never runs learner code,
+and for each kernel of a root grader (kernels run as accounts of their own,
+:func:`.sandbox.kernel_account`):
+
+1. bwrap builds the kernel's sandbox exactly as for a kernel it starts itself (:func:`.sandbox.wrap`),
+   but runs :data:`HOLD` in it, as the kernel's account: a placeholder that waits for the kernel;
+2. the server forks; the child joins the sandbox's pids cgroup and namespaces (``setns``, each checked
+   against the inode number bwrap reported on ``--info-fd``) and forks again, so that the grandchild
+   is inside the sandbox's PID namespace, then exits (the grandchild's parent is then bwrap's reaper);
+3. the grandchild does what bwrap and :data:`.sandbox._DROP` do for a kernel bwrap starts: a session
+   of its own, no file descriptor of the server's, ``no_new_privs``, the account's uid, gid and groups,
+   an empty bounding set, a session keyring of its own, no capability left (checked); then it takes
+   the kernel's environment and working folder and runs ipykernel in this process;
+4. :data:`HOLD` exits when the kernel does, so bwrap does: jupyter_client watches and kills bwrap as
+   before, and the PID namespace's end kills whatever the kernel left.
+
+The kernel sees what a kernel started by bwrap sees (same mounts, namespaces, account, environment);
+what differs is only where its memory came from: a copy of a process that imported libraries and read
+no grading data (the server's environment is a kernel's, with its own empty scratch folder as home).
+A server is used only when it is single-threaded and has not touched CUDA (a fork would copy a
+broken thread pool or CUDA context); otherwise, or when anything here fails, the kernel manager
+starts the kernel the usual way (:class:`.sandbox.SandboxedKernelManager`).
+
+Protocol between the grading process and its server: JSON lines on the server's stdin and stdout;
+the server first says ``{"ready": true}`` (or why not), then answers each request (:meth:`Server.start`)
+with ``{"pid": ...}`` or ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+#: What the server imports once, for every kernel it starts (execute._PRELOAD's list and ipykernel).
+PRELOAD = ("torch", "attnlab.verify", "attnlab.nbload", "attnlab.grading.guard", "attnlab.grading.sandbox",
+           "ipykernel.kernelapp")
+#: "0" turns the fork server off (every kernel is started by bwrap, as before).
+ENV = "ATTNLAB_FORK_SERVER"
+#: Namespaces a kernel joins, in the order joined: the mount namespace last (its /proc is the sandbox's).
+NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")
+#: Seconds a start may take (the grandchild's set-up; the server's own imports take longer, once).
+START_TIMEOUT = 30.0
+READY_TIMEOUT = 180.0
+#: Environment variables that differ from kernel to kernel and are read after start-up, not while the
+#: server imports: they do not decide which server may start a kernel (:func:`_server_key`).
+_PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+                         "TRITON_CACHE_DIR", "MPLCONFIGDIR", "IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
+                         "JUPYTER_RUNTIME_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "USER", "LOGNAME",
+                         "CUDA_VISIBLE_DEVICES", "ATTNLAB_DEVICE", "JPY_PARENT_PID", "JPY_SESSION_NAME"})
+
+#: The placeholder bwrap runs (``python -I -S -c HOLD``, as the kernel's account): it waits for the
+#: first process to join its PID namespace (nothing else can: it starts none) and exits when that one
+#: does, or after START_TIMEOUT if none comes.
+HOLD = f"""import os, select, time
+me, deadline = os.getpid(), time.monotonic() + {START_TIMEOUT}
+while True:
+    joined = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me))
+    if joined:
+        break
+    if time.monotonic() > deadline:
+        raise SystemExit("attnlab sandbox: no kernel joined")
+    time.sleep(0.005)
+try:
+    select.select([os.pidfd_open(joined[0])], [], [])
+except (AttributeError, OSError):  # no pidfd (Linux < 5.3)
+    while os.path.exists(f"/proc/{{joined[0]}}"):
+        time.sleep(0.1)
+"""
+
+_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
+
+
+# ---------------------------------------------------------------------------------- the server
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _unfit() -> str:
+    """Why this process may not fork kernels ("" when it may)."""
+    if _threads() != 1:
+        return (f"{_threads()} threads after the imports (a fork copies one; set OMP_NUM_THREADS and "
+                f"OPENBLAS_NUM_THREADS, as kernel_threads does)")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA was initialised while importing"
+    return ""
+
+
+def _join(request: dict) -> None:
+    """In the server's child: enter the sandbox's cgroup and namespaces (raises OSError on a mismatch)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid, inodes = int(request["ns_pid"]), request["ns_inodes"]
+    if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+        raise OSError("the sandbox has a user namespace of its own")
+    fds = []
+    for ns in NAMESPACES:
+        fd = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(fd)
+        if ns in inodes and os.fstat(fd).st_ino != int(inodes[ns]):
+            raise OSError(f"process {pid} is not the sandbox's any more ({ns} namespace)")
+    if request.get("cgroup"):
+        with open(os.path.join(request["cgroup"], "cgroup.procs"), "w") as f:
+            f.write("0")
+    for ns, fd in zip(NAMESPACES, fds):
+        if libc.setns(fd, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({ns}): {os.strerror(ctypes.get_errno())}")
+        os.close(fd)
+
+
+def _become_kernel(request: dict, status: int) -> None:
+    """In the grandchild, inside the sandbox: drop to the kernel's account, then run ipykernel."""
+    from . import sandbox
+
+    os.setsid()
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, status)
+    os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    scope: dict = {}
+    exec(sandbox.DROP_FUNCTION, scope)  # the very code bwrap's kernels run (sandbox._DROP)
+    scope["drop"](int(request["uid"]), int(request["gid"]), [int(g) for g in request["groups"]], request["cwd"])
+    # a uid change makes a process undumpable (its /proc files root's), an exec would undo it: do so here
+    libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    import tempfile
+
+    tempfile.tempdir = None  # computed again from the kernel's TMPDIR
+    if "numpy" in sys.modules:  # every kernel would otherwise draw the server's numbers
+        sys.modules["numpy"].random.seed()
+    sys.argv = ["ipykernel_launcher", *request["argv"]]
+    os.write(status, b"ok")
+    os.close(status)
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+
+
+def _fork_kernel(request: dict) -> dict:
+    """Fork, join the sandbox, fork again into its PID namespace; the grandchild becomes the kernel."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.close(read)
+            _join(request)
+            if os.fork() == 0:
+                try:
+                    _become_kernel(request, write)
+                    code = 0
+                except BaseException as exc:  # noqa: BLE001 (a grandchild never returns into the server)
+                    _report(write, exc)
+                finally:
+                    os._exit(code)
+            code = 0
+        except BaseException as exc:  # noqa: BLE001
+            _report(write, exc)
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        os.waitpid(child, 0)
+        said, deadline = b"", time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(read, 4096) if ready else b""
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(read)
+    if said == b"ok":
+        return {"ok": True}
+    return {"error": said.decode(errors="replace").strip() or "the kernel process gave no sign"}
+
+
+def _report(fd: int, exc: BaseException) -> None:
+    try:
+        os.write(fd, f"{type(exc).__name__}: {exc}".encode()[:2000])
+    except OSError:
+        pass
+
+
+def serve() -> int:
+    """The server's main loop (``python -m attnlab.grading.forkserver``): import, then start kernels."""
+    out = os.fdopen(os.dup(1), "w")
+    inp = os.fdopen(os.dup(0), "r")
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(null, fd)
+    os.close(null)
+    why = ""
+    try:
+        for name in PRELOAD:
+            __import__(name)
+        why = _unfit()
+    except Exception as exc:  # noqa: BLE001
+        why = f"importing {name} failed: {exc}"
+
+    def say(obj) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    say({"ready": not why, "why": why})
+    if why:
+        return 1
+    for line in inp:
+        try:
+            request = json.loads(line)
+            why = _unfit()
+            say({"error": why} if why else _fork_kernel(request))
+        except Exception as exc:  # noqa: BLE001
+            say({"error": f"{type(exc).__name__}: {exc}"})
+    return 0
+
+
+# ---------------------------------------------------------------------------------- the client
+def _server_key(env: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_KERNEL))
+
+
+class Server:
+    """A running fork server (one per grading process and kernel environment, :func:`server_for`)."""
+
+    def __init__(self, env: dict, folder: str):
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.forkserver"], cwd=folder, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1)
+        hello = self._reply(READY_TIMEOUT)
+        self.why = "" if hello.get("ready") else hello.get("why") or hello.get("error") or "no answer"
+        if self.why:
+            self.close()
+
+    def _reply(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            return {"error": "the fork server did not answer" if not ready else "the fork server ended"}
+        return json.loads(line)
+
+    def start(self, ns_pid: int, ns_inodes: dict, uid: int, gid: int, groups: list[int], cwd: str, env: dict,
+              argv: list[str], cgroup: str | None) -> str:
+        """Start a kernel in the sandbox whose PID-1 process is ``ns_pid``; "" on success, else why not."""
+        request = {"ns_pid": ns_pid, "ns_inodes": ns_inodes, "uid": uid, "gid": gid, "groups": groups, "cwd": cwd,
+                   "env": env, "argv": argv, "cgroup": cgroup}
+        with self.lock:
+            if self.proc.poll() is not None:
+                return "the fork server ended"
+            try:
+                self.proc.stdin.write(json.dumps(request) + "\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                return f"the fork server ended: {exc}"
+            reply = self._reply(START_TIMEOUT + 10)
+        return "" if reply.get("ok") else reply.get("error") or "no answer"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_SERVERS: dict[tuple, Server] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip() != "0"
+
+
+def server_for(env: dict) -> Server | None:
+    """The fork server for kernels with environment ``env`` (started on first use), or None where none
+    can run (its imports started threads or CUDA; it said why once, in :attr:`Server.why`)."""
+    key = _server_key(env)
+    server = _SERVERS.get(key)
+    if server is None or (not server.why and server.proc.poll() is not None):
+        import tempfile
+
+        from .sandbox import scratch_env
+
+        folder = tempfile.mkdtemp(prefix="attnlab-forkserver-")  # its home: empty, never a kernel's
+        server = _SERVERS[key] = Server({**env, **scratch_env(folder)}, folder)
+    return None if server.why else server
+
+
+def stop_all() -> None:
+    import shutil
+
+    for server in _SERVERS.values():
+        server.close()
+        shutil.rmtree(server.folder, ignore_errors=True)
+    _SERVERS.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
