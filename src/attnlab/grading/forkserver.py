@@ -59,10 +59,13 @@ _PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "
                          "JUPYTER_RUNTIME_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "USER", "LOGNAME",
                          "CUDA_VISIBLE_DEVICES", "ATTNLAB_DEVICE", "JPY_PARENT_PID", "JPY_SESSION_NAME"})
 
-#: The placeholder bwrap runs (``python -I -S -c HOLD``, as the kernel's account): it waits for the
-#: first process to join its PID namespace (nothing else can: it starts none) and exits when that one
-#: does, or after START_TIMEOUT if none comes.
-HOLD = f"""import os, select, time
+#: The placeholder bwrap runs (``python -I -S -c HOLD FD``, as the kernel's account). Once it runs,
+#: the sandbox is complete (bwrap execs its command last): it says so on the pipe FD and closes it,
+#: then waits for the first process to join its PID namespace (nothing else can: it starts none) and
+#: exits when that one does, or after START_TIMEOUT if none comes.
+HOLD = f"""import os, select, sys, time
+os.write(int(sys.argv[1]), b"ready")
+os.close(int(sys.argv[1]))
 me, deadline = os.getpid(), time.monotonic() + {START_TIMEOUT}
 while True:
     joined = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me))
@@ -78,7 +81,7 @@ except (AttributeError, OSError):  # no pidfd (Linux < 5.3)
         time.sleep(0.1)
 """
 
-_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
+_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 4, 36, 38
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -222,14 +225,34 @@ def serve() -> int:
     say({"ready": not why, "why": why})
     if why:
         return 1
-    for line in inp:
+    # a kernel's parent (the child that joined its sandbox) exits at once: the kernel is then this
+    # server's to reap, not the machine's init's (a container's may reap nothing)
+    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    while True:
+        _reap()
+        ready, _, _ = select.select([inp], [], [], 1.0)
+        if not ready:
+            continue
+        line = inp.readline()
+        if not line:
+            return 0
         try:
             request = json.loads(line)
             why = _unfit()
             say({"error": why} if why else _fork_kernel(request))
         except Exception as exc:  # noqa: BLE001
             say({"error": f"{type(exc).__name__}: {exc}"})
-    return 0
+
+
+def _reap() -> None:
+    """Collect the kernels that ended (none is waited for: each ends when its sandbox does)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 # ---------------------------------------------------------------------------------- the client

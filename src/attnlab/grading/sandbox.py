@@ -540,12 +540,13 @@ def kernel_groups(gpu: bool) -> list[int]:
     return _device_groups(gpu_nodes() if gpu else [])
 
 
-def _sandbox_info(fd: int, timeout: float = 30.0) -> dict:
-    """What bwrap wrote on its ``--info-fd`` (read end ``fd``, closed here): ``child-pid``, the host's
-    pid of the sandbox's PID 1, and each namespace's inode number.
+def _read_json(fd: int, failure: str, expected: bytes | None = None, timeout: float = 30.0):
+    """Read the pipe ``fd`` (closed here) until it holds ``expected``, or a whole JSON value when
+    ``expected`` is None: what bwrap writes on ``--info-fd`` (``child-pid``, the host's pid of the
+    sandbox's PID 1, and each namespace's inode number).
 
     Raises:
-        OSError: nothing complete came within ``timeout`` seconds (bwrap failed).
+        OSError: ``failure``, when nothing complete came within ``timeout`` seconds (bwrap failed).
     """
     import json
     import select
@@ -558,13 +559,17 @@ def _sandbox_info(fd: int, timeout: float = 30.0) -> dict:
             if not chunk:
                 break
             text += chunk
+            if expected is not None:
+                if text == expected:
+                    return text
+                continue
             try:
                 return json.loads(text)
             except ValueError:
                 continue
     finally:
         os.close(fd)
-    raise OSError(f"bwrap reported no sandbox: {text[:200]!r}")
+    raise OSError(f"{failure}: {text[:200]!r}")
 
 
 def scratch_env(scratch: str) -> dict[str, str]:
@@ -660,14 +665,18 @@ class SandboxedKernelManager(AsyncKernelManager):
         env = kernel_environment(kw.get("env") or dict(os.environ), self.scratch, self.account)
         server = forkserver.server_for(env) if argv is not None else None
         if server is not None:
-            read, write = os.pipe()
+            info_read, info_write = os.pipe()
+            ready_read, ready_write = os.pipe()
             try:
-                holder = self._wrap([sys.executable, "-I", "-S", "-c", forkserver.HOLD], info_fd=write)
-                await super()._async_launch_kernel(holder, **kw, pass_fds=(write,))
+                holder = self._wrap([sys.executable, "-I", "-S", "-c", forkserver.HOLD, str(ready_write)],
+                                    info_fd=info_write)
+                await super()._async_launch_kernel(holder, **kw, pass_fds=(info_write, ready_write))
             finally:
-                os.close(write)
+                os.close(info_write)
+                os.close(ready_write)
             try:
-                info = _sandbox_info(read)
+                info = _read_json(info_read, "bwrap reported no sandbox")
+                _read_json(ready_read, "the sandbox's placeholder did not start", b"ready")
                 why = server.start(info["child-pid"], {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES
                                                        if f"{ns}-namespace" in info},
                                    self.account, self.account, kernel_groups(self.gpu), self.scratch, env, argv,
