@@ -9,9 +9,10 @@ and for each kernel of a root grader (kernels run as accounts of their own,
 1. bwrap builds the kernel's sandbox exactly as for a kernel it starts itself (:func:`.sandbox.wrap`),
    but runs :data:`HOLD` in it, as the kernel's account: a placeholder that waits for the kernel;
 2. the server forks; the child joins the sandbox's pids cgroup and namespaces (``setns``, each checked
-   against the inode number bwrap reported on ``--info-fd``) and forks again, so that the grandchild
-   is inside the sandbox's PID namespace, then exits (the grandchild's parent is then bwrap's reaper);
-3. the grandchild does what bwrap and :data:`.sandbox._DROP` do for a kernel bwrap starts: a session
+   against the inode number bwrap reported on ``--info-fd``); its children are inside the sandbox's
+   PID namespace, and the kernel is the child of one that exits at once, so that the kernel's parent
+   is bwrap's reaper, PID 1 (:func:`_fork_kernel`);
+3. the kernel does what bwrap and :data:`.sandbox._DROP` do for a kernel bwrap starts: a session
    of its own, no file descriptor of the server's, ``no_new_privs``, the account's uid, gid and groups,
    an empty bounding set, a session keyring of its own, no capability left (checked); then it takes
    the kernel's environment and working folder and runs ipykernel in this process;
@@ -61,27 +62,33 @@ _PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "
 
 #: The placeholder bwrap runs (``python -I -S -c HOLD FD``, as the kernel's account). Once it runs,
 #: the sandbox is complete (bwrap execs its command last): it says so on the pipe FD and closes it,
-#: then waits for the first process to join its PID namespace (nothing else can: it starts none) and
-#: exits when that one does, or after START_TIMEOUT if none comes.
+#: then waits for the kernel, the one process besides itself whose parent is the sandbox's PID 1
+#: (nothing else can join: it starts none), and exits when the kernel does, or after START_TIMEOUT
+#: if none comes.
 HOLD = f"""import os, select, sys, time
 os.write(int(sys.argv[1]), b"ready")
 os.close(int(sys.argv[1]))
 me, deadline = os.getpid(), time.monotonic() + {START_TIMEOUT}
+def parent(pid):
+    try:
+        return [ln.split()[1] for ln in open(f"/proc/{{pid}}/status") if ln.startswith("PPid:")][0]
+    except (OSError, IndexError):
+        return None
 while True:
-    joined = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me))
-    if joined:
+    kernel = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me and parent(p) == "1"]
+    if kernel:
         break
     if time.monotonic() > deadline:
         raise SystemExit("attnlab sandbox: no kernel joined")
     time.sleep(0.005)
 try:
-    select.select([os.pidfd_open(joined[0])], [], [])
+    select.select([os.pidfd_open(kernel[0])], [], [])
 except (AttributeError, OSError):  # no pidfd (Linux < 5.3)
-    while os.path.exists(f"/proc/{{joined[0]}}"):
+    while parent(kernel[0]) == "1":
         time.sleep(0.1)
 """
 
-_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 4, 36, 38
+_PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 4, 38
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -157,22 +164,28 @@ def _become_kernel(request: dict, status: int) -> None:
 
 
 def _fork_kernel(request: dict) -> dict:
-    """Fork, join the sandbox, fork again into its PID namespace; the grandchild becomes the kernel."""
+    """Fork a child that joins the sandbox; its own child is PID 3 there and forks the kernel, then
+    exits, so that the kernel's parent is the sandbox's PID 1 (bwrap's reaper), as for a kernel bwrap
+    starts: ``os.getppid()`` says 1, and the kernel is in bwrap's process tree (:mod:`.proctree`)."""
     read, write = os.pipe()
     child = os.fork()
-    if child == 0:
+    if child == 0:  # every path of the forks below ends in os._exit: nothing returns into the server
         code = 1
         try:
             os.close(read)
             _join(request)
-            if os.fork() == 0:
-                try:
-                    _become_kernel(request, write)
-                    code = 0
-                except BaseException as exc:  # noqa: BLE001 (a grandchild never returns into the server)
-                    _report(write, exc)
-                finally:
-                    os._exit(code)
+            inside = os.fork()
+            if inside == 0:
+                if os.fork() == 0:
+                    try:
+                        _become_kernel(request, write)
+                        code = 0
+                    except BaseException as exc:  # noqa: BLE001
+                        _report(write, exc)
+                    finally:
+                        os._exit(code)
+                os._exit(0)
+            os.waitpid(inside, 0)
             code = 0
         except BaseException as exc:  # noqa: BLE001
             _report(write, exc)
@@ -225,34 +238,14 @@ def serve() -> int:
     say({"ready": not why, "why": why})
     if why:
         return 1
-    # a kernel's parent (the child that joined its sandbox) exits at once: the kernel is then this
-    # server's to reap, not the machine's init's (a container's may reap nothing)
-    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    while True:
-        _reap()
-        ready, _, _ = select.select([inp], [], [], 1.0)
-        if not ready:
-            continue
-        line = inp.readline()
-        if not line:
-            return 0
+    for line in inp:
         try:
             request = json.loads(line)
             why = _unfit()
             say({"error": why} if why else _fork_kernel(request))
         except Exception as exc:  # noqa: BLE001
             say({"error": f"{type(exc).__name__}: {exc}"})
-
-
-def _reap() -> None:
-    """Collect the kernels that ended (none is waited for: each ends when its sandbox does)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    return 0
 
 
 # ---------------------------------------------------------------------------------- the client

@@ -18,10 +18,8 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def tree(pid: int | None) -> list[int]:
-    """``pid`` and every process under it (children of every thread, recursively), and every process
-    in a PID namespace one of them started (a sandbox's: the fork server's kernels join it from
-    outside, :mod:`.forkserver`, and so are no descendant of bwrap); [] when ``pid`` is gone or /proc
-    cannot say."""
+    """``pid`` and every process under it (children of every thread, recursively); [] when ``pid``
+    is gone or /proc cannot say."""
     if not pid or not Path(f"/proc/{pid}").exists():
         return []
     found, todo = [], [pid]
@@ -33,23 +31,7 @@ def tree(pid: int | None) -> list[int]:
                 todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
         except OSError:  # exited meanwhile, or no children file (an old kernel): skip it
             continue
-    own = _pid_namespace("self")
-    sandboxes = {ns for ns in map(_pid_namespace, found) if ns not in (None, own)}
-    if sandboxes:
-        seen = set(found)
-        found += [p for p in _all_pids() if p not in seen and _pid_namespace(p) in sandboxes]
     return found
-
-
-def _pid_namespace(pid) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except OSError:
-        return None
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
 def cpu_seconds(pid: int | None) -> float | None:

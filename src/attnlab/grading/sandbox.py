@@ -526,7 +526,7 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
 def kernel_environment(env: dict, scratch: str, account: int | None) -> dict[str, str]:
     """The environment a kernel started by :func:`wrap` with the environment ``env`` has (its
     ``--setenv`` and ``--unsetenv``), for the fork server's kernels."""
-    env = {**env, **scratch_env(scratch)}
+    env = {**env, **scratch_env(scratch), "PWD": scratch}  # where it runs (bwrap's kernels say "/")
     # ipykernel would take PID 1 (bwrap's reaper) for a dead parent and quit; --die-with-parent
     # already ties the kernel's life to the grader's
     env.pop("JPY_PARENT_PID", None)

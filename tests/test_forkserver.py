@@ -1,0 +1,153 @@
+"""The fork server (attnlab.grading.forkserver): a kernel it starts is confined exactly as one bwrap
+starts, it ends with its sandbox, and anything that goes wrong falls back to bwrap's own start."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attnlab.grading import forkserver, sandbox
+from attnlab.grading.parallel import THREAD_VARS
+
+pytestmark = [
+    pytest.mark.skipif(not sandbox.check()[0], reason="bubblewrap cannot start a sandbox here"),
+    pytest.mark.skipif(os.geteuid() != 0 or bool(sandbox.kernel_accounts()),
+                       reason="the fork server serves root graders whose kernels have accounts of their own"),
+]
+
+#: What a kernel can observe about its confinement; the fork server's kernel must see the same.
+_PROBE = r"""
+import json, os, resource, signal, sys
+status = dict(ln.split(":", 1) for ln in open("/proc/self/status").read().splitlines() if ":" in ln)
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return type(exc).__name__
+print(json.dumps({
+    "uid_is_account": os.getuid() == os.getgid() != 0 and os.getresuid() == (os.getuid(),) * 3,
+    "groups": os.getgroups(),
+    "caps": {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+    "no_new_privs": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(),
+    "pids_seen": len([p for p in os.listdir("/proc") if p.isdigit()]), "own_pid_small": os.getpid() <= 4, "parent": os.getppid(),
+    "session_in_sandbox": os.getsid(0) != 0,
+    "cwd_is_home": os.getcwd() == os.environ["HOME"],
+    "hidden": {p: len(listing(p)) for p in ("/tmp", "/root", "/home", "/run")},
+    "writable_root": os.access("/", os.W_OK), "own_fds": listing("/proc/self/fd") != "PermissionError",
+    "env": sorted((k, v.replace(os.environ["HOME"], "<scratch>")) for k, v in os.environ.items()
+                  if k not in ("PWD",)),
+    "pwd": os.environ.get("PWD"),
+    "initial_environ_secret": b"ATTNLAB_DB_URL" in open("/proc/self/environ", "rb").read(),
+    "umask": os.umask(0o022),
+    "rlimits": [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS, resource.RLIMIT_CORE)],
+    "sigchld": str(signal.getsignal(signal.SIGCHLD)), "sigpipe": str(signal.getsignal(signal.SIGPIPE)),
+    "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "path": sys.path, "flags": [sys.flags.safe_path, sys.flags.no_user_site, sys.flags.isolated],
+    "dont_write_bytecode": sys.dont_write_bytecode,
+    "stdin_is_null": os.path.realpath("/proc/self/fd/0") == "/dev/null",
+}))
+"""
+
+
+def _kernel_env() -> dict:
+    return {**os.environ, **{var: "1" for var in THREAD_VARS}, "ATTNLAB_DB_URL": "postgresql://u:hunter2@db/g"}
+
+
+async def _in_kernel(code: str, fork_server: bool, after=None, wait: bool = True):
+    """Run ``code`` in a new sandboxed kernel (waiting for its end unless ``wait`` is False); (stdout,
+    whether it was forked, what ``after(km)`` says)."""
+    km = sandbox.SandboxedKernelManager(kernel_name="python3", fork_server=fork_server)
+    await km.start_kernel(env=_kernel_env())
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=60)
+        msg_id = kc.execute(code)
+        out = ""
+        while wait:
+            msg = await kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out += msg["content"]["text"]
+            elif msg["msg_type"] == "error":
+                out += "\n".join(msg["content"]["traceback"])
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        extra = await after(km) if after else None
+        return out, km.forked, extra
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+        km.remove_folders()
+
+
+def test_a_forked_kernel_is_confined_as_one_bwrap_starts():
+    """Same account kind, capabilities, namespaces, hidden folders, environment, limits and signals
+    as a kernel bwrap starts itself; the gradebook's URL is in neither's environment."""
+    forked_out, forked, _ = asyncio.run(_in_kernel(_PROBE, fork_server=True))
+    plain_out, plain, _ = asyncio.run(_in_kernel(_PROBE, fork_server=False))
+    assert forked and not plain
+    got, want = json.loads(forked_out), json.loads(plain_out)
+    assert got["uid_is_account"] and got["caps"] == {k: "0000000000000000" for k in got["caps"]}
+    assert got["no_new_privs"] == "1" and not got["writable_root"] and not got["initial_environ_secret"]
+    assert "ATTNLAB_DB_URL" not in dict(got["env"])
+    # where they differ, the forked kernel is right and bwrap's is not: PWD is where it runs (bwrap
+    # says "/"), stdin is /dev/null (jupyter_client gives bwrap a pipe)
+    assert got["pwd"] == os.path.realpath(dict(got["env"])["HOME"].replace("<scratch>", "")) or got["pwd"].endswith("scratch")
+    assert got["stdin_is_null"]
+    differ = {k: (got[k], want[k]) for k in want if got[k] != want[k] and k not in ("pwd", "stdin_is_null")}
+    # bwrap's PID 1 and the placeholder are there too: the forked kernel is the third process
+    assert set(differ) <= {"pids_seen"} and got["pids_seen"] == want["pids_seen"] + 1, differ
+
+
+def test_a_kernel_that_ends_ends_its_sandbox():
+    """The placeholder exits with the kernel, so bwrap does: jupyter_client sees the kernel gone."""
+    async def gone(km):
+        for _ in range(100):
+            if not await km.is_alive():
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    _, forked, ended = asyncio.run(_in_kernel("import os\nos._exit(0)", fork_server=True, after=gone, wait=False))
+    assert forked and ended
+
+
+def test_a_failing_fork_server_leaves_the_start_to_bwrap(monkeypatch, caplog):
+    monkeypatch.setattr(forkserver.Server, "start", lambda self, *a, **k: "broken on purpose")
+    out, forked, _ = asyncio.run(_in_kernel("print(6 * 7)", fork_server=True))
+    assert out.strip() == "42" and not forked
+    assert "broken on purpose" in caplog.text
+
+
+def test_the_server_refuses_to_fork_with_threads_or_cuda():
+    """A fork copies one thread: a server whose imports started a thread pool refuses (and the kernel
+    manager then lets bwrap start the kernel); so does one where CUDA started."""
+    code = ("import threading, time, torch\nfrom attnlab.grading import forkserver as f\nprint(repr(f._unfit()))\n"
+            "e = threading.Event()\nt = threading.Thread(target=e.wait)\nt.start()\nprint(repr(f._unfit()))\n"
+            "e.set()\nt.join()\nwhile f._threads() > 1:\n    time.sleep(0.01)\n"
+            "torch.cuda.is_initialized = lambda: True\nprint(repr(f._unfit()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **{var: "1" for var in THREAD_VARS}})
+    alone, threaded, cuda = [ast.literal_eval(line) for line in out.stdout.splitlines()]
+    assert alone == "" and threaded.startswith("2 threads") and cuda.startswith("CUDA"), out.stderr
+
+
+def test_kernels_that_need_another_environment_get_another_server(monkeypatch):
+    env = _kernel_env()
+    assert forkserver._server_key(env) == forkserver._server_key({**env, "HOME": "/elsewhere",
+                                                                   "CUDA_VISIBLE_DEVICES": ""})
+    assert forkserver._server_key(env) != forkserver._server_key({**env, "OMP_NUM_THREADS": "4"})
+    monkeypatch.setenv(forkserver.ENV, "0")
+    assert not forkserver.enabled()
+    start = time.monotonic()
+    _, forked, _ = asyncio.run(_in_kernel("pass", fork_server=True))
+    assert not forked and time.monotonic() - start < 120
