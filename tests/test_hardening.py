@@ -721,7 +721,7 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
                       ("import attnlab.review\nattnlab.review.flag('an override could not be undone')", True)])
     second = notebook([("import attnlab, os, sys\nassert not hasattr(attnlab, 'LEAK')\n"
                         "assert not os.path.exists('left.txt') and not os.path.exists(os.path.expanduser('~/home.txt'))\n"
-                        "assert os.getpid() <= 4, os.getpid()\nassert os.getcwd() not in sys.path", True)])
+                        "assert os.getpid() <= 4 and os.getppid() == 1, (os.getpid(), os.getppid())\nassert os.getcwd() not in sys.path", True)])
     ep = execute.GradingExecute(timeout=60, prewarm=True, guard=True)
     try:
         nb1, _ = ep.preprocess(first, {"metadata": {"path": str(tmp_path)}})

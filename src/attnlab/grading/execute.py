@@ -27,6 +27,10 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
 - hides the GPU from notebooks with no GPU case (:func:`attnlab.grading.course.uses_gpu`: no device
   node in the sandbox, ``CUDA_VISIBLE_DEVICES`` empty), so they grade as on a CPU host and skip
   CUDA's start-up;
+- starts the kernels of a root grader from a fork server (:mod:`attnlab.grading.forkserver`,
+  ``fork_server``): a process of the grader's that imported torch, the course's package and
+  ipykernel once forks each kernel into the sandbox bwrap built for it, which saves the ~2 CPU-s of
+  those imports per notebook; the kernel is confined as one bwrap starts;
 - keeps one spare kernel warm (started, with torch and the course's package imported, in a
   sandbox and scratch folder of its own that no learner code has seen) while a notebook runs, so
   the next notebook graded by the same process starts at once (``prewarm``); it is started with or
@@ -195,6 +199,9 @@ class GradingExecute(Execute):
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
     prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
+    fork_server = Bool(True, help="Fork sandboxed kernels from a process that imported torch once, where "
+                                  "kernels run as accounts of their own (attnlab.grading.forkserver; "
+                                  "ATTNLAB_FORK_SERVER=0 also turns it off)").tag(config=True)
     sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
                               "False only on the instructor's explicit choice").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
@@ -287,7 +294,7 @@ class GradingExecute(Execute):
             self.km = spare
         elif self.sandbox:
             self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, gpu=self._gpu,
-                                            max_tasks=self.max_tasks)
+                                            max_tasks=self.max_tasks, fork_server=self.fork_server)
         if self.sandbox:
             run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
         if run_dir:
@@ -615,7 +622,8 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            kwargs = {"gpu": self._next_gpu, "max_tasks": self.max_tasks} if self.sandbox else {}
+            kwargs = ({"gpu": self._next_gpu, "max_tasks": self.max_tasks, "fork_server": self.fork_server}
+                      if self.sandbox else {})
             km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, **kwargs)
             km.attnlab_gpu = self._next_gpu
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]

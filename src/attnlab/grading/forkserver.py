@@ -33,6 +33,7 @@ with ``{"pid": ...}`` or ``{"error": ...}``.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -58,7 +59,11 @@ READY_TIMEOUT = 180.0
 _PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
                          "TRITON_CACHE_DIR", "MPLCONFIGDIR", "IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
                          "JUPYTER_RUNTIME_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "USER", "LOGNAME",
-                         "CUDA_VISIBLE_DEVICES", "ATTNLAB_DEVICE", "JPY_PARENT_PID", "JPY_SESSION_NAME"})
+                         "CUDA_VISIBLE_DEVICES", "ATTNLAB_DEVICE", "JPY_PARENT_PID", "JPY_SESSION_NAME", "PWD",
+                         "OLDPWD"})
+#: Namespaces whose inode bwrap must report before a kernel joins them (cgroup: only where it could
+#: make one, ``--unshare-cgroup-try``).
+_MUST_MATCH = frozenset(NAMESPACES) - {"cgroup"}
 
 #: The placeholder bwrap runs (``python -I -S -c HOLD FD``, as the kernel's account). Once it runs,
 #: the sandbox is complete (bwrap execs its command last): it says so on the pipe FD and closes it,
@@ -96,15 +101,28 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _unfit() -> str:
-    """Why this process may not fork kernels ("" when it may)."""
+def _unfit(allowed_fds: tuple[int, ...] = ()) -> str:
+    """Why this process may not fork kernels ("" when it may): another thread (a fork copies one), the
+    CUDA driver loaded (a child could not use CUDA; ``is_available()`` loads it without initialising
+    torch's CUDA), or a file open besides stdin/out/err and ``allowed_fds`` (a module that holds one
+    would find it closed in the kernel, or another file under its number)."""
     if _threads() != 1:
         return (f"{_threads()} threads after the imports (a fork copies one; set OMP_NUM_THREADS and "
                 f"OPENBLAS_NUM_THREADS, as kernel_threads does)")
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return "CUDA was initialised while importing"
-    return ""
+    with open("/proc/self/maps") as maps:
+        if (torch is not None and torch.cuda.is_initialized()) or "libcuda.so" in maps.read():
+            return "CUDA was initialised while importing"
+    open_fds = {fd for fd in map(int, os.listdir("/proc/self/fd")) if _is_open(fd)} - {0, 1, 2, *allowed_fds}
+    return f"files open after the imports: {sorted(open_fds)}" if open_fds else ""
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)  # the listing's own descriptor is closed by now
+        return True
+    except OSError:
+        return False
 
 
 def _join(request: dict) -> None:
@@ -113,12 +131,17 @@ def _join(request: dict) -> None:
     pid, inodes = int(request["ns_pid"]), request["ns_inodes"]
     if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
         raise OSError("the sandbox has a user namespace of its own")
+    missing = sorted(_MUST_MATCH - set(inodes))
+    if missing:
+        raise OSError(f"bwrap did not report the sandbox's {', '.join(missing)} namespaces (bwrap >= 0.4 does)")
     fds = []
     for ns in NAMESPACES:
         fd = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
         fds.append(fd)
         if ns in inodes and os.fstat(fd).st_ino != int(inodes[ns]):
             raise OSError(f"process {pid} is not the sandbox's any more ({ns} namespace)")
+        if ns in _MUST_MATCH and os.fstat(fd).st_ino == os.stat(f"/proc/self/ns/{ns}").st_ino:
+            raise OSError(f"the sandbox shares this process's {ns} namespace")
     if request.get("cgroup"):
         with open(os.path.join(request["cgroup"], "cgroup.procs"), "w") as f:
             f.write("0")
@@ -149,18 +172,32 @@ def _become_kernel(request: dict, status: int) -> None:
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     os.environ.clear()
     os.environ.update(request["env"])
+    # what the interpreter computed from the server's environment at its start, computed again from the kernel's
     sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
+    import importlib
+    import site
     import tempfile
 
-    tempfile.tempdir = None  # computed again from the kernel's TMPDIR
-    if "numpy" in sys.modules:  # every kernel would otherwise draw the server's numbers
+    tempfile.tempdir = None
+    site.USER_BASE = site.USER_SITE = None
+    importlib.invalidate_caches()
+    # every kernel would otherwise draw the server's numbers (Python's random reseeds itself after a fork)
+    if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
     sys.argv = ["ipykernel_launcher", *request["argv"]]
     os.write(status, b"ok")
-    os.close(status)
-    from ipykernel import kernelapp
+    os.close(status)  # from here on a failure is the kernel's own (a dead kernel), never reported as the server's
+    try:
+        from ipykernel import kernelapp
 
-    kernelapp.launch_new_instance()
+        kernelapp.launch_new_instance()
+    finally:  # as an interpreter ends: the exit handlers run (learner code's and IPython's), then the process
+        import atexit
+
+        atexit._run_exitfuncs()
+        os._exit(0)
 
 
 def _fork_kernel(request: dict) -> dict:
@@ -178,8 +215,7 @@ def _fork_kernel(request: dict) -> dict:
             if inside == 0:
                 if os.fork() == 0:
                     try:
-                        _become_kernel(request, write)
-                        code = 0
+                        _become_kernel(request, write)  # returns never once it said "ok"
                     except BaseException as exc:  # noqa: BLE001
                         _report(write, exc)
                     finally:
@@ -192,20 +228,36 @@ def _fork_kernel(request: dict) -> dict:
         finally:
             os._exit(code)
     os.close(write)
+    os.waitpid(child, 0)
     try:
-        os.waitpid(child, 0)
-        said, deadline = b"", time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([read], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(read, 4096) if ready else b""
-            if not chunk:
-                break
-            said += chunk
-    finally:
-        os.close(read)
+        said = read_pipe(read, START_TIMEOUT)
+    except OSError as exc:
+        said = str(exc).encode()
     if said == b"ok":
         return {"ok": True}
     return {"error": said.decode(errors="replace").strip() or "the kernel process gave no sign"}
+
+
+def read_pipe(fd: int, timeout: float, done=None) -> bytes:
+    """What comes on the pipe ``fd`` (closed here) until its writers close it, or until ``done(text)``
+    says it is complete.
+
+    Raises:
+        OSError: ``timeout`` seconds passed first.
+    """
+    text, deadline = b"", time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not ready:
+                raise OSError(f"nothing complete within {timeout:g} s: {text[:200]!r}")
+            chunk = os.read(fd, 4096)
+            text += chunk
+            if not chunk or (done is not None and done(text)):
+                return text
+    finally:
+        os.close(fd)
 
 
 def _report(fd: int, exc: BaseException) -> None:
@@ -223,13 +275,13 @@ def serve() -> int:
     for fd in (0, 1):
         os.dup2(null, fd)
     os.close(null)
-    why = ""
+    why, name = "", ""
     try:
         for name in PRELOAD:
             __import__(name)
-        why = _unfit()
+        why = _unfit((inp.fileno(), out.fileno()))
     except Exception as exc:  # noqa: BLE001
-        why = f"importing {name} failed: {exc}"
+        why = f"{f'importing {name}' if name else 'starting'} failed: {exc}"
 
     def say(obj) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -241,7 +293,7 @@ def serve() -> int:
     for line in inp:
         try:
             request = json.loads(line)
-            why = _unfit()
+            why = _unfit((inp.fileno(), out.fileno()))
             say({"error": why} if why else _fork_kernel(request))
         except Exception as exc:  # noqa: BLE001
             say({"error": f"{type(exc).__name__}: {exc}"})
@@ -254,14 +306,26 @@ def _server_key(env: dict) -> tuple:
 
 
 class Server:
-    """A running fork server (one per grading process and kernel environment, :func:`server_for`)."""
+    """A running fork server (one per grading process and kernel environment, :func:`server_for`).
 
-    def __init__(self, env: dict, folder: str):
-        self.folder = folder
+    Raises:
+        OSError: its process or folder could not be made.
+    """
+
+    def __init__(self, env: dict):
+        import tempfile
+
+        from .sandbox import scratch_env
+
+        self.folder = tempfile.mkdtemp(prefix="attnlab-forkserver-")  # its home: empty, never a kernel's
+        self.owner = os.getpid()  # a forked copy of the grading process must not share the pipes
         self.lock = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.forkserver"], cwd=folder, env=env,
+        env = {**{k: v for k, v in env.items() if k not in _PER_KERNEL}, **scratch_env(self.folder)}
+        # a session of its own: a grading parent that finds its worker dead kills its process group
+        self.proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.forkserver"], cwd=self.folder, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, start_new_session=True)
+        _record(self.proc.pid, self.folder)
         hello = self._reply(READY_TIMEOUT)
         self.why = "" if hello.get("ready") else hello.get("why") or hello.get("error") or "no answer"
         if self.why:
@@ -270,62 +334,96 @@ class Server:
     def _reply(self, timeout: float) -> dict:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
-        if not line:
+        try:
+            reply = json.loads(line) if line else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
             self.close()
-            return {"error": "the fork server did not answer" if not ready else "the fork server ended"}
-        return json.loads(line)
+            return {"error": "the fork server did not answer" if not ready else f"the fork server ended: {line[:200]!r}"}
+        return reply
 
-    def start(self, ns_pid: int, ns_inodes: dict, uid: int, gid: int, groups: list[int], cwd: str, env: dict,
-              argv: list[str], cgroup: str | None) -> str:
-        """Start a kernel in the sandbox whose PID-1 process is ``ns_pid``; "" on success, else why not."""
-        request = {"ns_pid": ns_pid, "ns_inodes": ns_inodes, "uid": uid, "gid": gid, "groups": groups, "cwd": cwd,
-                   "env": env, "argv": argv, "cgroup": cgroup}
+    def start(self, request: dict) -> str:
+        """Start a kernel as ``request`` says ("" on success, else why not): ``ns_pid`` (the host's pid of
+        the sandbox's PID 1) and ``ns_inodes`` (namespace -> inode, from bwrap's ``--info-fd``); ``uid``,
+        ``gid``, ``groups`` (the kernel account); ``cwd`` (its scratch folder); ``env``; ``argv``
+        (ipykernel's); ``cgroup`` (its pids cgroup folder, or None)."""
         with self.lock:
-            if self.proc.poll() is not None:
+            if self.owner != os.getpid() or self.proc.poll() is not None:
                 return "the fork server ended"
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
+                self.close()
                 return f"the fork server ended: {exc}"
             reply = self._reply(START_TIMEOUT + 10)
-        return "" if reply.get("ok") else reply.get("error") or "no answer"
+        return "" if reply.get("ok") else str(reply.get("error") or "no answer")
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        """End the server (its kernels live on: each is its sandbox's) and remove its folder."""
+        import shutil
+
+        if self.owner == os.getpid() and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _record(pid: int, folder: str) -> None:
+    """List the server with the grading process's kernels (``ATTNLAB_KERNEL_PIDFILE``): a grading parent
+    that finds its worker dead kills it and removes its folder, as it does for kernels."""
+    from .execute import PIDFILE_ENV, process_start
+
+    path = os.environ.get(PIDFILE_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{pid}:{process_start(pid) or ''} {folder}\n")
 
 
 _SERVERS: dict[tuple, Server] = {}
+_SERVERS_LOCK = threading.Lock()
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip() != "0"
 
 
-def server_for(env: dict) -> Server | None:
-    """The fork server for kernels with environment ``env`` (started on first use), or None where none
-    can run (its imports started threads or CUDA; it said why once, in :attr:`Server.why`)."""
+def server_for(env: dict) -> Server:
+    """The fork server for kernels with environment ``env``: started on first use (a few seconds: it
+    imports torch), again if it ended. Check :attr:`Server.why` (why it cannot start kernels, "" when
+    it can): a refusal is kept, so that no kernel pays for another import that would be refused too.
+
+    Raises:
+        OSError: a new server's process or folder could not be made.
+    """
     key = _server_key(env)
-    server = _SERVERS.get(key)
-    if server is None or (not server.why and server.proc.poll() is not None):
-        import tempfile
-
-        from .sandbox import scratch_env
-
-        folder = tempfile.mkdtemp(prefix="attnlab-forkserver-")  # its home: empty, never a kernel's
-        server = _SERVERS[key] = Server({**env, **scratch_env(folder)}, folder)
-    return None if server.why else server
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or (not server.why and not server.alive()):
+            if server is not None:
+                server.close()
+            server = _SERVERS[key] = Server(env)
+        return server
 
 
 def stop_all() -> None:
-    import shutil
+    """End every fork server of this process (at exit; their kernels live on)."""
+    with _SERVERS_LOCK:
+        for server in _SERVERS.values():
+            server.close()
+        _SERVERS.clear()
 
-    for server in _SERVERS.values():
-        server.close()
-        shutil.rmtree(server.folder, ignore_errors=True)
-    _SERVERS.clear()
+
+atexit.register(stop_all)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
 #: The kernel's memory limit in GiB (read by nbgrader_config.py into GradingExecute.memory_limit_gb).
 KERNEL_MEMORY_ENV = "ATTNLAB_KERNEL_MEMORY_GB"
 KERNEL_MEMORY_GIB = 8.0
-#: Memory a worker needs when kernels have no limit (its kernel and spare, torch imported in both).
+#: Memory a worker needs when kernels have no limit (its kernel and spare, torch imported in both, and
+#: its fork server, ~0.3 GiB, whose pages the kernels it forked share until they write them).
 GIB_PER_WORKER = 2
 
 

@@ -40,7 +40,9 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   notebook with no GPU case, :func:`.course.uses_gpu`) gets no GPU node at all.
 
 :class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
-way, each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
+way (a root grader's kernels are forked into the sandbox by :mod:`.forkserver` instead of started by
+bwrap: bwrap builds the same sandbox around a placeholder, and the forked kernel drops to its account
+with :data:`DROP_FUNCTION`, as bwrap's kernels do), each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
 kernel is cleaned up. :func:`check` says whether bwrap works here; :func:`require` refuses to go
 on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 """
@@ -48,6 +50,7 @@ on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -55,7 +58,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -119,6 +121,10 @@ _DROP = DROP_FUNCTION + """drop(int(sys.argv[1]), int(sys.argv[2]), [int(g) for 
 os.execvp(sys.argv[6], sys.argv[6:])
 """
 _AUTO = object()
+#: Seconds bwrap may take to build a sandbox for the fork server's kernel and start its placeholder.
+SANDBOX_START_TIMEOUT = 30.0
+#: Why the fork server could not start a kernel, each said once per grading process.
+_FORK_REFUSALS_SAID: set[str] = set()
 
 RISK = ("Without the sandbox, learner code runs with your account's rights: it can read and rewrite "
         "gradebook.db and other students' submissions, plant a module named `attnlab` or a .pth file "
@@ -540,36 +546,14 @@ def kernel_groups(gpu: bool) -> list[int]:
     return _device_groups(gpu_nodes() if gpu else [])
 
 
-def _read_json(fd: int, failure: str, expected: bytes | None = None, timeout: float = 30.0):
-    """Read the pipe ``fd`` (closed here) until it holds ``expected``, or a whole JSON value when
-    ``expected`` is None: what bwrap writes on ``--info-fd`` (``child-pid``, the host's pid of the
-    sandbox's PID 1, and each namespace's inode number).
-
-    Raises:
-        OSError: ``failure``, when nothing complete came within ``timeout`` seconds (bwrap failed).
-    """
-    import json
-    import select
-
-    text, deadline = b"", time.monotonic() + timeout
+def _whole_json(text: bytes) -> bool:
+    """Whether ``text`` is one whole JSON value (what bwrap writes on ``--info-fd``: ``child-pid``, the
+    host's pid of the sandbox's PID 1, and each namespace's inode number)."""
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                break
-            text += chunk
-            if expected is not None:
-                if text == expected:
-                    return text
-                continue
-            try:
-                return json.loads(text)
-            except ValueError:
-                continue
-    finally:
-        os.close(fd)
-    raise OSError(f"{failure}: {text[:200]!r}")
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
 
 
 def scratch_env(scratch: str) -> dict[str, str]:
@@ -657,16 +641,41 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
         """Start the kernel: from the fork server where :meth:`_fork_argv` allows (bwrap runs its
-        placeholder in the sandbox and the server's fork joins it), else bwrap's own ``kernel_cmd``."""
-        from . import forkserver
-
+        placeholder in the sandbox and the server's fork joins it), else, and whenever that fails,
+        bwrap's own ``kernel_cmd``."""
         self.forked = False
         argv = self._fork_argv()
+        if argv is not None:
+            try:
+                why = await self._fork_kernel(argv, kw)
+            except Exception as exc:  # noqa: BLE001 (any failure: bwrap starts the kernel)
+                why = f"{type(exc).__name__}: {exc}"
+            if not why:
+                self.forked = True
+                return
+            if why not in _FORK_REFUSALS_SAID:  # a refusal holds for every kernel after: say it once
+                _FORK_REFUSALS_SAID.add(why)
+                self.log.warning("attnlab: the fork server could not start the kernel (%s); bwrap starts it", why)
+            if self.provisioner is not None and self.provisioner.has_process:
+                await self.provisioner.kill()
+                await self.provisioner.wait()
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    async def _fork_kernel(self, argv: list[str], kw: dict) -> str:
+        """Launch bwrap with the placeholder, then have the fork server start the kernel in it; "" when
+        it did, else why not. The blocking steps (the server's first imports, reading the pipes) run
+        in a thread, so other kernels' messages on this event loop go on meanwhile."""
+        import asyncio
+
+        from . import forkserver
+
         env = kernel_environment(kw.get("env") or dict(os.environ), self.scratch, self.account)
-        server = forkserver.server_for(env) if argv is not None else None
-        if server is not None:
-            info_read, info_write = os.pipe()
-            ready_read, ready_write = os.pipe()
+        server = await asyncio.to_thread(forkserver.server_for, env)
+        if server.why:
+            return server.why
+        info_read, info_write = os.pipe()
+        ready_read, ready_write = os.pipe()
+        try:
             try:
                 holder = self._wrap([sys.executable, "-I", "-S", "-c", forkserver.HOLD, str(ready_write)],
                                     info_fd=info_write)
@@ -674,22 +683,22 @@ class SandboxedKernelManager(AsyncKernelManager):
             finally:
                 os.close(info_write)
                 os.close(ready_write)
-            try:
-                info = _read_json(info_read, "bwrap reported no sandbox")
-                _read_json(ready_read, "the sandbox's placeholder did not start", b"ready")
-                why = server.start(info["child-pid"], {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES
-                                                       if f"{ns}-namespace" in info},
-                                   self.account, self.account, kernel_groups(self.gpu), self.scratch, env, argv,
-                                   str(self.cgroup) if self.cgroup else None)
-            except (OSError, ValueError, KeyError) as exc:
-                why = str(exc)
-            if not why:
-                self.forked = True
-                return
-            self.log.warning("attnlab: the fork server could not start the kernel (%s); bwrap starts it", why)
-            await self.provisioner.kill()
-            await self.provisioner.wait()
-        await super()._async_launch_kernel(kernel_cmd, **kw)
+            fd, info_read = info_read, None  # read_pipe closes it, whatever happens
+            info = json.loads(await asyncio.to_thread(forkserver.read_pipe, fd, SANDBOX_START_TIMEOUT, _whole_json))
+            fd, ready_read = ready_read, None
+            ready = await asyncio.to_thread(forkserver.read_pipe, fd, SANDBOX_START_TIMEOUT,
+                                          lambda text: text == b"ready")
+            if ready != b"ready":
+                return f"the sandbox's placeholder did not start: {ready[:200]!r}"
+        finally:
+            for fd in (info_read, ready_read):
+                if fd is not None:
+                    os.close(fd)
+        request = {"ns_pid": int(info["child-pid"]), "uid": self.account, "gid": self.account,
+                   "ns_inodes": {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES if f"{ns}-namespace" in info},
+                   "groups": kernel_groups(self.gpu), "cwd": self.scratch, "env": env, "argv": argv,
+                   "cgroup": str(self.cgroup) if self.cgroup else None}
+        return await asyncio.to_thread(server.start, request)
 
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
