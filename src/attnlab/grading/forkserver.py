@@ -102,17 +102,18 @@ def _threads() -> int:
 
 
 def _unfit(allowed_fds: tuple[int, ...] = ()) -> str:
-    """Why this process may not fork kernels ("" when it may): another thread (a fork copies one), the
-    CUDA driver loaded (a child could not use CUDA; ``is_available()`` loads it without initialising
-    torch's CUDA), or a file open besides stdin/out/err and ``allowed_fds`` (a module that holds one
-    would find it closed in the kernel, or another file under its number)."""
+    """Why this process may not fork kernels ("" when it may): another thread (a fork copies one), CUDA
+    initialised (a child could not use it), or a file open besides stdin/out/err and ``allowed_fds``: a
+    module that holds one would find it closed in the kernel, or another file under its number, and
+    the CUDA driver holds ``/dev/nvidiactl`` open once initialised, even where torch's CUDA is not
+    (``torch.cuda.is_available()``). Loading the driver's library is no initialisation: a CUDA build
+    of torch does it on import."""
     if _threads() != 1:
         return (f"{_threads()} threads after the imports (a fork copies one; set OMP_NUM_THREADS and "
                 f"OPENBLAS_NUM_THREADS, as kernel_threads does)")
     torch = sys.modules.get("torch")
-    with open("/proc/self/maps") as maps:
-        if (torch is not None and torch.cuda.is_initialized()) or "libcuda.so" in maps.read():
-            return "CUDA was initialised while importing"
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA was initialised while importing"
     open_fds = {fd for fd in map(int, os.listdir("/proc/self/fd")) if _is_open(fd)} - {0, 1, 2, *allowed_fds}
     return f"files open after the imports: {sorted(open_fds)}" if open_fds else ""
 
