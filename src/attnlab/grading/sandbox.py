@@ -191,7 +191,11 @@ def check() -> tuple[bool, str]:
                        f"{', '.join(closed)} are open to root only: every GPU case would fail. Open them to all "
                        f"(the NVIDIA driver's default, NVreg_DeviceFileMode=0666) or to a group other than root, "
                        f"or set {KERNEL_ACCOUNT_ENV}=root to keep kernels at uid 0")
-    who = (f"each kernel as an account of its own (uid >= {KERNEL_IDS.start:#x}), not root"
+    from .forkserver import ENV as FORK_ENV, enabled
+
+    forked = (f", forked from a fork server that imported torch once ({FORK_ENV}=0: started by bwrap)"
+              if enabled() else f", started by bwrap ({FORK_ENV}=0)")
+    who = (f"each kernel as an account of its own (uid >= {KERNEL_IDS.start:#x}), not root{forked}"
            if account is not None else f"kernels as this account ({kernel_accounts()})")
     return True, f"bubblewrap {'.'.join(map(str, _bwrap_version()))} at {exe}; {who}"
 
