@@ -132,8 +132,9 @@ def test_kernels_of_one_grading_process_share_one_server():
     random numbers differ."""
     forkserver.stop_all()
     pids, draws = [], []
-    code = ("import os, random, numpy, torch\nprint(os.getpid(), os.getppid())\n"
-            "print(random.random(), numpy.random.random(), torch.rand(1).item(), hash('x'))")
+    code = ("import os, random, numpy, torch, multiprocessing\nprint(os.getpid(), os.getppid())\n"
+            "print(random.random(), numpy.random.random(), torch.rand(1).item(),\n"
+            "      multiprocessing.current_process().authkey.hex(), hash('x'))")
     for _ in range(2):
         out, forked, _ = asyncio.run(_in_kernel(code, fork_server=True))
         where, drawn = out.strip().splitlines()
@@ -141,9 +142,10 @@ def test_kernels_of_one_grading_process_share_one_server():
         pids.append([s.proc.pid for s in forkserver._SERVERS.values()])
         draws.append(drawn.split())
     assert len(pids[0]) == 1 and pids[0] == pids[1]
-    # each kernel draws its own random numbers, as kernels bwrap starts do; str hashes are the server's
+    # each kernel draws its own random numbers and multiprocessing key, as kernels bwrap starts do; str
+    # hashes are the server's
     # (the order of a set of strings is the same in every kernel of one grading process)
-    assert all(a != b for a, b in zip(draws[0][:3], draws[1][:3])) and draws[0][3] == draws[1][3], draws
+    assert all(a != b for a, b in zip(draws[0][:4], draws[1][:4])) and draws[0][4] == draws[1][4], draws
     folder = next(iter(forkserver._SERVERS.values())).folder
     forkserver.stop_all()
     assert not os.path.exists(folder)

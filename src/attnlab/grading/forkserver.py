@@ -187,6 +187,12 @@ def _become_kernel(request: dict, status: int) -> None:
         sys.modules["numpy"].random.seed()
     if "torch" in sys.modules:
         sys.modules["torch"].seed()
+    if "multiprocessing.process" in sys.modules:  # the key of its connections, and where it started
+        process = sys.modules["multiprocessing.process"]
+        process.current_process().authkey = os.urandom(32)
+        process.ORIGINAL_DIR = request["cwd"]
+    if "logging" in sys.modules:  # relativeCreated counts from the kernel's start
+        sys.modules["logging"]._startTime = time.time()
     sys.argv = ["ipykernel_launcher", *request["argv"]]
     os.write(status, b"ok")
     os.close(status)  # from here on a failure is the kernel's own (a dead kernel), never reported as the server's

@@ -348,9 +348,11 @@ def hand_over(path: str, account: int | None) -> None:
         return
     os.chown(path, account, account, follow_symlinks=False)
     if os.path.isdir(path) and not os.path.islink(path):
-        for folder, dirs, files in os.walk(path):
+        # through folder descriptors: a folder the kernel swaps for a link meanwhile (a restart hands its
+        # scratch folder over again) is never followed
+        for _, dirs, files, folder in os.fwalk(path, follow_symlinks=False):
             for name in dirs + files:
-                os.chown(os.path.join(folder, name), account, account, follow_symlinks=False)
+                os.chown(name, account, account, dir_fd=folder, follow_symlinks=False)
 
 
 def _account_entries(account: int, home: str) -> dict[str, str]:
