@@ -1,5 +1,5 @@
-"""Run code in one sandboxed kernel, started as the grader starts it (tests/test_forkserver.py and the
-device checks in notes/gpu/2026-12-02/forkserver/ use it; no pytest needed)."""
+"""Run code in one sandboxed kernel, started as the grader starts it (tests/test_forkserver.py,
+tests/test_tasks.py and the device checks in notes/gpu/2026-12-02/forkserver/ use it; no pytest needed)."""
 
 from __future__ import annotations
 
@@ -16,20 +16,21 @@ def kernel_env(**extra: str) -> dict:
             **extra}
 
 
-async def in_kernel(code: str, fork_server: bool, after=None, wait: bool = True, gpu: bool = True,
-                    env: dict | None = None):
-    """Run ``code`` in a new sandboxed kernel (waiting for its end unless ``wait`` is False); (stdout,
-    whether it was forked, what ``after(km)`` says)."""
-    km = sandbox.SandboxedKernelManager(kernel_name="python3", fork_server=fork_server, gpu=gpu)
-    await km.start_kernel(env=kernel_env(**(env or {})))
+async def in_kernel(code: str, fork_server: bool = True, after=None, wait: bool = True, timeout: float = 60,
+                    **manager):
+    """Run ``code`` in a new sandboxed kernel (``manager``: more arguments of its kernel manager), waiting
+    up to ``timeout`` seconds for each message until it ends, unless ``wait`` is False; (stdout and
+    tracebacks, whether it was forked, what ``await after(km)`` says before the kernel is shut down)."""
+    km = sandbox.SandboxedKernelManager(kernel_name="python3", fork_server=fork_server, **manager)
+    await km.start_kernel(env=kernel_env())
     kc = km.client()
     kc.start_channels()
     try:
-        await kc.wait_for_ready(timeout=60)
+        await kc.wait_for_ready(timeout=timeout)
         msg_id = kc.execute(code)
         out = ""
         while wait:
-            msg = await kc.get_iopub_msg(timeout=60)
+            msg = await kc.get_iopub_msg(timeout=timeout)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "stream":

@@ -175,38 +175,24 @@ def test_a_sandboxed_kernel_gets_at_most_max_tasks():
     bounded, line = tasks.describe()
     if not bounded or os.getuid() != 0:
         pytest.skip(line if not bounded else "the cgroup path needs root here (RLIMIT path: test above)")
-    from attnlab.grading.sandbox import SandboxedKernelManager, check
+    from attnlab.grading.sandbox import check
+
+    from .kernel_runner import in_kernel
 
     if not check()[0]:
         pytest.skip(check()[1])
 
-    async def run(max_tasks: int) -> tuple[str, object]:
-        km = SandboxedKernelManager(kernel_name="python3", max_tasks=max_tasks)
-        await km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        out = ""
-        try:
-            await kc.wait_for_ready(timeout=120)
-            msg_id = kc.execute(BOMB)
-            while True:
-                msg = await kc.get_iopub_msg(timeout=120)
-                if msg["parent_header"].get("msg_id") != msg_id:
-                    continue
-                if msg["msg_type"] == "stream":
-                    out += msg["content"]["text"]
-                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                    break
-        finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=True)
-            km.remove_folders()
-        return out, km.cgroup
+    async def its_cgroup(km):
+        return km.cgroup
 
-    out, cgroup = asyncio.run(run(128))
+    def run(max_tasks: int) -> tuple[str, object]:
+        out, _, folder = asyncio.run(in_kernel(BOMB, after=its_cgroup, timeout=120, max_tasks=max_tasks))
+        return out, folder
+
+    out, cgroup = run(128)
     assert cgroup is not None and not cgroup.exists()
     assert 0 < int(out.split("STARTED")[1]) < 128, out
-    out, cgroup = asyncio.run(run(0))
+    out, cgroup = run(0)
     assert cgroup is None and int(out.split("STARTED")[1]) > 128, out
 
 

@@ -27,8 +27,8 @@ broken thread pool or CUDA context); otherwise, or when anything here fails, the
 starts the kernel the usual way (:class:`.sandbox.SandboxedKernelManager`).
 
 Protocol between the grading process and its server: JSON lines on the server's stdin and stdout;
-the server first says ``{"ready": true}`` (or why not), then answers each request (:meth:`Server.start`)
-with ``{"pid": ...}`` or ``{"error": ...}``.
+the server first says ``{"ready": true}`` (or ``false`` and why), then answers each request
+(:meth:`Server.start`) with ``{"ok": true}`` or ``{"error": ...}``.
 """
 
 from __future__ import annotations
