@@ -69,13 +69,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
 import warnings
 from dataclasses import dataclass, field
 
 __all__ = ["Target", "TARGETS", "GpuCompileError", "Spec", "signature_of", "ensure_compiles", "gated", "captured",
            "Launch", "resources",
-           "Resources", "describe_resources", "compile_limit_s", "ADVICE_PREFIX"]
+           "Resources", "describe_resources", "compile_limit_s", "ADVICE_PREFIX", "GateWaited"]
 
 
 @dataclass(frozen=True)
@@ -576,19 +577,49 @@ def compile_limit_s() -> float:
     return min(120.0, max(10.0, 3 * call_limit_s()))
 
 
+class GateWaited(Exception):
+    """The gate's time ran out while the compile mostly waited (a lock, a loaded machine): not the
+    learner's doing. ``wall_s`` and ``cpu_s`` are what the compile took and used."""
+
+    def __init__(self, what: str, wall_s: float, cpu_s: float):
+        super().__init__(f"compiling {what} for the GPU targets waited {wall_s:.0f} s using {cpu_s:.1f} s of CPU")
+        self.wall_s, self.cpu_s = wall_s, cpu_s
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process (every thread: the gate compiles in a pool) and of the children
+    it waited for (ptxas)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 @contextlib.contextmanager
 def _own_clock(what: str):
     """Pause an enclosing :func:`attnlab.checks.time_limit` (compiling is not the learner's run
-    time) and limit the compile to :func:`compile_limit_s` instead."""
+    time) and limit the compile to :func:`compile_limit_s` instead.
+
+    A compile stopped by the limit is the learner's only when it was computing: a compile that used
+    less than half its wall time on a CPU (waiting for a lock, a machine loaded by other graders)
+    raises :class:`GateWaited` instead of ``TimeoutError``, which the gate retries once and then
+    reports for review, never as a lost point.
+    """
     from .checks import time_limit
 
     main = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
     remaining, interval = signal.getitimer(signal.ITIMER_REAL) if main else (0.0, 0.0)
     if remaining:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    start, cpu = time.perf_counter(), _cpu_s()
     try:
         with time_limit(compile_limit_s(), f"compiling {what} for the GPU targets"):
             yield
+    except TimeoutError:
+        wall, used = time.perf_counter() - start, _cpu_s() - cpu
+        if used < 0.5 * wall:
+            raise GateWaited(what, wall, used) from None
+        raise
     finally:
         if remaining:
             signal.setitimer(signal.ITIMER_REAL, remaining, interval)
@@ -609,6 +640,24 @@ def _native_target() -> Target | None:
 
 def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, num_stages: int = 3,
                     targets: tuple[Target, ...] | None = None, native: bool = True) -> None:
+    """Raise unless the launch compiles for GPUs (:func:`_ensure_compiles`, which documents the
+    arguments and errors). A compile that waited rather than computed (:class:`GateWaited`) is tried
+    once more (what compiled meanwhile is cached) and then reported for review: the launch goes on
+    unjudged by the gate, and no point is lost to the machine's trouble."""
+    for attempt in (1, 2):
+        try:
+            return _ensure_compiles(kernel, args, constexprs, what=what, num_warps=num_warps,
+                                    num_stages=num_stages, targets=targets, native=native)
+        except GateWaited as exc:
+            if attempt == 2:
+                from .review import flag
+
+                flag(f"could not check that {what} compiles for the GPU targets: {exc} (a busy machine or a "
+                     f"lock, not the kernel); not judged by the compile gate")
+
+
+def _ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, num_stages: int = 3,
+                     targets: tuple[Target, ...] | None = None, native: bool = True) -> None:
     """Raise unless ``kernel[grid](*args, **constexprs, num_warps=, num_stages=)`` compiles for GPUs.
 
     Args:
@@ -627,7 +676,8 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
         NotImplementedError: the kernel (or a helper it calls) still raises ``NotImplementedError``.
         GpuCompileError: (an AssertionError) it does not compile for some target: which ones,
             the line, the construct and what to write instead.
-        TimeoutError: compiling took longer than :func:`compile_limit_s`.
+        TimeoutError: compiling took longer than :func:`compile_limit_s`, computing all along.
+        GateWaited: it ran out of time while waiting (handled by :func:`ensure_compiles`).
         TypeError: ``args``/``constexprs`` do not fit the kernel's parameters.
     """
     from triton.runtime.jit import KernelInterface
