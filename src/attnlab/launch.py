@@ -20,7 +20,7 @@ import torch
 from . import gpu_compile
 from .device import is_interpreted, is_kernel, runnable_kernel
 
-__all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel"]
+__all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel", "require_contiguous"]
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -40,6 +40,21 @@ def _poisoned_with_tail(shape, extra: int, dtype, device) -> torch.Tensor:
     for size in shape:
         n *= size
     return torch.full((n + extra,), float("nan"), dtype=dtype, device=device)[:n].view(shape)
+
+
+def require_contiguous(where: str, tensors: dict, why: str) -> None:
+    """Raise ValueError naming the first of ``tensors`` (name -> tensor) that is not contiguous.
+
+    For launchers whose kernel contract derives every stride from the shape (``why`` says how the
+    kernel addresses the tensors): reading a transposed or sliced view with those strides would give
+    wrong numbers without an error. The message gives the tensor's shape and strides and says to pass
+    ``.contiguous()``.
+    """
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and not t.is_contiguous():
+            raise ValueError(f"{where}: {name} is not contiguous (strides {tuple(t.stride())}, shape "
+                             f"{tuple(t.shape)}): {why}, so a view such as a transpose would be read wrong; "
+                             f"pass {name}.contiguous()")
 
 
 def _softmax_warps(block_size: int) -> int:
@@ -135,7 +150,8 @@ def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     n_rows, n_cols = x.shape
     for name, t in (("x", x), ("y", y)):
         if n_cols > 1 and t.stride(1) != 1:
-            raise ValueError(f"run_softmax_kernel: {name} has strides {tuple(t.stride())}: the kernel reads "
+            raise ValueError(f"run_softmax_kernel: {name} has strides {tuple(t.stride())} (shape "
+                             f"{tuple(t.shape)}): the kernel reads "
                              f"the columns of a row as adjacent elements (column stride 1); pass "
                              f"{name}.contiguous() (for x; for y allocate a contiguous output)")
     if n_rows > 1 and y.stride(0) < n_cols:
@@ -240,11 +256,8 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
             or lse.device != q.device:
         got = f"{tuple(lse.shape)} {lse.dtype} on {lse.device}" if isinstance(lse, torch.Tensor) else type(lse).__name__
         raise ValueError(f"run_flash_kernel: lse must be ({B}, {H}, {T}) float32 on {q.device}, got {got}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("lse", lse)):
-        if not t.is_contiguous():
-            raise ValueError(f"run_flash_kernel: {name} is not contiguous (strides {tuple(t.stride())}): the "
-                             f"kernel addresses every tensor with stride_bh = T*D and stride_t = D; pass "
-                             f"{name}.contiguous()")
+    require_contiguous("run_flash_kernel", {"q": q, "k": k, "v": v, "o": o, "lse": lse},
+                       "the kernel addresses every tensor with stride_bh = T*D and stride_t = D")
     grid = (triton.cdiv(T, block_m), B * H)
     # strides from the shape, not from q.stride(): torch leaves the stride of a size-1 dim arbitrary
     kernel[grid](q, k, v, o, lse, T * D, D, T, D ** -0.5,

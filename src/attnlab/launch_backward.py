@@ -84,13 +84,32 @@ def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash
 
 def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, dq, dk, dv, dq_acc, *,
                          causal, block_m, block_n, num_warps=4, num_stages=2):
-    """Launch the three kernels on contiguous inputs into the given buffers (no validation, no allocation).
+    """Launch the three kernels into the given buffers (no allocation; :func:`launch_flash_backward`
+    validates and allocates).
 
-    ``dq_acc`` must hold zeros (float32, like q); ``delta`` is float32 (B, H, T). Returns (dq, dk, dv).
+    Args:
+        kernels: :class:`BackwardKernels` (or a (preprocess, dkdv, dq) tuple of ``@triton.jit`` functions).
+        q, k, v, o, do: contiguous (B, H, T, D), one dtype and device; lse: contiguous float32 (B, H, T).
+        delta: contiguous float32 (B, H, T), written by the preprocess; dq, dk, dv: contiguous like q,
+            written; dq_acc: contiguous float32 (B, H, T, D) holding zeros.
+        causal, block_m, block_n, num_warps, num_stages: as :func:`launch_flash_backward`.
+
+    Returns:
+        (dq, dk, dv).
+
+    Raises:
+        TypeError: a kernel that is not a ``@triton.jit`` function, or a dtype this mode cannot run.
+        ValueError: a tensor that is not contiguous (the kernels get one ``stride_bh = T*D``,
+            ``stride_t = D`` for all of them, so a view would be read wrong), or a wrong device.
     """
     import triton
 
     preprocess, dkdv, dq_kernel = kernels
+    launch.require_contiguous(
+        "run_backward_kernels",
+        {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "delta": delta, "dq": dq, "dk": dk, "dv": dv,
+         "dq_acc": dq_acc},
+        "the kernels address every tensor with stride_bh = T*D and stride_t = D (per-row vectors at bh*T)")
     B, H, T, D = q.shape
     sbh, st = T * D, D  # contiguous (B, H, T, D): a size-1 dim may have any stride, so not q.stride()
     scale = D ** -0.5

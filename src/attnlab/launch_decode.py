@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, prepare_kernel
+from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, prepare_kernel, require_contiguous
 from .reference_decode import validate_decode_inputs
 
 __all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
@@ -110,6 +110,19 @@ def _kv_strides(k_cache, v_cache):
     return k_cache, v_cache
 
 
+def _require_kv_strides(where: str, k_cache, v_cache) -> None:
+    """Raise ValueError unless v_cache has k_cache's strides and both have a contiguous last dim."""
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{where}: {name} has strides {tuple(t.stride())} (shape {tuple(t.shape)}): the "
+                             f"kernel reads a key's D values as adjacent elements (last stride 1); pass {name}.contiguous()")
+    # a dim of size 1 is never stepped over, so its stride may differ
+    if any(n > 1 and sk != sv for n, sk, sv in zip(k_cache.shape, k_cache.stride(), v_cache.stride())):
+        raise ValueError(f"{where}: v_cache has strides {tuple(v_cache.stride())} (shape {tuple(v_cache.shape)}), "
+                         f"k_cache {tuple(k_cache.stride())}: the kernel reads both with k_cache's strides; pass "
+                         f"k_cache.contiguous() and v_cache.contiguous()")
+
+
 def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, *, causal: bool,
                        cfg: DecodeConfig, num_warps: int = 4, num_stages: int = 3):
     """Launch the split kernel on grid ``cfg.partial_grid(B, H_kv)`` into o_part (B, H_q, T_q, S, D)
@@ -121,9 +134,16 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
 
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function.
+        ValueError: q, cache_seqlens, o_part or lse_part is not contiguous, or v_cache's strides differ
+            from k_cache's or either's last dim is not contiguous (the kernel gets k_cache's strides only).
     """
     kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
                             "flash_decode")
+    _require_kv_strides("run_decode_partial", k_cache, v_cache)
+    require_contiguous("run_decode_partial",
+                       {"q": q, "cache_seqlens": cache_seqlens, "o_part": o_part, "lse_part": lse_part},
+                       "the kernel addresses q, the lengths and the partials by their shapes (only the caches "
+                       "come with strides)")
     B, H_q, T_q, D = q.shape
     H_kv = k_cache.shape[1]
     kernel[cfg.partial_grid(B, H_kv)](
@@ -143,11 +163,14 @@ def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
 
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function.
+        ValueError: a tensor that is not contiguous (the kernel addresses all four by their shapes).
     """
     import triton
 
     kernel = prepare_kernel(kernel, "_decode_merge_kernel", {"o_part": o_part, "lse_part": lse_part, "lse": lse},
                             "flash_decode")
+    require_contiguous("run_decode_merge", {"o_part": o_part, "lse_part": lse_part, "o": o, "lse": lse},
+                       "the kernel addresses the partials and outputs by their shapes (row r's splits at r*S)")
     S, D = o_part.shape[-2], o_part.shape[-1]
     n_rows = lse.numel()
     kernel[(n_rows,)](o_part, lse_part, o, lse, S, BLOCK_S=max(2, triton.next_power_of_2(S)),
@@ -186,7 +209,7 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
     if not _is_pow2(D) or D < 16:
         raise ValueError(f"flash_decode: head dim D={D} must be a power of two >= 16 (tl.arange and tl.dot need it)")
     cfg = decode_config(q, k_cache, num_splits, block_n)
-    q = q.contiguous()
+    q, cache_seqlens = q.contiguous(), cache_seqlens.contiguous()
     k_cache, v_cache = _kv_strides(k_cache, v_cache)
     B, H_q, T_q, _ = q.shape
     dev = q.device

@@ -101,7 +101,9 @@ def _validate(kernel, q, k, v, q_scale, k_scale):
             raise ValueError(f"{where}: {name} must be a 4-D tensor (B, H, T, D), got "
                              f"{getattr(t, 'shape', type(t).__name__)}")
         if not t.is_contiguous():
-            raise ValueError(f"{where}: {name} must be contiguous (stride {tuple(t.stride())}); call .contiguous()")
+            raise ValueError(f"{where}: {name} is not contiguous (strides {tuple(t.stride())}, shape "
+                             f"{tuple(t.shape)}): the kernel reads Q, K, V and O as (B·H·T, D) row-major matrices; "
+                             f"pass {name}.contiguous()")
         if t.device != q.device:
             raise ValueError(f"{where}: {name} is on {t.device}, q on {q.device}: use one device")
     if q.shape != k.shape or q.shape != v.shape:
