@@ -119,6 +119,7 @@ def test_shortcuts_give_right_numbers_without_the_accounting(monkeypatch):
     pass the visible cases, so only the load accounting can take their points."""
     monkeypatch.setattr("attnlab.verify.check_softmax_reads", lambda *a, **k: None)
     monkeypatch.setattr("attnlab.verify.check_flash_reads", lambda *a, **k: None)
+    monkeypatch.setattr("attnlab.verify.check_work", lambda *a, **k: None)
     for mid in ("04-one-program-all-rows", "04-three-passes", "04-unmasked-load-then-where"):
         check_softmax_kernel(softmax_kernel(mid), n_rows=4, n_cols=37)
     check_softmax_kernel(softmax_kernel("04-fixed-block-2048"), n_rows=3, n_cols=1500)

@@ -1,20 +1,30 @@
-"""Load accounting: which tensor elements each program of an interpreted Triton launch reads and writes.
+"""The work ledger: what each program of an interpreted Triton launch reads, writes and multiplies.
 
-Notebooks 04, 05 and 08 teach a *method* (one program per softmax row reading it once; FlashAttention
-streaming K and V in tiles of at most ``BLOCK_N`` keys, each key once, skipping causal tiles past
-the diagonal; split-K decoding loading each K/V tile once for a whole GQA group), and a kernel can
-produce the right numbers without it. Under ``TRITON_INTERPRET=1``
-every ``tl.load`` and ``tl.store`` of a kernel goes through one object, Triton's
-``interpreter_builder`` (``create_masked_load`` / ``create_masked_store``; unmasked and descriptor
-accesses are routed through them too). :func:`record` wraps those for the duration of one launch and
-notes, per program (``tl.program_id``), the element offsets of every active lane in the tensors the
-check owns. The rule functions then turn the ledger into a message that names the rule.
+Notebooks 04, 05, 07 and 08 teach a *method* (one program per softmax row reading it once;
+FlashAttention streaming K and V in tiles, each tile once, skipping causal tiles past the diagonal,
+multiplying tiles with ``tl.dot``; a backward whose programs each own one tile; split-K decoding
+reading each K/V tile once per GQA group), and a kernel can produce the right numbers without it.
+Under ``TRITON_INTERPRET=1`` every memory access and every ``tl.dot`` of a kernel goes through one
+object, Triton's ``interpreter_builder``. :func:`record` wraps its entry points for the duration of
+the ``with`` block and writes a :class:`Ledger`: per launch (:class:`Launch`: the kernel's name and
+grid) and per program (``tl.program_id``),
+
+- every access to the tensors the check owns, as element offsets of the active lanes, with its kind:
+  ``"load"`` (``tl.load``, and what Triton routes through it: tensor-descriptor loads and gathers,
+  ``tl.atomic_load``...), ``"store"``, or ``"atomic"`` (``tl.atomic_*``: a read **and** a write),
+  the shape of the block and a serial number (one per ``tl.load``/``tl.store`` call: how many tiles,
+  i.e. loop iterations, a program read);
+- every ``tl.dot`` (and ``tl.dot_scaled``): its (M, N, K) and FLOPs.
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
-so a wild load cannot crash the grader's Python process. A compiled launch records nothing: the
-accounted checks (04's and 05's kernels, 08's split kernel) run their CPU-sized cases through the
-interpreter on every machine, a GPU machine included (:func:`attnlab.verify._kernel_device`), and
-check only the numbers of their GPU-sized cases.
+so a wild load cannot crash the grader's Python process. A builder method that touches memory but
+that this module does not know how to account is wrapped too and recorded as *unaccounted*, so a
+future Triton cannot open a silent path. What the method implies is not decided here: each notebook
+declares its cost model as data (:mod:`attnlab.work_models`), compared with the ledger generically;
+the ``check_*_reads`` functions below add the precise diagnoses of notebooks 04, 05 and 08.
+
+A compiled launch records nothing: the accounted checks run their CPU-sized cases through the
+interpreter on every machine, a GPU machine included (:func:`attnlab.verify._kernel_device`).
 """
 
 from __future__ import annotations
@@ -22,58 +32,142 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-__all__ = ["Access", "Ledger", "available", "record", "check_softmax_reads", "check_flash_reads", "check_decode_reads",
-           "interpreter_internals"]
+__all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races",
+           "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals"]
 
-#: Builder methods that touch memory; atomics count as stores (they write).
-_WRAPPED = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+#: Builder methods that touch memory themselves (every other memory method of Triton 3.x routes
+#: through ``create_masked_load``/``create_masked_store`` on the builder instance, so through these).
+_PRIMITIVES = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
+#: Memory methods known to reach memory only through the primitives (checked: Triton 3.9's interpreter).
+_ROUTED = frozenset({"create_load", "create_store", "create_atomic_load", "create_atomic_store",
+                     "create_atomic_poll", "create_descriptor_load", "create_descriptor_store",
+                     "create_descriptor_gather", "create_descriptor_scatter", "create_make_tensor_descriptor",
+                     "create_tensor_pointer_load", "create_tensor_pointer_store"})
+#: Builder method names that suggest a memory access: any not known above is recorded as unaccounted.
+_MEMORY_NAME = re.compile(r"load|store|atomic|descriptor|gather|scatter|prefetch|tma|copy")
+#: The other methods :func:`record` wraps: launch boundaries and matrix products.
+_EXTRA = ("set_grid_dim", "create_dot", "create_dot_scaled")
+#: Access kinds that read memory, and those that write it (an atomic does both).
+READS, WRITES = ("load", "atomic"), ("store", "atomic")
 
 
 @dataclass
 class Access:
-    """The active lanes of one ``tl.load``/``tl.store`` of one program in one tensor."""
+    """The active lanes of one memory access of one program in one tensor."""
 
     program: tuple[int, int, int]
     tensor: str
-    kind: str            # "load" or "store"
+    kind: str            # "load", "store" or "atomic" (an atomic reads and writes)
     index: np.ndarray    # int64 element offsets into the tensor's buffer, one per active lane
+    shape: tuple = ()    # the shape of the block of pointers (the tile), masked lanes included
+    call: int = 0        # serial number of the builder call in its launch (one per tl.load/tl.store)
+
+
+@dataclass
+class Dot:
+    """One ``tl.dot`` of one program: (M, K) x (K, N), ``batch`` times."""
+
+    program: tuple[int, int, int]
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass
+class Launch:
+    """One kernel launch: its accesses, products and stray lanes, per program."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    accesses: list[Access] = field(default_factory=list)
+    dots: list[Dot] = field(default_factory=list)
+    strays: list[tuple[tuple[int, int, int], str, int]] = field(default_factory=list)
+    unaccounted: list[str] = field(default_factory=list)
+    calls: int = 0
+
+    def of(self, tensor: str, kinds=READS) -> list[Access]:
+        """Accesses to ``tensor`` of the given kinds (a kind, or a tuple: :data:`READS`, :data:`WRITES`)."""
+        kinds = (kinds,) if isinstance(kinds, str) else kinds
+        return [a for a in self.accesses if a.tensor == tensor and a.kind in kinds]
+
+    def programs(self):
+        """Every program of the grid, in launch order."""
+        return [(x, y, z) for x in range(self.grid[0]) for y in range(self.grid[1]) for z in range(self.grid[2])]
+
+    def busy(self) -> set:
+        """The programs that read or wrote anything, or multiplied anything."""
+        return {a.program for a in self.accesses} | {d.program for d in self.dots}
 
 
 @dataclass
 class Ledger:
-    """Every access of one launch. ``strays`` lists (program, kind, lanes) outside every known tensor."""
+    """Every launch inside one :func:`record` block, in order."""
 
     regions: list[tuple[str, int, int, int]]   # (name, first byte address, bytes, element size)
-    accesses: list[Access] = field(default_factory=list)
-    strays: list[tuple[tuple[int, int, int], str, int]] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
 
-    def of(self, tensor: str, kind: str = "load"):
-        """Accesses of ``kind`` to ``tensor``, in the order they ran."""
-        return [a for a in self.accesses if a.tensor == tensor and a.kind == kind]
+    @property
+    def current(self) -> Launch:
+        if not self.launches:  # a builder call outside any launch (a test driving the builder by hand)
+            self.launches.append(Launch("?", (1, 1, 1)))
+        return self.launches[-1]
+
+    @property
+    def accesses(self) -> list[Access]:
+        return [a for launch in self.launches for a in launch.accesses]
+
+    @property
+    def strays(self):
+        return [s for launch in self.launches for s in launch.strays]
+
+    def of(self, tensor: str, kinds=READS) -> list[Access]:
+        """Accesses to ``tensor`` of ``kinds`` in every launch, in the order they ran."""
+        return [a for launch in self.launches for a in launch.of(tensor, kinds)]
+
+    def _start(self, grid, kernel: str) -> None:
+        self.launches.append(Launch(kernel, tuple(int(g) for g in grid)))
 
     def _note(self, program, kind: str, ptrs, mask):
         """Record the active lanes of one access; return the mask with stray lanes switched off."""
+        launch = self.current
+        launch.calls += 1
         addr = np.asarray(ptrs.data)
         active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addr.shape) if mask is not None \
             else np.ones(addr.shape, dtype=bool)
         lanes = addr[active].astype(np.int64)
         known = np.zeros(lanes.shape, dtype=bool)
+        program = tuple(program) if program is not None else (0, 0, 0)
         for name, base, nbytes, size in self.regions:
             inside = (lanes >= base) & (lanes < base + nbytes)
             if inside.any():
-                self.accesses.append(Access(program, name, kind, (lanes[inside] - base) // size))
+                launch.accesses.append(Access(program, name, kind, (lanes[inside] - base) // size,
+                                              tuple(addr.shape), launch.calls))
                 known |= inside
         if known.all():
             return mask
-        self.strays.append((program, kind, int((~known).sum())))
+        launch.strays.append((program, kind, int((~known).sum())))
         keep = active.copy()
         keep[active] = known
         return type(mask)(keep, mask.dtype) if mask is not None else keep
+
+    def _dot(self, program, a, b) -> None:
+        sa, sb = np.shape(a.data), np.shape(b.data)
+        if len(sa) < 2 or len(sb) < 2:
+            return
+        batch = int(np.prod(sa[:-2])) if len(sa) > 2 else 1
+        self.current.dots.append(Dot(tuple(program) if program is not None else (0, 0, 0),
+                                     int(sa[-2]), int(sb[-1]), int(sa[-1]), batch))
 
 
 def available() -> bool:
@@ -83,12 +177,26 @@ def available() -> bool:
     except ImportError:
         return False
     builder = getattr(ti, "interpreter_builder", None)
-    return builder is not None and all(callable(getattr(builder, name, None)) for name in _WRAPPED)
+    return builder is not None and all(callable(getattr(builder, name, None)) for name in _PRIMITIVES + _EXTRA[:2])
+
+
+def _memory_methods(builder) -> list[str]:
+    """Builder methods whose names say they touch memory and that :func:`record` cannot account."""
+    names = [n for n in dir(type(builder)) if n.startswith("create_") and _MEMORY_NAME.search(n)]
+    return sorted(n for n in names if n not in _PRIMITIVES and n not in _ROUTED and callable(getattr(builder, n)))
+
+
+def _launching_kernel() -> str:
+    """The name of the kernel whose launch calls ``set_grid_dim`` (Triton's ``GridExecutor``)."""
+    frame = sys._getframe(2)
+    executor = frame.f_locals.get("self") if frame is not None else None
+    fn = getattr(executor, "fn", None)
+    return getattr(fn, "__name__", "?")
 
 
 @contextlib.contextmanager
 def record(buffers: dict[str, torch.Tensor]):
-    """Record the loads and stores of the interpreted launches inside the ``with`` block.
+    """Record the memory accesses and products of the interpreted launches inside the ``with`` block.
 
     Args:
         buffers: name -> a contiguous CPU tensor holding the whole memory the check owns for that
@@ -96,14 +204,17 @@ def record(buffers: dict[str, torch.Tensor]):
             element offsets into these.
 
     Yields:
-        The :class:`Ledger`, filled as the kernel runs.
+        The :class:`Ledger`, filled as the kernels run (one :class:`Launch` per launch).
+
+    Raises:
+        ValueError: a buffer that is not a contiguous CPU tensor.
     """
     from triton.runtime import interpreter as ti
 
     regions = []
     for name, t in buffers.items():
         if t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError(f"load accounting needs contiguous CPU buffers; {name} is on {t.device}")
+            raise ValueError(f"the work ledger needs contiguous CPU buffers; {name} is on {t.device}")
         regions.append((name, t.data_ptr(), t.numel() * t.element_size(), t.element_size()))
     ledger = Ledger(regions)
     builder = ti.interpreter_builder
@@ -117,35 +228,134 @@ def record(buffers: dict[str, torch.Tensor]):
         from . import review
 
         review.flag(f"Triton's interpreter_builder had been patched ({', '.join(patched)}): the patch was removed "
-                    f"before the load accounting")
+                    f"before the work ledger")
     load, store = builder.create_masked_load, builder.create_masked_store
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+    grid_dim, dot = builder.set_grid_dim, builder.create_dot
+    dot_scaled = getattr(builder, "create_dot_scaled", None)
+    where = lambda: builder.grid_idx if getattr(builder, "grid_idx", None) is not None else (0, 0, 0)  # noqa: E731
 
     # the trailing arguments (cache and eviction policies, memory semantics) differ between Triton
     # versions; only the pointers and the mask matter here, and their positions have not changed
     def masked_load(ptrs, mask, *rest, **kw):
-        return load(ptrs, ledger._note(builder.grid_idx, "load", ptrs, mask), *rest, **kw)
+        return load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
 
     def masked_store(ptrs, value, mask, *rest, **kw):
-        return store(ptrs, value, ledger._note(builder.grid_idx, "store", ptrs, mask), *rest, **kw)
+        return store(ptrs, value, ledger._note(where(), "store", ptrs, mask), *rest, **kw)
 
     def atomic_rmw(op, ptr, val, mask, *rest, **kw):
-        return rmw(op, ptr, val, ledger._note(builder.grid_idx, "store", ptr, mask), *rest, **kw)
+        return rmw(op, ptr, val, ledger._note(where(), "atomic", ptr, mask), *rest, **kw)
 
     def atomic_cas(ptr, *rest, **kw):
-        before = len(ledger.strays)
-        ledger._note(builder.grid_idx, "store", ptr, None)
-        if len(ledger.strays) > before:  # no mask to switch lanes off: refuse the access itself
+        before = len(ledger.current.strays)
+        ledger._note(where(), "atomic", ptr, None)
+        if len(ledger.current.strays) > before:  # no mask to switch lanes off: refuse the access itself
             raise MemoryError("tl.atomic_cas on memory outside the kernel's tensors")
         return cas(ptr, *rest, **kw)
 
-    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
+    def set_grid_dim(*grid):
+        ledger._start(grid, _launching_kernel())
+        return grid_dim(*grid)
+
+    def create_dot(a, b, *rest, **kw):
+        ledger._dot(where(), a, b)
+        return dot(a, b, *rest, **kw)
+
+    def create_dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
+        ledger._dot(where(), lhs, rhs)
+        return dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
+
+    def unaccounted(name):
+        method = getattr(builder, name)
+
+        def wrapper(*args, **kw):
+            ledger.current.unaccounted.append(name)
+            return method(*args, **kw)
+        return wrapper
+
+    wrappers = {"create_masked_load": masked_load, "create_masked_store": masked_store,
+                "create_atomic_rmw": atomic_rmw, "create_atomic_cas": atomic_cas,
+                "set_grid_dim": set_grid_dim, "create_dot": create_dot}
+    if dot_scaled is not None:
+        wrappers["create_dot_scaled"] = create_dot_scaled
+    wrappers.update({name: unaccounted(name) for name in _memory_methods(builder)})
+    for name, fn in wrappers.items():
+        setattr(builder, name, fn)
     try:
         yield ledger
     finally:  # the class's own methods again (no function was left on the instance before)
-        for name in _WRAPPED:
+        for name in wrappers:
             builder.__dict__.pop(name, None)
+
+
+# ------------------------------------------------------------------------------------------- races
+@dataclass
+class Race:
+    """Elements of one tensor that several programs of one launch touch, one of them by a plain store."""
+
+    launch: int
+    kernel: str
+    tensor: str
+    element: int
+    programs: tuple        # the programs that touch ``element`` (first few)
+    read_modify_write: bool  # the storing programs also loaded it (a load-add-store)
+
+
+def races(ledger: Ledger) -> list[Race]:
+    """The data races of every launch: an element stored by a plain (non-atomic) ``tl.store`` of one
+    program and read, written or updated by another program of the same launch. On a GPU the
+    programs run at the same time in no set order, so the result depends on timing (a load-add-store
+    by two programs loses one of the additions). The interpreter runs programs one after another,
+    which hides the race from the numbers; the ledger sees it, however the store is spelled.
+    Only atomics (``tl.atomic_add``...) may meet on one element. One :class:`Race` per (launch, tensor)."""
+    found = []
+    for i, launch in enumerate(ledger.launches):
+        for tensor in sorted({a.tensor for a in launch.accesses}):
+            accesses = [a for a in launch.accesses if a.tensor == tensor and a.index.size]
+            stores = [a for a in accesses if a.kind == "store"]
+            if not stores or len({a.program for a in accesses}) < 2:
+                continue
+            ids = {p: n for n, p in enumerate(sorted({a.program for a in accesses}))}
+            pairs = lambda group: np.unique(np.concatenate([  # noqa: E731
+                np.stack([a.index, np.full(a.index.size, ids[a.program])], axis=1) for a in group]), axis=0)
+            touched = pairs(accesses)
+            elements, counts = np.unique(touched[:, 0], return_counts=True)
+            shared = elements[counts > 1]
+            stored = np.unique(pairs(stores)[:, 0])
+            racy = np.intersect1d(shared, stored)
+            if not racy.size:
+                continue
+            element = int(racy[0])
+            who = tuple(p for p, n in ids.items() if n in set(touched[touched[:, 0] == element, 1].tolist()))
+            loaded = {a.program for a in accesses if a.kind == "load" and element in a.index}
+            storing = {a.program for a in stores if element in a.index}
+            found.append(Race(i, launch.kernel, tensor, element, who[:4], bool(storing & loaded)))
+    return found
+
+
+def _program(p, dims: int) -> str:
+    return f"program {p[0]}" if dims == 1 else f"program ({', '.join(str(i) for i in p[:dims])})"
+
+
+def check_races(ledger: Ledger, *, where: str, dims: int = 2, names: dict | None = None) -> None:
+    """Fail on the first race of :func:`races`, naming the tensor, the programs and the fix.
+
+    Args:
+        names: tensor -> how the message calls it (default: the buffer's name).
+
+    Raises:
+        AssertionError: naming the kernel, the tensor, two of the programs and what to use instead.
+    """
+    for race in races(ledger):
+        name = (names or {}).get(race.tensor, race.tensor)
+        who = " and ".join(_program(p, dims) for p in race.programs[:2])
+        what = ("each load and then store the same element (a read-modify-write)" if race.read_modify_write
+                else "touch the same element, one of them with a plain tl.store")
+        raise AssertionError(
+            f"{where}: a race in {race.kernel}: {who} {what} of {name} (element {race.element}). On a GPU the "
+            f"programs run at the same time, so one update overwrites the other; the interpreter runs them one "
+            f"after another and hides it. Add into memory that several programs share with tl.atomic_add, "
+            f"however the load and store are written.")
 
 
 #: Names through which kernel code could touch memory behind the accounting's back (only possible
@@ -174,13 +384,9 @@ def _span(values) -> str:
     return str(lo) if lo == hi else f"{lo}..{hi}"
 
 
-def _program(p, dims: int) -> str:
-    return f"program {p[0]}" if dims == 1 else f"program ({', '.join(str(i) for i in p[:dims])})"
-
-
 def _strays(ledger: Ledger, dims: int, names: str) -> str | None:
     for program, kind, n in ledger.strays:
-        verb = "read" if kind == "load" else "wrote"
+        verb = {"load": "read", "store": "wrote"}.get(kind, "updated")
         return (f"{_program(program, dims)} {verb} {n} element(s) outside {names}: an address that is "
                 f"off, or a {kind} without a mask. On a GPU that touches memory the kernel does not own "
                 f"(wrong values, or a crash).")
@@ -208,7 +414,7 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
     by_program: dict[int, list[np.ndarray]] = {}
     for a in ledger.of("input"):
         by_program.setdefault(a.program[0], []).append(a.index)
-    for a in ledger.of("output", "store"):
+    for a in ledger.of("output", WRITES):
         rows = a.index // y_width
         other = rows[rows != a.program[0]]
         if other.size:
@@ -219,9 +425,9 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
         raise AssertionError(
             f"{where}: program {a.program[0]} read from the output. Notebook 04 asks for one read of the "
             f"input and one write of the output; keep everything in between in registers.")
-    for a in ledger.of("input", "store"):
-        raise AssertionError(f"{where}: program {a.program[0]} wrote into the input; a kernel may only "
-                             f"store to the output.")
+    for a in ledger.of("input", WRITES):
+        raise AssertionError(f"{where}: program {a.program[0]} wrote into the input (an atomic writes too); a "
+                             f"kernel may only store to the output.")
     for p in range(n_rows):
         idx = np.concatenate(by_program.get(p, [np.zeros(0, np.int64)]))
         c = idx - p * x_width                       # offset from the start of the program's own row

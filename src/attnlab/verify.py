@@ -22,10 +22,11 @@ from .grading import guard as _guard
 from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint,
                     zero_max_hint)
 from .loads import available as loads_available
-from .loads import check_flash_reads, check_softmax_reads, interpreter_internals, record
+from .loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
 from .probe import MethodProbe, reduce_rule, row_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
+from .work_models import check_work, flash_forward_model, softmax_model
 
 __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
@@ -550,8 +551,12 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
         raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. {advice}")
     if ledger is not None:
         _flag_internals(kernel, "_softmax_kernel", "04")
+        where = f"_softmax_kernel [{case}]"
         check_softmax_reads(ledger, n_rows=n_rows, n_cols=n_cols, x_width=x_width, y_width=width,
-                            block_size=block, where=f"_softmax_kernel [{case}]")
+                            block_size=block, where=where)
+        check_work(ledger, softmax_model(n_rows=n_rows, n_cols=n_cols, x_width=x_width, block=block,
+                                         x_len=x_buf.numel()), where=where)
+        check_races(ledger, where=where, dims=1)
     # no dot product here, so no tf32: float32 is held to 1e-5 on a GPU too
     tol = 1e-5 if dtype == torch.float32 else tolerance(dtype, device)
     diagnosed(lambda: assert_close(y.cpu(), expected, name="softmax", case=case, tol=tol),
@@ -649,8 +654,12 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
                                  f"a kernel may only store to O and LSE")
     if ledger is not None:
         _flag_internals(kernel, "_flash_fwd_kernel", "05")
+        where = f"_flash_fwd_kernel [{case}]"
         check_flash_reads(ledger, BH=B * H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
-                          where=f"_flash_fwd_kernel [{case}]")
+                          where=where)
+        check_work(ledger, flash_forward_model(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m,
+                                               block_n=block_n, buffer_len=k_buf.numel()), where=where)
+        check_races(ledger, where=where)
     tol = tolerance(dtype, device)
     if growing and dtype == torch.float32 and device == "cuda":
         # tf32 rounds the scores to ~2^-11 relative; at scores near 50 that is a few percent of
