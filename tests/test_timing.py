@@ -1,0 +1,98 @@
+"""The timing stage (attnlab.grading.timing) on a CPU: what is timed is the kernels' definitions and
+nothing else of the notebook; every repetition is checked; no GPU means "needs GPU timing".
+The speeds themselves are measured on the H200 (notes/gpu/), never asserted here."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from attnlab.grading import timing
+
+from .conftest import ROOT
+
+SOFTMAX = ROOT / "source" / "attention_kernels" / "04_triton_softmax.ipynb"
+SMALL = {"rows": 6, "cols": 37}
+
+
+def _with_cell(tmp_path, edit):
+    """A copy of the instructor's notebook 04 whose kernel cell went through ``edit``."""
+    nb = nbformat.read(str(SOFTMAX), as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "_softmax_kernel")
+    cell.source = edit(cell.source)
+    path = tmp_path / SOFTMAX.name
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_only_kernel_definitions_are_kept():
+    cell = '''import os
+import triton
+SCALE = 1.5
+LOG2E = tl.constexpr(1.4426950408889634)
+os.environ["X"] = "1"
+_softmax_kernel.add_pre_run_hook(lambda *a, **k: None)
+@triton.jit
+def helper(x, N: tl.constexpr):
+    return x * SCALE
+@triton.jit(do_not_specialize=["n"])
+def kernel(p, n, BLOCK: tl.constexpr = 16):
+    helper(p, BLOCK)
+@some.decorator
+@triton.jit
+def wrapped(p):
+    pass
+@triton.jit
+def side_effect(p, q=print("defined")):
+    pass
+@triton.jit
+def annotated(p: os.system("x")):
+    pass
+class Anything:
+    pass
+'''
+    src = timing.kernel_source([cell])
+    assert src.defined == ("SCALE", "LOG2E", "helper", "kernel")
+    assert len(src.dropped) == 6, src.dropped  # os.environ, the hook, 3 defs that run code, the class
+    assert "add_pre_run_hook" not in src.text and "os.environ" not in src.text and "print" not in src.text
+    compile(src.text, "kernels.py", "exec")
+
+
+def test_reference_kernel_checked_on_every_repetition_and_not_timed_on_a_cpu():
+    result = timing.time_notebook(SOFTMAX, SOFTMAX, reps=2, seed=3, sandbox=False, shape=SMALL)
+    assert result.status is timing.Status.NEEDS_GPU, result
+    assert result.ratio is None and result.dropped == []
+
+
+_STORE = "    tl.store(output_ptr + row * output_row_stride + cols, y.to(output_ptr.dtype.element_ty), mask=in_row)\n"
+_HOOK = """
+
+def _softmax_hook(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, *args, **kwargs):
+    import torch
+    output_ptr.copy_(torch.softmax(input_ptr.float(), -1).to(output_ptr.dtype))
+
+
+_softmax_kernel.add_pre_run_hook(_softmax_hook)
+"""
+
+
+@pytest.mark.parametrize("edit, status", [
+    # a wrong kernel: not timed
+    (lambda s: s.replace("y = num / tl.sum(num, axis=0)", "y = num"), timing.Status.WRONG),
+    # right numbers in the notebook from a pre-run hook attached at module level (issue 30's trick):
+    # the hook is not part of what is timed, so the kernel's own output (nothing) is checked
+    (lambda s: s.replace(_STORE, "    pass\n") + _HOOK, timing.Status.WRONG),
+    # a kernel that does not compile or run: failed, with the reason
+    (lambda s: s.replace("y = num / tl.sum(num, axis=0)", "y = num / undefined_name"), timing.Status.FAILED),
+], ids=["wrong", "hook-dropped", "broken"])
+def test_a_kernel_that_is_wrong_is_not_timed(tmp_path, edit, status):
+    path = _with_cell(tmp_path, edit)
+    assert "y = num / tl.sum(num, axis=0)" not in path.read_text() or "_softmax_hook" in path.read_text()
+    result = timing.time_notebook(path, SOFTMAX, reps=2, seed=3, sandbox=False, shape=SMALL)
+    assert result.status is status, result
+    assert result.message
+
+
+def test_a_notebook_without_a_stage():
+    result = timing.time_notebook(ROOT / "source" / "attention_kernels" / "01_online_softmax.ipynb", SOFTMAX)
+    assert result.status is timing.Status.NOT_TIMED
