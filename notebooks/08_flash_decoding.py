@@ -44,7 +44,8 @@ from attnlab import bench, bench_decode, launch_decode
 from attnlab.checks import time_limit
 from attnlab.reference_decode import decode_attention_reference, kv_bytes
 from attnlab.verify import call_limit_s
-from attnlab.verify_decode import check_decode_merge_kernel, check_decode_partial_kernel, check_flash_decode
+from attnlab.verify_decode import (check_decode_merge_kernel, check_decode_partial_kernel,
+                                    check_decode_partial_large_offsets, check_flash_decode)
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -367,6 +368,9 @@ check_decode_partial_kernel(_decode_partial_kernel, seqlens=[40, 12], H_q=8, H_k
                             causal=False, seed=14)
 check_decode_partial_kernel(_decode_partial_kernel, seqlens=[33, 3, 18], H_q=6, H_kv=3, T_q=3, num_splits=3,
                             seed=17, kv_layout="bthd")
+# a cache whose batch stride is just under 2^31 elements: b * stride_kb passes 2^31 (only the
+# pages that hold data exist; the kernel runs through the interpreter on every machine)
+check_decode_partial_large_offsets(_decode_partial_kernel, seed=18)
 if not RUNTIME.interpret:
     for dtype in (torch.bfloat16, torch.float16):
         check_decode_partial_kernel(_decode_partial_kernel, seqlens=[3000, 1, 777, 0], H_q=32, H_kv=8, D=128,

@@ -396,3 +396,11 @@ def test_08_strides_assumed_contiguous_fail_on_a_transposed_cache(mistake):
     assert "Use the three strides the launcher passes" in msg, msg
     check_decode_partial_kernel(_dec("_decode_partial_kernel"), seqlens=[21, 9], H_q=4, H_kv=2, num_splits=2,
                                 kv_layout="bthd")
+
+
+def test_08_offset_in_32_bits_is_named_on_a_cache_past_two_to_the_31():
+    from attnlab.verify_decode import check_decode_partial_large_offsets
+
+    msg = _message(check_decode_partial_large_offsets, _dec("_decode_partial_kernel", "08-kv-offset-32-bit"))
+    assert "wraps around past 2^31" in msg and "b.to(tl.int64) * stride_kb" in msg, msg
+    check_decode_partial_large_offsets(_dec("_decode_partial_kernel"))  # the reference: right, no crash

@@ -173,6 +173,14 @@ MISTAKES = [
         fails=(),
         why="not a mistake: merging the splits one by one with the online update is correct",
     ),
+    Mistake(
+        id="08-kv-offset-32-bit", notebook=_NB, cell=_PARTIAL,
+        edits=(("kv_base = b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh",
+                "kv_base = b * stride_kb + kvh * stride_kh"),),
+        fails=(_CACHE,),
+        why="computes the cache offset b * stride_kb + kvh * stride_kh in 32 bits: it wraps around on a "
+            "cache past 2^31 elements (a fault on a GPU)",
+    ),
 ]
 
 TYPICAL = "08-merge-equal-weights"

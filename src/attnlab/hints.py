@@ -15,7 +15,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
+           "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
            "row_stride_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -469,3 +469,25 @@ def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     return ("These rows are the ones whose scores all lie far below 0: with the running max m started at 0 "
             "instead of -inf, every exp(s − m) there underflows to 0, so l = 0 and O = 0 / 0. Start m at "
             "-inf, so that the first tile's own max is subtracted.")
+
+
+@_quiet
+def int32_offset_hint(got, want: torch.Tensor, tol: float, *, far: list[bool], what: str, fix: str) -> str:
+    """The output of a kernel whose offsets wrap around at 2³¹: right for every group of rows whose
+    memory lies below element offset 2³¹ of its tensor, wrong for at least one that lies past it.
+
+    Args:
+        got, want: outputs whose first dim indexes the groups (sequences b, or heads bh).
+        far: per group, whether its data lies past element offset 2³¹.
+        what: the offset as the notebook writes it (``"b * stride_kb + kvh * stride_kh"``).
+        fix: the 64-bit form to suggest.
+    """
+    if type(got) is not torch.Tensor or got.shape != want.shape or not any(far) or all(far):
+        return ""
+    right = [matches_with_empty(got[i], want[i], tol) for i in range(len(far))]
+    near_ok = all(ok for ok, f in zip(right, far) if not f)
+    if not near_ok or all(ok for ok, f in zip(right, far) if f):
+        return ""
+    return (f"Every row whose data lies below element offset 2^31 is right and rows past it are wrong: {what} "
+            f"is computed in 32 bits and wraps around past 2^31 (a GPU then faults or reads other memory). "
+            f"Widen to 64 bits before multiplying, e.g. {fix}.")

@@ -33,7 +33,8 @@ from .loads import check_decode_reads, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
 
-__all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode"]
+__all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
+           "check_decode_partial_large_offsets"]
 
 
 def _dtype_name(dtype) -> str:
@@ -301,3 +302,76 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left)
     assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
                           case=case, tol=max(tol, 1e-5))
+
+
+def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int = 4, H_kv: int = 2, T_q: int = 1,
+                                       D: int = 16, causal: bool = True, num_splits: int = 2, seed: int = 0):
+    """Check a ``_decode_partial_kernel`` on a cache whose element offsets pass 2³¹.
+
+    The caches are (B, H_kv, T_max, D) views with a batch stride just under 2³¹ elements, so
+    ``b * stride_kb`` (b >= 2) and ``b * stride_kb + kvh * stride_kh`` (b = 1) pass 2³¹: computed in
+    32 bits they wrap around. Only the pages that hold data exist (:mod:`attnlab.sparse`); the kernel
+    runs on the CPU through Triton's interpreter on every machine, under the load accounting, which
+    switches off every lane outside them, so a wrapped offset gives wrong numbers instead of a crash.
+    B = len(seqlens) must be at least 3. Where the memory cannot be placed (not Linux) it prints why
+    and checks nothing.
+
+    Raises:
+        AssertionError: naming the case and the first wrong partial; when the sequences below 2³¹
+            are right and one past it is wrong, saying to widen the offset to 64 bits.
+    """
+    from . import sparse
+    from .hints import int32_offset_hint
+
+    B, T_max = len(seqlens), max(seqlens) + 3
+    if B < 3:
+        raise ValueError(f"check_decode_partial_large_offsets: needs at least 3 sequences, got {B}")
+    device = "cpu"  # the interpreter on every machine: the sparse cache exists only in CPU memory
+    q0 = torch.empty(B, H_q, T_q, D)
+    cfg = launch_decode.decode_config(q0, torch.empty(B, H_kv, T_max, D, device="meta"), num_splits, None)
+    per_seq = H_kv * T_max * D  # one sequence's K (then its V) in its own piece
+    # just under 2^31: b = 1 passes 2^31 from the second half of its K/V on, b = 2 at once
+    stride_kb = 2**31 - (per_seq // 2) // 16 * 16
+    piece = 2 * per_seq + cfg.keys_per_split * D
+    try:
+        mem = sparse.spread([b * stride_kb for b in range(B)], piece)
+    except OSError as exc:
+        print(f"(the large-offset case of _decode_partial_kernel is skipped here: {exc})")
+        return
+    strides = (stride_kb, T_max * D, D, 1)
+    k = mem.whole.as_strided((B, H_kv, T_max, D), strides)
+    v = mem.whole.as_strided((B, H_kv, T_max, D), strides, per_seq)
+    (q, k_small, v_small), _, lens, _ = _cache_inputs(seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D,
+                                                      seed=seed, dtype=torch.float32, device=device, spare=0)
+    for p in mem.pieces:
+        p.fill_(float("nan"))
+    for b in range(B):  # only the pieces are written
+        k[b], v[b] = k_small[b], v_small[b]
+    exact = tuple(t.to(torch.float64) for t in (q, k_small, v_small))
+    o_ref, lse_ref = reference_decode.decode_partials_reference(
+        *exact, lens, causal=causal, num_splits=cfg.num_splits, keys_per_split=cfg.keys_per_split)
+    case = Case(_case(seqlens, H_q, H_kv, T_q, T_max, D, causal, cfg, torch.float32, True),
+                stride_kb=stride_kb, largest_offset=(B - 1) * stride_kb + per_seq)
+    S = cfg.num_splits
+    spare = cfg.block_m * S
+    o_part, o_buf = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
+    lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
+    buffers = {f"K/V of sequence {b}": p for b, p in enumerate(mem.pieces)}
+    buffers.update(Q=q, SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
+    with record(buffers):
+        _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
+              lse_part, causal=causal, cfg=cfg, _key=kernel)
+    hint = "rows past the group's g·T_q rows must be masked out of the stores"
+    _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)
+    _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
+    far = [b * stride_kb + per_seq >= 2**31 for b in range(B)]
+
+    def wraps(got, want):
+        return lambda: int32_offset_hint(got, want, 1e-5, far=far, what="b * stride_kb + kvh * stride_kh",
+                                         fix="b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh")
+
+    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=1e-5,
+                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
+              wraps(lse_part, lse_ref))
+    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                            case=case, tol=1e-5), wraps(o_part, o_ref))
