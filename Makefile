@@ -9,12 +9,20 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install browser sandbox postgres build check grade test clean
+.PHONY: install dev browser sandbox postgres build check grade test clean
 
+# The student's and the instructor's packages: the course's package with JupyterLab and nbgrader (the
+# `course` extra). Nothing for the course's own tests.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[course]"
+	touch $@
+
+# What the course's developers (and `make test`, CI) need on top: pytest, pytest-xdist, Playwright (the
+# `test` extra) and psycopg (the `postgres` extra, for the PostgreSQL gradebook's tests).
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e ".[course,test,postgres]"
 	touch $@
 
@@ -38,6 +46,9 @@ postgres:
 # The student's and the instructor's install: the virtual environment and the sandbox.
 install: $(VENV)/.installed sandbox
 
+# The developer's install: `make install`, the test packages, and the browser and PostgreSQL the tests use.
+dev: install $(VENV)/.installed-dev browser postgres
+
 # notebooks/ -> source/ -> release/
 build: install
 	$(BIN)/attnlab build
@@ -54,7 +65,7 @@ grade: install
 
 # Two pytest-xdist workers (the suite's machines have 2 cores): TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: install browser postgres
+test: dev
 	$(BIN)/python -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.

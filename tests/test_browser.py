@@ -10,7 +10,7 @@ that the session's grading fixture autograded. In it:
   with their scores.
 
 Screenshots go to notes/ when ATTNLAB_SCREENSHOTS=1, else to a temporary folder. Without Chromium or Playwright the test skips and says what to install
-(`make install` installs both); under CI (CI=true) it fails instead, so CI always runs it.
+(`make dev` installs both); under CI (CI=true) it fails instead, so CI always runs it.
 """
 
 from __future__ import annotations
@@ -49,14 +49,14 @@ INSTALL_SCRIPT = ROOT / ".ci" / "install-browser"
 
 def _unavailable(reason: str):
     if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI must run the browser test (`make install` installs what it needs)")
+        pytest.fail(f"{reason}; CI must run the browser test (`make dev` installs what it needs)")
     pytest.skip(reason)
 
 
 def _chromium() -> str:
     found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if found is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        # as root, try what `make install` does (apt-get install chromium chromium-driver)
+        # as root, try what `make dev` does (apt-get install chromium chromium-driver)
         subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, timeout=900)
         found = shutil.which("chromium")
     if found is None:

@@ -50,7 +50,7 @@ def postgres():
     if bindir is None:
         pytest.skip("PostgreSQL is not installed and could not be (as root: bash .ci/install-postgres, "
                     "or apt-get install postgresql)")
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make install)")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make dev)")
     server = PostgresServer(bindir).start()
     try:
         yield server

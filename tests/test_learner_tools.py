@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 import nbformat
@@ -272,6 +273,36 @@ def test_selfcheck_without_nbgrader_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbgrader" else real(name, *a))
     with pytest.raises(selfcheck.SelfcheckError, match="pip install 'nbgrader==0.9.6'"):
         selfcheck.selfcheck([tmp_path / "x.ipynb"])
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """A PATH without bwrap (only this interpreter's folder), and sandbox.check() asked again."""
+    from attnlab.grading import sandbox
+
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    sandbox.check.cache_clear()
+    yield
+    sandbox.check.cache_clear()
+
+
+def test_selfcheck_without_bwrap_says_so_in_one_line_before_preparing(no_bwrap, monkeypatch, learner_folder):
+    """A learner without bubblewrap (Colab): told at once, in one line, that their notebook runs unsandboxed
+    with time limits, and graded; with --sandbox, refused before any preparation, in the learner's terms."""
+    from attnlab import selfcheck
+
+    calls = []
+    monkeypatch.setattr(selfcheck, "_selfcheck_assignment",
+                        lambda course, files, jobs, *a: calls.append((list(jobs), a[-1])) or [])
+    said = []
+    selfcheck.selfcheck([learner_folder / "my_flash.ipynb"], limit_s=300, progress=said.append)
+    assert calls == [(["02_flash_forward"], True)]  # graded, without the sandbox
+    assert len(said) == 1 and said[0].startswith("No sandbox (bubblewrap is not installed)"), said
+    assert "300 s" in said[0] and "gradebook" not in said[0] and "students" not in said[0]
+    calls.clear()
+    with pytest.raises(selfcheck.SelfcheckError, match="--sandbox: .*leave out --sandbox"):
+        selfcheck.selfcheck([learner_folder / "my_flash.ipynb"], require_sandbox=True, progress=said.append)
+    assert calls == []
 
 
 def test_course_files_found_in_a_checkout_and_from_the_environment(monkeypatch, tmp_path):

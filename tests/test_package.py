@@ -5,6 +5,7 @@ hidden tests out. Also the command line's help and the student's install and Jup
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from attnlab import course_files
 from attnlab.grading.autograde import notebook_points
 from attnlab.grading.samples import load_mistakes, apply_mistake, reference_notebook, release_notebook
 
-from .conftest import ROOT, Course, clean_env, pip_in
+from .conftest import ROOT, Course, clean_env
 
 ASSIGNMENTS = course_files.checkout_assignments(ROOT)
 
@@ -194,21 +195,11 @@ def test_package_metadata_uses_an_spdx_license_without_warnings(course_package):
 def test_selfcheck_from_an_installed_wheel_grades_the_reference_full_and_the_blank_zero(
         colab_venv, course_package, tmp_path):
     """A learner's install: a fresh virtual environment on top of what Colab preinstalls, the wheel with
-    its selfcheck extra (nbgrader), no checkout anywhere near."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    site = next(venv.glob("lib/python3*/site-packages"))
-    colab_site = next(colab_venv.venv.glob("lib/python3*/site-packages"))
-    (site / "colab_preinstalled.pth").write_text(f"{colab_site}\n")  # torch & co. as Colab has them
-    env = clean_env(tmp_path, venv)
-    # The Colab tests may have left attnlab in the layer below: install it here regardless, then its extra.
-    for args in (["--no-deps", "--force-reinstall", str(course_package.wheel)],
-                 [f"attnlab[selfcheck] @ {course_package.wheel.as_uri()}"]):
-        p = pip_in(venv, "install", "-q", "--no-compile", *args, env=env)
-        assert p.returncode == 0, p.stderr[-3000:]
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import attnlab, nbgrader; print(attnlab.__file__)"],
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+    its selfcheck extra (nbgrader), no checkout anywhere near (bubblewrap stays on the PATH: the sandbox is
+    used where it works)."""
+    from .test_colab import learner_venv
+
+    venv, env = learner_venv(colab_venv, course_package.wheel, tmp_path)
     course = Course(ROOT)
     # a PyTorch notebook and a Triton one: the sample grading covers every notebook's points,
     # test_wheel_and_sdist_carry_no_solution_and_no_model_answer each notebook's hidden tests in the wheel,
@@ -227,6 +218,7 @@ def test_selfcheck_from_an_installed_wheel_grades_the_reference_full_and_the_bla
         want = f"{most:g}" if student == "reference" else "0"
         assert (total.group(1), total.group(2)) == (want, f"{most:g}"), p.stdout[-4000:]
         assert p.returncode == (0 if student == "reference" else 1)
+        assert "No sandbox" not in p.stdout  # bwrap works here: the sandbox is used
     doctor = subprocess.run([str(venv / "bin" / "attnlab"), "doctor", "--quick"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     every = sum(map(len, ASSIGNMENTS.values()))  # the hidden tests of every notebook, not only the two above
@@ -331,15 +323,80 @@ def test_help_is_plain_text_and_every_command_has_a_description():
     assert parser.parse_args(["build", "--course", "/b"]).course == "/b"
 
 
+def test_help_lists_each_command_once_names_no_internals_and_says_which_take_assignment():
+    """`attnlab --help` lists every command once (argparse's own list left out); no command's help shows
+    the code's internal names; the commands said to take --assignment are exactly those that do."""
+    from attnlab.grading import cli
+
+    top = _help("--help")
+    sub = next(a for a in cli._parser()._actions if a.dest == "command")
+    listed = re.findall(r"^ +attnlab ([a-z-]+)", top, re.M)
+    assert sorted(listed) == sorted(sub.choices), listed  # each once, none missing
+    assert "{" not in top.split("options:")[0] and top.startswith("usage: attnlab [-h] [--course COURSE] COMMAND")
+    said = re.search(r"^([a-z, -]+) work on one assignment", top, re.M).group(1)
+    helps = {name: p.format_help() for name, p in sub.choices.items()}
+    taking = {name for name, text in helps.items() if "--assignment" in text}
+    assert set(said.split(", ")) == taking, (said, taking)
+    for name, text in helps.items():
+        internal = re.findall(r"(?<![\w/~])\.[a-z_]+\.[a-z_]+|\battnlab\.[a-z_]+|\b[A-Z]+_LIMITS\b", text)
+        assert not internal, (name, internal)
+
+
 # ------------------------------------------------------------------------ the student's path
-def test_make_install_leaves_the_browser_to_the_test_set_up():
+def test_make_install_gives_students_only_what_they_need_and_make_test_the_rest():
+    """A student's `make install` brings no test tools, browser or database driver; `make dev` and
+    `make test` (what CI runs) bring all of them."""
+    import tomllib
+
     def dry_run(target: str) -> str:
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout
 
-    assert "install-browser" not in dry_run("install")
-    assert "pip install" in dry_run("install")
-    assert "install-browser" in dry_run("test")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    dev_only = ("pytest", "playwright", "psycopg")
+    assert not [r for r in extras["course"] if r.startswith(dev_only)], extras["course"]
+    install = dry_run("install")
+    assert 'pip install -q -e ".[course]"' in install
+    assert not re.search(r"\.\[[^]]*(test|postgres)", install) and "install-browser" not in install, install
+    for target in ("dev", "test"):
+        out = dry_run(target)
+        assert 'pip install -q -e ".[course,test,postgres]"' in out and "install-browser" in out, out
+        assert "install-postgres" in out and "install-sandbox" in out
+    wanted = {r for e in ("course", "test", "postgres") for r in extras[e]}
+    assert {d for d in dev_only if any(r.startswith(d) for r in wanted)} == set(dev_only)
+    conda = (ROOT / "environment.yml").read_text()
+    assert "-e .[course]\n" in conda
+
+
+_HELD_LOCK = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/apt-get.calls"
+echo "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (apt-get)" >&2
+echo "E: Unable to acquire the dpkg frontend lock (/var/lib/dpkg/lock-frontend), is another process using it?" >&2
+exit 100
+"""
+
+
+@pytest.mark.parametrize("script, program", [("install-sandbox", "bwrap"), ("install-browser", "chromium"),
+                                             ("install-postgres", "initdb")])
+def test_install_scripts_wait_for_apt_lock_then_fail_loudly(tmp_path, script, program):
+    """`make install` (and `make test`) must stop when apt-get could not install a package (here: another
+    install holds dpkg's lock), not carry on to grading or testing without it."""
+    from .test_colab import path_without
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "apt-get").write_text(_HELD_LOCK)
+    (fake / "id").write_text("#!/bin/sh\necho 0\n")  # root, who may run apt-get
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    path = os.pathsep.join([str(fake), path_without(program, tmp_path / "bin", "/usr/local/bin:/usr/bin:/bin")])
+    env = {"PATH": path, "PG_LIB": str(tmp_path / "no-postgresql"), "HOME": str(tmp_path)}
+    p = subprocess.run(["bash", str(ROOT / ".ci" / script)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "another apt-get or dpkg held its lock for more than 120 s" in p.stderr, p.stderr
+    assert "Could not get lock" in p.stderr  # apt-get's own words, shown
+    calls = (fake / "apt-get.calls").read_text().splitlines()
+    assert calls and all("DPkg::Lock::Timeout=120" in c for c in calls), calls
 
 
 def _free_port() -> int:
@@ -352,10 +409,13 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     """The README's student command: a copy of the release in a folder of its own, JupyterLab serving it
     (as root too), and nothing in the server's log at ERROR level (nbgrader's "course directory is not
     under the server root")."""
+    from attnlab import lab
+
     folder = tmp_path / "attention-lab"
     (folder / "attention_kernels").mkdir(parents=True)
     mine = folder / "attention_kernels" / "01_online_softmax.ipynb"
     mine.write_text("my work")  # never overwritten
+    (folder / "nbgrader_config.py").write_text(lab._CONFIG)  # as an earlier attnlab lab wrote it: moved
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.cli", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -374,7 +434,10 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     assert f":{port}/lab" in text, text[-3000:]
     errors = [ln for ln in text.splitlines() if re.match(r"\[E ", ln) or "ERROR" in ln or re.match(r"\[C .*root", ln)]
     assert not errors, errors
+    assert "No nbgrader_config.py" not in text  # nbgrader found its settings, out of the listing
     assert mine.read_text() == "my work"
+    # JupyterLab lists the assignments' folders only (hidden files are not listed)
+    assert {p.name for p in folder.iterdir() if not p.name.startswith(".")} == set(ASSIGNMENTS)
     assert {p.name for p in (folder / "attention_kernels").iterdir()} == {
         p.name for p in (ROOT / "release" / "attention_kernels").iterdir()}
 

@@ -222,7 +222,7 @@ def test_db_url_option_reaches_nbgrader_config(monkeypatch):
 
 def test_unreachable_gradebook_is_named_without_its_password(tmp_path):
     url = f"postgresql+psycopg://grader:s3cret-pw@/nowhere?host={tmp_path}&port=5999"
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make install)")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make dev)")
     with environment({gradebook.DB_URL_ENV: url}):
         code, out = run_cli(Course(ROOT), "autograde", "--notebook", "01_online_softmax")
     assert code == 1

@@ -5,7 +5,8 @@ Copies each assignment's release notebooks from the course repository into FOLDE
 then starts JupyterLab with FOLDER as its root. Starting it there matters: nbgrader's lab
 extension (the Validate button) treats the folder JupyterLab starts in as the course folder and
 logs an error when that is not inside the folder JupyterLab serves. As root (a container, WSL)
-JupyterLab refuses to start without --allow-root, which is added.
+JupyterLab refuses to start without --allow-root, which is added. nbgrader's (empty) settings file
+goes into FOLDER/.attnlab/, a hidden folder JupyterLab does not list, named on JUPYTER_CONFIG_PATH.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pathlib import Path
 
 from .grading.course import tool_env
 
-__all__ = ["prepare_folder", "lab_command", "add_parser"]
+__all__ = ["prepare_folder", "lab_command", "lab_env", "add_parser"]
 
 DEFAULT_FOLDER = Path("~/attention-lab")
+#: Where nbgrader's settings file goes, inside the learner's folder: hidden, so that JupyterLab (which
+#: through jupytext opens a .py file as a notebook) does not list it among the notebooks.
+CONFIG_DIR = ".attnlab"
 _CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
            "# a learner; the course's own configuration lives in the course repository.\n")
 
@@ -48,10 +52,25 @@ def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(src, dest)
                     copied.append(dest)
-    config = folder / "nbgrader_config.py"
+    # nbgrader warns at every start when it finds no settings file: an empty one, out of sight
+    config = folder / CONFIG_DIR / "nbgrader_config.py"
     if not config.exists():
+        config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(_CONFIG)
+    old = folder / "nbgrader_config.py"  # where earlier versions wrote it, in the notebooks' listing
+    if old.is_file() and old.read_text() == _CONFIG:
+        old.unlink()
     return copied
+
+
+def lab_env(folder: Path, env: dict | None = None) -> dict:
+    """The environment for JupyterLab on ``folder`` (a copy of ``env``, default this process's): this
+    interpreter's tools first on PATH, and ``folder/.attnlab`` on JUPYTER_CONFIG_PATH, where nbgrader
+    finds the settings file :func:`prepare_folder` wrote."""
+    env = tool_env(env)
+    here = str(Path(folder).expanduser().resolve() / CONFIG_DIR)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (here, env.get("JUPYTER_CONFIG_PATH")) if p)
+    return env
 
 
 def lab_command(folder: Path, port: int | None = None, open_browser: bool = True) -> list[str]:
@@ -84,7 +103,7 @@ def _cmd(args) -> int:
     print(f"starting JupyterLab in {folder} (Ctrl-C twice to stop it)", flush=True)
     cmd = lab_command(folder, args.port, not args.no_browser)
     os.chdir(folder)
-    os.execve(sys.executable, cmd, tool_env())
+    os.execve(sys.executable, cmd, lab_env(folder))
     return 0  # not reached
 
 

@@ -8,6 +8,12 @@ autograded exactly as a grader would, one notebook at a time, and a report says,
 it passed and, if not, what failed and whether the failing check was visible to you or hidden.
 A package built without hidden tests runs the visible tests and says so.
 
+Where bubblewrap (the sandbox graders run every submission in) is installed and works, your
+notebook runs in it too; where it is not (Colab, macOS, a container without user namespaces) your
+notebook runs as Jupyter runs it, as you, with the same time limits: the sandbox protects a grader's
+gradebook and other students' work from a submission, and there is none of either here. --sandbox
+refuses to run without it.
+
 The hidden tests are not secret in the public course: they are in the public repository and in
 every copy of the package, by design. Reading them is allowed; passing them by special-casing their
 inputs teaches nothing.
@@ -29,7 +35,7 @@ from pathlib import Path
 
 from .course_files import find as find_course_files, source_notebooks
 
-__all__ = ["identify_notebook", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
+__all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
 
 STUDENT = "selfcheck"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -197,8 +203,31 @@ def _check_nbgrader() -> None:
                              "'attnlab[selfcheck]'), then run this again.")
 
 
+def sandbox_plan(require: bool = False, limit_s: float | None = None) -> tuple[bool, str]:
+    """Whether to run the learner's notebooks without the sandbox, and the line that says so ("" when
+    the sandbox works). Fast next to the preparation (it starts one sandboxed Python where bwrap exists),
+    so it runs before it.
+
+    Raises:
+        SelfcheckError: ``require`` and the sandbox does not work here.
+    """
+    from .grading.autograde import NOTEBOOK_LIMIT_S
+    from .grading.sandbox import INSTALL_HINT, bwrap_path, check
+
+    ok, detail = check()
+    if ok:
+        return False, ""
+    if require:
+        raise SelfcheckError(f"--sandbox: the sandbox does not work here ({detail}). To use it, {INSTALL_HINT}; "
+                             f"or leave out --sandbox to check your own notebook without it.")
+    why = "bubblewrap is not installed" if bwrap_path() is None else "bubblewrap cannot start one here"
+    return True, (f"No sandbox ({why}): your notebooks run as they do in Jupyter, as you, each stopped after "
+                  f"{limit_s or NOTEBOOK_LIMIT_S:g} s. That is fine for your own notebooks (`attnlab doctor` "
+                  f"says more).")
+
+
 def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | None = None,
-              keep: Path | None = None, progress=print, allow_unsafe: bool = False) -> list[NotebookReport]:
+              keep: Path | None = None, progress=print, require_sandbox: bool = False) -> list[NotebookReport]:
     """Autograde the learner notebooks ``paths`` with the hidden tests; one report per notebook.
 
     Args:
@@ -206,12 +235,12 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         as_name: the course notebook to grade them as (default: recognised from name or cells).
         limit_s: wall-clock limit per notebook (default: the grading pipeline's).
         keep: copy the autograded notebooks (hidden tests and their outputs included) here.
-        allow_unsafe: run without the bubblewrap sandbox where it is missing (``--unsafe-no-sandbox``).
+        require_sandbox: refuse to run where the bubblewrap sandbox does not work (``--sandbox``);
+            by default the notebooks then run without it (:func:`sandbox_plan`), and ``progress`` says so.
 
     Raises:
-        SandboxUnavailable: bubblewrap is missing or fails, and ``allow_unsafe`` is False.
-        SelfcheckError: nbgrader is missing, the course notebooks are not found, or a path is not
-        one of the course's notebooks.
+        SelfcheckError: nbgrader is missing, the course notebooks are not found, a path is not
+        one of the course's notebooks, or ``require_sandbox`` and the sandbox does not work.
     """
     import nbformat
 
@@ -235,6 +264,9 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
         if name in jobs:
             raise SelfcheckError(f"{jobs[name].name} and {p.name} are both {name}: check one at a time")
         jobs[name] = p
+    unsandboxed, note = sandbox_plan(require_sandbox, limit_s)  # before the slow preparation
+    if note and progress:
+        progress(note)
     reports = []
     with tempfile.TemporaryDirectory(prefix="attnlab-selfcheck-") as tmp:
         for assignment in dict.fromkeys(assignment_of(n) for n in jobs):  # one nbgrader assignment at a time
@@ -242,12 +274,12 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             course = Course(Path(tmp) / assignment, assignment)
             course.root.mkdir()
             reports += _selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress,
-                                             allow_unsafe)
+                                             unsandboxed)
     return reports
 
 
 def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
-                          progress, allow_unsafe: bool = False) -> list[NotebookReport]:
+                          progress, unsandboxed: bool = False) -> list[NotebookReport]:
     """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
     import nbformat
 
@@ -280,7 +312,7 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
         progress(f"Running your notebooks with the {kind} tests, one at a time (set up in "
                  f"{time.perf_counter() - start:.0f} s) ...")
     results = autograde_submission(course, STUDENT, list(jobs), limit_s=limit_s or NOTEBOOK_LIMIT_S,
-                                   allow_unsafe=allow_unsafe)
+                                   allow_unsafe=unsandboxed)
     reports = []
     for r in results:
         out = course.autograded / STUDENT / course.assignment / f"{r.notebook}.ipynb"
@@ -362,9 +394,13 @@ def _cmd(args) -> int:
 
     try:
         reports = selfcheck([Path(p) for p in args.notebooks], as_name=args.as_name, limit_s=args.limit,
-                            keep=args.keep, allow_unsafe=args.unsafe_no_sandbox)
-    except (SelfcheckError, SandboxUnavailable) as exc:
+                            keep=args.keep, require_sandbox=args.sandbox)
+    except SelfcheckError as exc:
         print(f"attnlab selfcheck: {exc}", file=sys.stderr)
+        return 2
+    except SandboxUnavailable as exc:  # bwrap passed the check, then failed to start a kernel
+        print(f"attnlab selfcheck: the sandbox failed to start your notebook: {exc}\n`attnlab doctor` "
+              f"checks it (`grading sandbox`).", file=sys.stderr)
         return 2
     print(format_report(reports))
     return 0 if all(r.status == "graded" and r.points >= r.max_points for r in reports) else 1
@@ -381,9 +417,11 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=float, default=None, help="seconds allowed per notebook (default 600)")
     p.add_argument("--keep", type=Path, default=None,
                    help="copy the autograded notebooks (with the hidden tests' output) into this folder")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="run without the bubblewrap sandbox where it is missing: your notebook's code then "
-                        "runs with your rights, outside any isolation")
+    p.add_argument("--sandbox", action="store_true",
+                   help="refuse to run where the bubblewrap sandbox does not work (by default your notebooks "
+                        "then run without it, as in Jupyter)")
+    # what one had to pass before selfcheck ran without the sandbox by itself: accepted, changes nothing
+    p.add_argument("--unsafe-no-sandbox", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd)
 
 

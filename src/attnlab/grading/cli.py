@@ -18,11 +18,6 @@ Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab report                 merge the shards' reports into the class report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
     attnlab feedback [--student S] feedback/<student>/<assignment>/*.html (nbgrader generate_feedback)
-
-collect, autograde and feedback work on one assignment: --assignment attention_kernels (the
-default, notebooks 01-06) or --assignment attention_kernels_beyond (notebooks 07 on).
-
-Run "attnlab COMMAND --help" for a command's options.
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -37,9 +33,16 @@ from . import gradebook, shards
 from .course import ASSIGNMENT, ASSIGNMENTS, Course
 
 
+_ROLE = r":[a-z]+:`[^`]+`"
+
+
 def plain_text(doc: str) -> str:
-    """A docstring as help text: reST markup (double backticks, roles such as :mod:) removed."""
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc or "")
+    """A docstring as help text: reST markup (double backticks, roles such as :mod:) removed, and the
+    pointers into the code a user has no use for: a parenthesis holding only a reference
+    ``(:func:`.samples.apply_mistake`)``, or ending in one (``(..., see :mod:`x`)``)."""
+    text = re.sub(rf"\s*\((?:see )?{_ROLE}\)", "", doc or "")
+    text = re.sub(rf"[,;:]?\s+see\s+{_ROLE}\)", ")", text)
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
     return re.sub(r"``([^`]+)``", r"\1", text).strip()
 
 
@@ -319,14 +322,16 @@ def _jobs_option(p) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnlab", description=plain_text(__doc__),
+    parser = argparse.ArgumentParser(prog="attnlab", usage="attnlab [-h] [--course COURSE] COMMAND ...",
+                                     description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--course", default=None, help="course directory (default: found from the cwd)")
     # Shown in every command's own help too; SUPPRESS keeps a --course given before the command.
     course = argparse.ArgumentParser(add_help=False)
     course.add_argument("--course", default=argparse.SUPPRESS,
                         help="the course directory (default: the one holding the working directory)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The docstring lists the commands, grouped: argparse's own list (in another order) is left out.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
 
     def command(name: str, help: str, func):
         p = sub.add_parser(name, help=help, description=_DESCRIPTIONS[name], parents=[course])
@@ -384,6 +389,13 @@ def _parser() -> argparse.ArgumentParser:
     lab.add_parser(sub, parents=[course])
     selfcheck.add_parser(sub)
     doctor.add_parser(sub)
+    taking = [name for name, p in sub.choices.items()
+              if any("--assignment" in a.option_strings for a in p._actions)]
+    parser.epilog = textwrap.fill(
+        f"{', '.join(taking)} work on one assignment: --assignment {ASSIGNMENT} (the default, notebooks 01-06) "
+        f"or --assignment {ASSIGNMENTS[1]} (notebooks 07 on); the other commands work on both (selfcheck "
+        f"tells them by the notebook).", 100) + '\n\nRun "attnlab COMMAND --help" for a command\'s options.'
+
     return parser
 
 
