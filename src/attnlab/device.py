@@ -90,6 +90,10 @@ def _interpreted(fn):
     if hit is None or hit[0] is not fn:
         # the interpreter ignores specialisation and inlining hints: the Python function is all it needs
         new = interpreted_cls(fn.fn)
+        from . import kernel_source
+
+        if kernel_source.is_rebuilt(fn):
+            kernel_source.watch(new)  # its twin's launches are watched like its own
         hit = _CONVERTED[id(fn)] = (fn, new)
     return hit[1]
 
@@ -184,14 +188,17 @@ def is_interpreted(kernel) -> bool:
 
 
 def runnable_kernel(kernel):
-    """``kernel`` ready to launch in the current mode.
+    """``kernel`` ready to launch in the current mode: rebuilt from its source
+    (:func:`attnlab.kernel_source.from_source`: hooks and anything else attached to the object are
+    left behind, and its launches refuse torch operations), with Triton's launch hooks emptied.
 
     Under the interpreter, a kernel decorated while Triton was still in GPU mode (its cell ran
     before the set-up cell) is converted, with the ``@triton.jit`` helpers of its module, instead of
     failing with Triton's "Cannot call @triton.jit'd outside of the scope of a kernel".
 
     Raises:
-        TypeError: ``kernel`` is not exactly a ``@triton.jit`` function.
+        TypeError: ``kernel`` is not exactly a ``@triton.jit`` function, or cannot be rebuilt from its
+            source (:class:`attnlab.kernel_source.KernelSourceError`).
     """
     if not is_kernel(kernel):
         kind = type(kernel)
@@ -199,6 +206,10 @@ def runnable_kernel(kernel):
                         f"got {kind.__qualname__}. Decorate the kernel's def with @triton.jit and nothing "
                         f"else: a wrapper or a subclass of Triton's kernel classes can run any Python when "
                         f"launched, so it is not graded as a kernel.")
+    from . import kernel_source
+
+    kernel_source.clear_triton_hooks()  # before the compile gate, whose compiles run them too
+    kernel = kernel_source.from_source(kernel)  # the grade is the source's kernel, nothing attached to it
     jit_cls, interpreted_cls = _jit_types()
     # cheap on a GPU (no device query beyond is_available): the bench cells launch through here
     if type(kernel) is jit_cls and (os.environ.get("TRITON_INTERPRET") == "1" or not _gpu_available()):
