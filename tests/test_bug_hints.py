@@ -23,7 +23,7 @@ import torch
 from attnlab import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
 from attnlab.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
-                           scale_factor_hint, zero_max_hint)
+                           scale_factor_hint, sum_not_rescaled_hint, zero_max_hint)
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
 
@@ -404,3 +404,17 @@ def test_08_offset_in_32_bits_is_named_on_a_cache_past_two_to_the_31():
     msg = _message(check_decode_partial_large_offsets, _dec("_decode_partial_kernel", "08-kv-offset-32-bit"))
     assert "wraps around past 2^31" in msg and "b.to(tl.int64) * stride_kb" in msg, msg
     check_decode_partial_large_offsets(_dec("_decode_partial_kernel"))  # the reference: right, no crash
+
+
+# ---------------------------------------------------------------------------------------- 01
+def test_01_running_sum_not_rescaled_is_named():
+    from attnlab.verify import check_online_softmax
+
+    stats = solution("01_online_softmax", "online_softmax_stats", "01-no-rescale")
+    msg = _message(check_online_softmax, stats, block_size=8, shape=(4, 50))
+    assert "rescaled first" in msg and "exp(m_old - m_new)" in msg, msg
+    x = torch.randn(4, 50, dtype=torch.float64) * 5
+    right = torch.exp(torch.logsumexp(x, dim=-1) - x.amax(dim=-1))
+    assert sum_not_rescaled_hint(right, x, 8) == ""  # a right sum
+    assert sum_not_rescaled_hint(right * 1.5, x, 8) == ""  # wrong another way
+    assert sum_not_rescaled_hint(right, x.sort(dim=-1).values.flip(-1), 8) == ""  # max in block 1: nothing to rescale

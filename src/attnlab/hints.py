@@ -16,7 +16,7 @@ from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
            "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
-           "row_stride_hint", "zero_max_hint"]
+           "row_stride_hint", "sum_not_rescaled_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -491,3 +491,29 @@ def int32_offset_hint(got, want: torch.Tensor, tol: float, *, far: list[bool], w
     return (f"Every row whose data lies below element offset 2^31 is right and rows past it are wrong: {what} "
             f"is computed in 32 bits and wraps around past 2^31 (a GPU then faults or reads other memory). "
             f"Widen to 64 bits before multiplying, e.g. {fix}.")
+
+
+@_quiet
+def sum_not_rescaled_hint(l, x: torch.Tensor, block_size: int) -> str:
+    """``l`` is the running sum of notebook 01 computed without rescaling it by exp(m_old − m_new) when
+    a block raises the running max (Σ over blocks of Σ exp(x − m at that block), each block's terms kept
+    relative to the max as it was then)."""
+    if type(l) is not torch.Tensor or l.shape != x.shape[:-1]:
+        return ""
+    x = x.to(torch.float64)
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+    stale = torch.zeros(x.shape[:-1], dtype=torch.float64)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        m = torch.maximum(m, block.amax(dim=-1))
+        offset = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        stale = stale + torch.exp(block - offset[..., None]).sum(dim=-1)
+    got = l.detach().to(torch.float64)
+    finite = torch.isfinite(stale) & ~torch.isneginf(m)
+    right = torch.exp(torch.logsumexp(x, dim=-1) - m)
+    differs = finite & ((stale - right).abs() > 1e-6 * right)  # rows where the max grew after block 1
+    if not differs.any() or not torch.allclose(got[finite], stale[finite], rtol=1e-5, atol=0.0):
+        return ""
+    return ("l is the sum of every block's exp(x - m) with m as it was at that block: when a later block raises "
+            "the running max, the sum so far must be rescaled first, l = l * exp(m_old - m_new) + "
+            "sum(exp(block - m_new)).")

@@ -216,8 +216,11 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
         keep = ~empty
         m, l, m_ref, lse_ref = m[keep], l[keep], m_ref[keep], lse_ref[keep]
     assert_close(m, m_ref, name="m (the running max)", case=case)
-    assert_close(m + torch.log(l.to(torch.float64)), lse_ref,
-                 name="m + log(l) (the logsumexp)", case=case, tol=1e-10 if x.dtype == torch.float64 else 1e-5)
+    from .hints import sum_not_rescaled_hint
+
+    diagnosed(lambda: assert_close(m + torch.log(l.to(torch.float64)), lse_ref, name="m + log(l) (the logsumexp)",
+                                   case=case, tol=1e-10 if x.dtype == torch.float64 else 1e-5),
+              lambda: sum_not_rescaled_hint(l, x[keep] if empty.any() else x, block_size))
 
 
 # ---------------------------------------------------------------------------------------------- 02
