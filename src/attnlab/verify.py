@@ -14,7 +14,7 @@ from types import MappingProxyType
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from . import integrity, launch, review
+from . import integrity, kernel_source, launch, review
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
 from .device import require_interpreter, runtime
@@ -73,6 +73,7 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
     if id(key) in _HUNG:
         raise TimeoutError(f"{what} is not run again: it already timed out in an earlier check")
     integrity.check(what)
+    _triton_intact(what)
     if _probe is not None and not _probe.decides:
         _probe = None
     grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
@@ -111,6 +112,19 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
                     f"made while it ran, or made from or overwritten with data from elsewhere (NumPy, another "
                     f"thread, dispatch switched off?): the method could not be checked")
     return result
+
+
+def _triton_intact(what: str) -> None:
+    """Refuse to launch anything while Triton's own code is altered: a function a notebook put into Triton's
+    language, runtime or compiler runs while the kernel is launched, compiled or interpreted
+    (:func:`attnlab.kernel_source.triton_patches`); reported for review too."""
+    patched = kernel_source.triton_patches()
+    if patched:
+        more = f" and {len(patched) - 1} more" if len(patched) > 1 else ""
+        review.flag(f"{what}: Triton's code had been replaced ({patched[0]}{more})")
+        raise AssertionError(f"{what}: Triton's own code was replaced by code from the notebook ({patched[0]}{more}). "
+                             f"Triton runs it while a kernel is launched, so nothing can be graded while it is there: "
+                             f"remove the assignment to Triton's attributes and run the notebook again.")
 
 
 def _pair(out, what: str, names: tuple[str, ...]):

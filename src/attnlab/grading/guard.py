@@ -42,7 +42,7 @@ _MODULES = (
     "attnlab.launch", "attnlab.gpu_compile", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
-    "attnlab.hints", "attnlab.review",
+    "attnlab.hints", "attnlab.review", "attnlab.kernel_source",
     # what the checks compute with: the load accounting counts reads with numpy (a red team replaced
     # np.bincount), and reads the interpreter through inspect and re. Snapshotted after torch, which
     # replaces inspect.getfile when it is imported: a library imported later that patched these would
@@ -172,6 +172,13 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
                 state.classes[cls] = dict(vars(cls))
                 for k, v in vars(cls).items():
                     _functions_of(f"{name}.{cls.__name__}.{k}", v, state.code)
+    if triton:
+        try:  # Triton's code as it is before any learner code: what attnlab.kernel_source compares with
+            from attnlab.kernel_source import triton_patches
+
+            triton_patches()
+        except Exception:  # noqa: BLE001 (no Triton here)
+            pass
     torch = state.modules.get("torch")
     if torch is not None:
         state.classes[torch.Tensor] = dict(vars(torch.Tensor))

@@ -200,10 +200,13 @@ def _cells_of(notebook: Path, grade_ids: tuple[str, ...]) -> list[str]:
     Raises:
         LookupError: a cell is missing.
     """
-    import nbformat
-
-    nb = nbformat.read(str(notebook), as_version=4)
-    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells if c.cell_type == "code"}
+    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])  # plain JSON: no nbformat needed
+    by_id = {}
+    for c in cells:
+        grade_id = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if c.get("cell_type") == "code" and grade_id:
+            source = c.get("source", "")
+            by_id[grade_id] = "".join(source) if isinstance(source, list) else source
     missing = [g for g in grade_ids if g not in by_id]
     if missing:
         raise LookupError(f"{notebook.name} has no cell {', '.join(missing)}")
@@ -241,11 +244,13 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int
         config = {"notebook": name, "reps": reps, "seed": secrets.randbits(62) if seed is None else seed,
                   "shape": dict(shape or bench.shape)}
         Path(folder, "config.json").write_text(json.dumps(config))
-        cmd = [sys.executable, "-I", "-m", "attnlab.grading.timing", "--worker", folder]
+        # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
+        cmd = [sys.executable, "-s", "-m", "attnlab.grading.timing", "--worker", folder]
         if sandbox:
             cmd = _sandboxed(cmd, folder)
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
+                                  env={**os.environ, "PYTHONSAFEPATH": "1"})
         except subprocess.TimeoutExpired:
             return Timing(name, Status.FAILED, f"the timing stage ran past {timeout_s:g} s", unit=bench.unit,
                           dropped=list(mine.dropped))
