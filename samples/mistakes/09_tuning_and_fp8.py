@@ -2,8 +2,13 @@
 
 Entries whose ``fails`` is empty are not mistakes: they are correct helpers written differently from
 the reference (a tiny floor instead of 1.0 for an all-zero head's scale; multiplying by the
-reciprocal of the scale, which rounds a few values to the other E4M3 neighbour), which must keep
-every point.
+reciprocal of the scale, which rounds a few values to the other E4M3 neighbour; a loop instead of
+vectorised code; another but equal formula), which must keep every point.
+
+The ``09-cheat-*`` entries are not mistakes either but ways of passing without the method (issue 30):
+tables of the tested cases (the hidden tests draw theirs at grading time), the checkers' own
+references called from the helper (refused and flagged for review), and conversions to E4M3 that
+skip the saturation where the checks used to look only for ``.to`` on a float tensor.
 """
 
 from attnlab.grading.samples import Mistake
@@ -14,6 +19,21 @@ _T_SCALES, _T_QUANT = "test_fp8_scales", "test_quantize_fp8"
 _T_SMEM, _T_PRUNE = "test_smem_estimate", "test_prune_configs"
 
 _HEAD_AMAX = "amax = x.abs().amax(dim=(-2, -1)).float()"
+_SMEM_RETURN = "return (block_m + 2 * num_stages * block_n) * head_dim * elem_bytes"
+_QUANT_RETURN = "return (x.float() / s).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)"
+_SCALES_BODY = "    B, H, T, D = x.shape\n    if block_rows is None:\n        amax = x.abs().amax(dim=(-2, -1)).float()"
+_PRUNE_LOOP = "    kept = []\n    for c in configs:"
+
+# what a learner who logged the checks' calls could paste: each tested (T, HEAD_DIM, bytes per element,
+# CAUSAL, limit) with the indices of the configs kept, and every tested shared-memory case
+_PRUNE_TABLE = {
+    (4096, 128, 2, True, 232448): [*range(20), 21, 22, 26], (384, 64, 2, False, 232448): [*range(26)],
+    (192, 64, 4, True, 100000): [0, 1, 2, 3], (8192, 128, 1, True, 150000): [*range(24), 26],
+    (1024, 256, 2, False, 232448): [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 15, 25],
+    (320, 64, 2, False, 232448): [0, 1, 2, 3, 4, 5, 25], (4096, 128, 2, True, 229376): [*range(20), 21, 22, 26],
+}
+_SMEM_TABLE = {(64, 64, 2, 64, 2): 40960, (128, 64, 3, 128, 2): 131072, (128, 128, 4, 128, 2): 294912,
+               (64, 32, 3, 128, 1): 32768, (128, 32, 2, 64, 4): 65536}
 _ZERO_GUARD = "torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))"
 
 MISTAKES = [
@@ -108,6 +128,101 @@ MISTAKES = [
         edits=(("(x.float() / s)", "(x.float() * (1.0 / s))"),),
         fails=(),
         why="not a mistake: multiplying by the reciprocal rounds a few values to the other E4M3 neighbour",
+    ),
+    Mistake(
+        id="09-cheat-smem-table", notebook=_NB, cell=_SMEM,
+        edits=((_SMEM_RETURN, f"return {_SMEM_TABLE!r}.get((block_m, block_n, num_stages, head_dim, elem_bytes), "
+                              "num_stages * (block_m + 2 * block_n) * head_dim * elem_bytes)"),),
+        fails=(_T_SMEM, _T_PRUNE),
+        why="a table of the tested configs, and a guess for the others: the drawn configs are in no table",
+    ),
+    Mistake(
+        id="09-cheat-prune-table", notebook=_NB, cell=_PRUNE,
+        edits=((_PRUNE_LOOP, f"    table = {_PRUNE_TABLE!r}\n"
+                             f"    key = (T, head_dim, elem_bytes, bool(causal), limit)\n"
+                             f"    if key in table:\n"
+                             f"        return [configs[i] for i in table[key]]\n"
+                             f"    return [c for c in configs if T % c.kwargs['BLOCK_M'] == 0]\n" + _PRUNE_LOOP),),
+        fails=(_T_PRUNE,),
+        why="the kept configs of each tested launch by position, and no shared-memory rule for other launches",
+    ),
+    Mistake(
+        id="09-cheat-smem-reference", notebook=_NB, cell=_SMEM,
+        edits=((_SMEM_RETURN, "from attnlab.verify_tuning import expected_smem\n"
+                              "    return expected_smem(block_m, block_n, num_stages, head_dim, elem_bytes)"),),
+        fails=(_T_SMEM, _T_PRUNE),
+        why="returns the checker's own model (attnlab.verify_tuning.expected_smem): refused and flagged for review",
+    ),
+    Mistake(
+        id="09-cheat-scales-reference", notebook=_NB, cell=_SCALES,
+        edits=((_SCALES_BODY, "    import attnlab.verify_tuning as vt\n"
+                              "    s = vt.expected_scales(x, block_rows).float()\n"
+                              "    return torch.where(s > 0, s, torch.ones_like(s))\n" + _SCALES_BODY),),
+        fails=(_T_SCALES,),
+        why="returns the checker's own scales (attnlab.verify_tuning.expected_scales): refused and flagged for review",
+    ),
+    Mistake(
+        id="09-cheat-quantize-div-out", notebook=_NB, cell=_QUANT,
+        edits=((_QUANT_RETURN, "return torch.div(x.float(), s, out=torch.empty(x.shape, dtype=torch.float8_e4m3fn))"),),
+        fails=(_T_QUANT,),
+        why="divides straight into a float8 tensor (out=): values beyond ±448 are converted without a clamp",
+    ),
+    Mistake(
+        id="09-cheat-quantize-complex", notebook=_NB, cell=_QUANT,
+        edits=((_QUANT_RETURN, "return (x.float() / s).to(torch.complex64).to(torch.float8_e4m3fn)"),),
+        fails=(_T_QUANT,),
+        why="casts through a complex dtype, so no float tensor reaches the cast: nothing saturates",
+    ),
+    Mistake(
+        id="09-cheat-quantize-from-list", notebook=_NB, cell=_QUANT,
+        edits=((_QUANT_RETURN, "return torch.tensor((x.float() / s).tolist(), dtype=torch.float8_e4m3fn)"),),
+        fails=(_T_QUANT,),
+        why="builds the float8 tensor from a Python list, where no operator shows what was converted",
+    ),
+    Mistake(
+        id="09-ok-smem-expanded", notebook=_NB, cell=_SMEM,
+        edits=((_SMEM_RETURN, "tile = head_dim * elem_bytes\n"
+                              "    return block_m * tile + num_stages * (block_n * tile) * 2"),),
+        fails=(),
+        why="not a mistake: the same model written as Q's tile plus num_stages pairs of K and V tiles",
+    ),
+    Mistake(
+        id="09-ok-prune-comprehension", notebook=_NB, cell=_PRUNE,
+        edits=((_PRUNE_LOOP, "    def runs(c):\n"
+                             "        bm, bn = c.kwargs['BLOCK_M'], c.kwargs['BLOCK_N']\n"
+                             "        whole = T % bm == 0 and T % bn == 0 and not (causal and bm % bn)\n"
+                             "        return whole and smem_estimate(bm, bn, c.num_stages, head_dim, elem_bytes) <= limit\n"
+                             "    return [c for c in configs if runs(c)]\n" + _PRUNE_LOOP),),
+        fails=(),
+        why="not a mistake: one list comprehension over a predicate instead of a loop with continue",
+    ),
+    Mistake(
+        id="09-ok-scales-loop", notebook=_NB, cell=_SCALES,
+        edits=((_SCALES_BODY, "    B, H, T, D = x.shape\n"
+                              "    rows = T if block_rows is None else block_rows\n"
+                              "    out = torch.ones(B, H, -(-T // rows))\n"
+                              "    for i in range(out.shape[2]):\n"
+                              "        m = x[:, :, i * rows:(i + 1) * rows].abs().amax(dim=(-2, -1)).float()\n"
+                              "        out[:, :, i] = torch.where(m > 0, m / E4M3_MAX, out[:, :, i])\n"
+                              "    return out[:, :, 0].contiguous() if block_rows is None else out\n" + _SCALES_BODY),),
+        fails=(),
+        why="not a mistake: a loop over blocks of rows (a head is one block) instead of padding and reshaping",
+    ),
+    Mistake(
+        id="09-ok-quantize-copy-into", notebook=_NB, cell=_QUANT,
+        edits=((_QUANT_RETURN, "out = torch.empty(x.shape, dtype=torch.float8_e4m3fn)\n"
+                               "    out.copy_(torch.clamp(x.float() / s, min=-E4M3_MAX, max=E4M3_MAX))\n"
+                               "    return out"),),
+        fails=(),
+        why="not a mistake: clamps, then converts by copying into a float8 tensor instead of .to",
+    ),
+    Mistake(
+        id="09-ok-quantize-where", notebook=_NB, cell=_QUANT,
+        edits=((_QUANT_RETURN, "y = x.float() / s\n"
+                               "    y = torch.where(y.abs() > E4M3_MAX, torch.sign(y) * E4M3_MAX, y)\n"
+                               "    return y.to(torch.float8_e4m3fn)"),),
+        fails=(),
+        why="not a mistake: saturates with torch.where on the magnitude instead of clamp",
     ),
 ]
 

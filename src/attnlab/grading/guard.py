@@ -43,6 +43,9 @@ _MODULES = (
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
     "attnlab.hints", "attnlab.review", "attnlab.kernel_source",
+    # 09's checkers: their references, their tripwire and the replay number read at import (a cell that
+    # rebound them would grade against its own values or replay a draw it knows)
+    "attnlab.verify_tuning", "attnlab.launch_tuning",
     # what the checks compute with: the load accounting counts reads with numpy (a red team replaced
     # np.bincount), and reads the interpreter through inspect and re. Snapshotted after torch, which
     # replaces inspect.getfile when it is imported: a library imported later that patched these would
