@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -327,6 +328,39 @@ def test_doctor_reports_this_environment():
     mode = "GPU mode" if torch.cuda.is_available() else "interpreter mode"
     assert mode in out
     assert out.rstrip().endswith(("Ready.", ")."))
+
+
+def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, capsys):
+    """On a busy machine the slow checks take a minute: the quick ones are on screen before they end."""
+    import argparse
+    import threading
+    import time
+
+    from attnlab import doctor
+
+    release = threading.Event()
+
+    def slow_sandbox():
+        release.wait(120)
+        return doctor.Check("grading sandbox", doctor.OK, "slow")
+
+    monkeypatch.setattr(doctor, "_check_sandbox", slow_sandbox)
+    run = threading.Thread(target=doctor._cmd, args=(argparse.Namespace(quick=True),))
+    run.start()
+    out, deadline = "", time.monotonic() + 120
+    while "Triton  " not in out and time.monotonic() < deadline:
+        time.sleep(0.2)
+        out += capsys.readouterr().out
+    try:
+        for name in ("Python", "attnlab", "ipywidgets", "PyTorch", "Triton  "):
+            assert f"  {name}" in out, (name, out)  # on screen while the sandbox check still runs
+        assert "grading sandbox" not in out and "Ready" not in out
+    finally:
+        release.set()
+        run.join(60)
+    out += capsys.readouterr().out
+    checks = [ln for ln in out.splitlines() if re.match(r"  (OK|NOTE|WARN|FAIL) ", ln)]
+    assert checks[-1].split()[1:3] == ["grading", "sandbox"], checks
 
 
 def test_doctor_gives_advice_for_problems(monkeypatch):

@@ -19,13 +19,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from .grading.course import tool_env
 
-__all__ = ["Check", "run_checks", "format_checks", "main"]
+__all__ = ["Check", "iter_checks", "run_checks", "format_checks", "main"]
 
 OK, NOTE, WARN, FAIL = "OK", "NOTE", "WARN", "FAIL"
 NBGRADER_VERSION = "0.9.6"
@@ -148,30 +149,33 @@ print("ok")
 """
 
 
-def _check_triton(smoke: bool) -> list[Check]:
+def _check_triton() -> list[Check]:
     v = _version("triton")
     if v is None:
         if sys.platform != "linux":
             return [Check("Triton", WARN, "not installed (Triton ships Linux wheels only)",
                           "Notebooks 01-03 run without it; for 04-06 use Colab or WSL2.")]
         return [Check("Triton", FAIL, "not installed", "pip install triton (it usually comes with torch).")]
-    checks = [Check("Triton", OK, v)]
-    if smoke:
-        with tempfile.TemporaryDirectory(prefix="attnlab-doctor-") as tmp:
-            script = Path(tmp) / "smoke.py"  # @triton.jit reads the kernel's source from a file
-            script.write_text(_SMOKE)
-            try:
-                p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-                ok, out = p.returncode == 0 and "ok" in p.stdout, (p.stdout + p.stderr).strip()
-            except subprocess.TimeoutExpired:
-                ok, out = False, "timed out after 120 s"
-        if ok:
-            checks.append(Check("Triton interpreter", OK, "a tiny kernel ran correctly with TRITON_INTERPRET=1"))
-        else:
-            last = out.splitlines()[-1] if out else "no output"
-            checks.append(Check("Triton interpreter", FAIL, f"a tiny kernel failed: {last}",
-                                "Reinstall matching torch and triton (pip install -U torch triton), and numpy."))
-    return checks
+    return [Check("Triton", OK, v)]
+
+
+def _check_triton_run() -> list[Check]:
+    """A tiny kernel through Triton's interpreter, in a Python of its own (it imports torch: slow)."""
+    if _version("triton") is None:
+        return []
+    with tempfile.TemporaryDirectory(prefix="attnlab-doctor-") as tmp:
+        script = Path(tmp) / "smoke.py"  # @triton.jit reads the kernel's source from a file
+        script.write_text(_SMOKE)
+        try:
+            p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+            ok, out = p.returncode == 0 and "ok" in p.stdout, (p.stdout + p.stderr).strip()
+        except subprocess.TimeoutExpired:
+            ok, out = False, "timed out after 120 s"
+    if ok:
+        return [Check("Triton interpreter", OK, "a tiny kernel ran correctly with TRITON_INTERPRET=1")]
+    last = out.splitlines()[-1] if out else "no output"
+    return [Check("Triton interpreter", FAIL, f"a tiny kernel failed: {last}",
+                  "Reinstall matching torch and triton (pip install -U torch triton), and numpy.")]
 
 
 def _check_jupyter() -> list[Check]:
@@ -196,7 +200,17 @@ def _check_jupyter() -> list[Check]:
         checks.append(Check("JupyterLab", FAIL, lab, "nbgrader 0.9 needs JupyterLab 4: pip install 'jupyterlab>=4,<5'."))
     else:
         checks.append(Check("JupyterLab", OK, lab))
-    with ThreadPoolExecutor(2) as pool:  # each listing starts a Jupyter process (seconds)
+    return checks
+
+
+def _check_extensions() -> list[Check]:
+    """nbgrader's and the widgets' lab and server extensions, where JupyterLab is installed (each listing
+    starts a Jupyter process: seconds)."""
+    if _version("jupyterlab") is None:
+        return []
+    checks = []
+    nbg = _version("nbgrader")
+    with ThreadPoolExecutor(2) as pool:
         labext_f = pool.submit(_jupyter, "labextension", "list")
         srvext_f = pool.submit(_jupyter, "server", "extension", "list")
         labext, srvext = labext_f.result(), srvext_f.result()
@@ -261,41 +275,68 @@ def _check_sandbox() -> Check:
         bounded, tasks = describe()
         return Check("grading sandbox", OK if bounded else NOTE, f"{detail}; {tasks}")  # NOTE: matters to graders only
     return Check("grading sandbox", WARN, detail,
-                 f"`attnlab autograde` and `attnlab selfcheck` run every notebook in a bubblewrap sandbox and "
-                 f"refuse to start without it: {INSTALL_HINT}. (--unsafe-no-sandbox grades without it, at a risk.)")
+                 f"Graders need it: `attnlab autograde` runs every notebook in a bubblewrap sandbox and refuses "
+                 f"to start without it: {INSTALL_HINT} (--unsafe-no-sandbox grades without it, at a risk). "
+                 f"`attnlab selfcheck` checks your own notebooks without it.")
+
+
+def iter_checks(smoke: bool = True, jupyter: bool = True) -> Iterator[Check]:
+    """Every check, in report order, each as soon as it is known: the quick ones first, then the slow
+    ones (a process each: the tiny Triton kernel if ``smoke``, the Jupyter extension listings if
+    ``jupyter``, the sandbox), which start at once, side by side, in the background."""
+    slow = [_check_triton_run] if smoke else []
+    slow += [_check_extensions] if jupyter else []
+    slow.append(lambda: [_check_sandbox()])
+    with ThreadPoolExecutor(len(slow)) as pool:
+        started = [pool.submit(f) for f in slow]
+        yield _check_python()
+        yield from _check_package()
+        if jupyter:
+            yield from _check_jupyter()
+        yield from _check_widgets()
+        yield from _check_torch()  # imports torch: seconds
+        yield from _check_triton()
+        for f in started:
+            yield from f.result()
 
 
 def run_checks(smoke: bool = True, jupyter: bool = True) -> list[Check]:
-    """Every check, in report order. ``smoke`` runs a tiny Triton kernel; ``jupyter`` lists extensions."""
-    checks = [_check_python(), *_check_package(), *_check_torch(), *_check_triton(smoke)]
-    if jupyter:
-        checks += _check_jupyter()
-    checks += _check_widgets()
-    checks.append(_check_sandbox())
-    return checks
+    """Every check, in report order (:func:`iter_checks`)."""
+    return list(iter_checks(smoke, jupyter))
 
 
-def format_checks(checks: list[Check]) -> str:
-    lines = ["attnlab doctor: is this environment ready for the Attention Kernels Lab?", ""]
-    for c in checks:
-        lines.append(f"  {c.status:<4}  {c.name:<26} {c.detail}")
-        if c.advice and c.status != OK:
-            lines += textwrap.wrap(c.advice, 100, initial_indent=" " * 34, subsequent_indent=" " * 34)
-    bad = [c for c in checks if c.status == FAIL]
-    warn = [c for c in checks if c.status == WARN]
-    lines.append("")
-    if bad:
-        lines.append(f"{len(bad)} problem(s) to fix before the course runs: {', '.join(c.name for c in bad)}.")
-    elif warn:
-        lines.append(f"Ready, with {len(warn)} warning(s): {', '.join(c.name for c in warn)}.")
-    else:
-        lines.append("Ready.")
+HEADER = "attnlab doctor: is this environment ready for the Attention Kernels Lab?"
+
+
+def format_check(c: Check) -> str:
+    """One check's line, with its advice below it when it is not OK."""
+    lines = [f"  {c.status:<4}  {c.name:<26} {c.detail}"]
+    if c.advice and c.status != OK:
+        lines += textwrap.wrap(c.advice, 100, initial_indent=" " * 34, subsequent_indent=" " * 34)
     return "\n".join(lines)
 
 
+def summary(checks: list[Check]) -> str:
+    bad = [c for c in checks if c.status == FAIL]
+    warn = [c for c in checks if c.status == WARN]
+    if bad:
+        return f"{len(bad)} problem(s) to fix before the course runs: {', '.join(c.name for c in bad)}."
+    if warn:
+        return f"Ready, with {len(warn)} warning(s): {', '.join(c.name for c in warn)}."
+    return "Ready."
+
+
+def format_checks(checks: list[Check]) -> str:
+    return "\n".join([HEADER, "", *map(format_check, checks), "", summary(checks)])
+
+
 def _cmd(args) -> int:
-    checks = run_checks(smoke=not args.quick, jupyter=not args.quick)
-    print(format_checks(checks))
+    print(HEADER, end="\n\n", flush=True)
+    checks = []
+    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick):  # each line as soon as it is known
+        checks.append(c)
+        print(format_check(c), flush=True)
+    print(f"\n{summary(checks)}")
     return 1 if any(c.status == FAIL for c in checks) else 0
 
 
