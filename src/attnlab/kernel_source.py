@@ -386,17 +386,17 @@ def _triton_copies() -> frozenset:
     return frozenset(codes)
 
 
+# caches filled in place on first use (never rebound: the grader's guard restores rebound module globals)
 _COPIES: list[frozenset] = []
-_TORCH_DIR = None
+_TORCH_DIR: list[str] = []
 
 
 def _torch_dir() -> str:
-    global _TORCH_DIR
-    if _TORCH_DIR is None:
+    if not _TORCH_DIR:
         import torch
 
-        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    return _TORCH_DIR
+        _TORCH_DIR.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    return _TORCH_DIR[0]
 
 
 def _caller(frame):
@@ -490,15 +490,15 @@ def watch(kernel) -> None:
                                f"it could have written the kernel's output")
         depth = torch._C._len_torch_dispatch_stack()
         probe = NoTorch(what)
-        with probe:
-            result = run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
-            moved = torch._C._len_torch_dispatch_stack() != depth + 1
-        if moved:
-            probe.refused.append("the dispatch mode stack was changed during the launch")
+        try:
+            with probe:
+                result = run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+                if torch._C._len_torch_dispatch_stack() != depth + 1:
+                    probe.refused.append("the dispatch mode stack was changed during the launch")
+        finally:  # a refusal raised inside the launch (and perhaps caught there) is reported all the same
+            if probe.refused:
+                _flag_once(kernel, f"{what}: torch ran while the kernel was launched ({probe.refused[0]})")
         if probe.refused:
-            from .review import flag
-
-            flag(f"{what}: torch ran while the kernel was launched ({probe.refused[0]})")
             raise NoTorchError(f"{what}: torch computed during the kernel's launch ({probe.refused[0]}). The grade is "
                                f"the kernel alone: no hook, callback or other code may compute while it runs.")
         return result
@@ -526,7 +526,7 @@ _OWNERS: list = []
 
 
 def _code(value):
-    """The Python code a callable attribute runs, or None (data, or code written in C)."""
+    """The Python function a callable attribute runs, or None (data, or code written in C)."""
     for _ in range(4):
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
@@ -538,13 +538,17 @@ def _code(value):
             value = value.__func__
         else:
             break
-    code = getattr(value, "__code__", None)
-    if isinstance(code, types.CodeType):
-        return code
-    call = getattr(type(value), "__call__", None)
-    if callable(value) and not isinstance(value, type) and isinstance(getattr(call, "__code__", None), types.CodeType):
-        return call.__code__
-    return None
+    if not isinstance(getattr(value, "__code__", None), types.CodeType):
+        value = getattr(type(value), "__call__", None) if callable(value) and not isinstance(value, type) else None
+    return value if isinstance(getattr(value, "__code__", None), types.CodeType) else None
+
+
+def _generated_by_triton(fn) -> bool:
+    """Code made at run time for one of Triton's modules (dataclasses' ``__init__``, ``__eq__``...): its file is
+    ``<string>`` and its globals are the Triton module's own."""
+    module = sys.modules.get(str(getattr(fn, "__module__", "")))
+    return (module is not None and module.__name__.startswith("triton")
+            and getattr(fn, "__globals__", None) is vars(module))
 
 
 def _trusted_dirs() -> tuple[str, ...]:
@@ -580,18 +584,17 @@ def triton_patches() -> list[str]:
     if "triton.runtime.jit" not in sys.modules:
         return []
     trusted = _trusted_dirs()
-    first = not _VERIFIED
     found = []
     for label, owner in _owners():
         for name, value in list(vars(owner).items()):
             key = (id(owner), name)
             if _VERIFIED.get(key, _ABSENT) is value:
                 continue
-            code = _code(value)
-            path = code.co_filename if code is not None else ""
-            if code is None or os.path.abspath(path).startswith(trusted) or "-packages" + os.sep in path \
-                    or (first and path.startswith("<")):  # dataclasses' generated methods, there from the start
+            fn = _code(value)
+            path = fn.__code__.co_filename if fn is not None else ""
+            if fn is None or os.path.abspath(path).startswith(trusted) or "-packages" + os.sep in path \
+                    or path.startswith("<frozen ") or (path.startswith("<") and _generated_by_triton(fn)):
                 _VERIFIED[key] = value
                 continue
-            found.append(f"{label}.{name} ({path}, line {code.co_firstlineno})")
+            found.append(f"{label}.{name} ({path}, line {fn.__code__.co_firstlineno})")
     return found
