@@ -418,3 +418,15 @@ def test_01_running_sum_not_rescaled_is_named():
     assert sum_not_rescaled_hint(right, x, 8) == ""  # a right sum
     assert sum_not_rescaled_hint(right * 1.5, x, 8) == ""  # wrong another way
     assert sum_not_rescaled_hint(right, x.sort(dim=-1).values.flip(-1), 8) == ""  # max in block 1: nothing to rescale
+
+
+@pytest.mark.parametrize("case", [dict(T=37, D=32, block_m=16, block_n=16),
+                                  dict(T=37, H=1, D=16, offset=-1000.0, seed=24)])
+def test_05_keys_past_t_left_in_the_scores_are_named(case):
+    msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-keys-past-t-unmasked"),
+                   causal=False, **case)
+    assert "offs_n[None, :] < T" in msg and "m started at 0" not in msg, msg
+    # other mistakes that fail the same case get no such sentence
+    msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-no-rescale"),
+                   causal=False, **case)
+    assert "offs_n[None, :] < T" not in msg, msg

@@ -270,4 +270,11 @@ MISTAKES += [
         fails=_ALL,
         why=f"reads a plain Python global (not a tl.constexpr) inside the kernel: {_GATE}",
     ),
+    Mistake(
+        id="05-keys-past-t-unmasked", notebook=_NB, cell=_CELL,
+        edits=(("        visible = key_ok[None, :]\n", "        visible = offs_n[None, :] >= 0  # no key mask\n"),),
+        fails=_ALL,
+        why="masks the K/V loads past T but not the scores: the padded keys (loaded as 0) score 0 and take "
+            "probability when the attention is not causal",
+    ),
 ]

@@ -16,7 +16,7 @@ from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
            "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
-           "row_stride_hint", "sum_not_rescaled_hint", "zero_max_hint"]
+           "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -517,3 +517,25 @@ def sum_not_rescaled_hint(l, x: torch.Tensor, block_size: int) -> str:
     return ("l is the sum of every block's exp(x - m) with m as it was at that block: when a later block raises "
             "the running max, the sum so far must be rescaled first, l = l * exp(m_old - m_new) + "
             "sum(exp(block - m_new)).")
+
+
+@_quiet
+def unmasked_keys_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, block_n: int,
+                       tol: float) -> str:
+    """``o`` is non-causal attention over the keys padded with zeros to a whole number of ``block_n``
+    tiles: a kernel whose last tile loads keys >= T as 0 (a masked load) and never masks their scores,
+    so each of them scores 0 and takes probability. (Under a causal mask they stay hidden anyway.)"""
+    pad = -k.shape[-2] % block_n
+    if causal or not pad or type(o) is not torch.Tensor or o.shape != q.shape:
+        return ""
+    zeros = torch.zeros(*k.shape[:-2], pad, k.shape[-1], dtype=torch.float64)
+    k_pad, v_pad = (torch.cat((t.detach().to(device="cpu", dtype=torch.float64), zeros), -2) for t in (k, v))
+    want, _ = naive_attention(q.detach().to(device="cpu", dtype=torch.float64), k_pad, v_pad)
+    got = o.detach().to(device="cpu", dtype=torch.float64)
+    # a row of scores far below 0 gives exactly O = 0 here (the padded keys take all the weight)
+    if not torch.isfinite(got).all() or (got - want).abs().max().item() > tol * max(want.abs().max().item(), 1.0):
+        return ""
+    return (f"Your output is attention over the keys padded to a whole tile of BLOCK_N = {block_n}: the keys "
+            f"at or past T in the last tile (loaded as 0) kept a score of 0 and took probability. Mask them out "
+            f"of the scores, s = tl.where(offs_n[None, :] < T, s, float(\"-inf\")), in every tile that reaches "
+            f"past T.")

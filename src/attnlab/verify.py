@@ -20,7 +20,7 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
 from .device import require_interpreter, runtime
 from .grading import guard as _guard
 from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint,
-                    zero_max_hint)
+                    unmasked_keys_hint, zero_max_hint)
 from .loads import available as loads_available
 from .loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
@@ -686,5 +686,6 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
         tol = max(tol, 1e-4)
     diagnosed(lambda: assert_close(o.cpu(), o_ref.cpu(), name="O", case=case, tol=tol),
               lambda: log2e_hint(o.cpu(), *inputs, causal=causal, tol=tol),
+              lambda: unmasked_keys_hint(o.cpu(), *inputs, causal=causal, block_n=block_n, tol=max(tol, 1e-5)),
               lambda: zero_max_hint(o.cpu(), *inputs, causal=causal, scale=None))
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
