@@ -187,8 +187,8 @@ def main() -> int:
             for i in range(runs):
                 t0 = time.time()
                 r = timing.time_notebook(path, _SRC[nb], reps=args.reps, sandbox=False)
-                rows.append({"notebook": nb, "variant": name, "run": i, "wall_s": round(time.time() - t0, 1),
-                             **r.to_json()})
+                rows.append({**r.to_json(), "notebook": nb, "variant": name, "run": i,
+                             "wall_s": round(time.time() - t0, 1)})
                 print(f"{nb} {name:24s} run {i}: {r.status.value}: {r.message} ({rows[-1]['wall_s']} s)", flush=True)
             rows[-1]["do_bench_ms"] = do_bench_ms(nb, path)
             print(f"{nb} {name:24s} do_bench {rows[-1]['do_bench_ms']:.3f} ms", flush=True)

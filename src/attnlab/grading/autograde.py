@@ -58,6 +58,7 @@ class NotebookResult:
     cells: list[CellResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the grader noticed or repaired
     needs_review: list[str] = field(default_factory=list)  # "needs review: ..." notes from the checks
+    gradebook: list[str] = field(default_factory=list)  # hand grading kept or reopened, outages waited out
 
     def losses(self) -> list[str]:
         if self.status != "graded":
@@ -133,11 +134,15 @@ def _failure_reason(log: str) -> str:
         (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
         (r"old version of the nbgrader metadata|SchemaTooOld", "the notebook's nbgrader metadata is damaged (copied or edited cells)"),
         (r"NotJSONError|Notebook does not appear to be JSON|Unreadable Notebook", "the notebook file is not valid JSON"),
+        (r"GradebookUnreachable: (.*)", "not graded: {0}; grade it again once the database is back"),
+        (r"sqlalchemy\.exc\.(?:OperationalError|InterfaceError): (.*)",
+         "not graded: the gradebook's database failed: {0}; grade it again once the database is back"),
         (r"No notebooks found|Skipping unknown notebook", "nbgrader did not find this notebook in the gradebook "
                                                           "(run `attnlab build` / generate_assignment first?)"),
     ):
-        if re.search(pattern, log, re.IGNORECASE):
-            return reason
+        found = re.search(pattern, log, re.IGNORECASE)
+        if found:
+            return reason.format(*(_gradebook_text(g) for g in found.groups()))
     # the exception at the end of a traceback says more than nbgrader's closing lines
     raised = re.findall(r"^\s*(\w+(?:\.\w+)*(?:Error|Exception|Interrupt)\b.*)$", log, re.MULTILINE)
     if raised:
@@ -146,36 +151,53 @@ def _failure_reason(log: str) -> str:
     return "grading failed: " + _first_line(tail[-1] if tail else log[-300:])
 
 
+def _gradebook_text(text: str) -> str:
+    """A database error's first line for the report, without a password."""
+    from .gradebook import redact
+
+    return redact(_first_line(text or "", 300))
+
+
 def _zero_notebook(course: Course, student: str, notebook: str) -> None:
-    """Make the gradebook say 0 for a notebook whose grading failed, not a stale earlier score."""
+    """Make the gradebook say 0 for a notebook whose grading failed, not a stale earlier score.
+
+    Raises:
+        GradebookUnreachable: the gradebook's server was gone for longer than the grader waits.
+    """
     from nbgrader.api import MissingEntry
 
-    from .gradebook import open_gradebook
+    from .gradebook import open_gradebook, retrying
 
-    with open_gradebook(course) as gb:
-        try:
-            sub = gb.find_submission_notebook(notebook, course.assignment, student)
-        except MissingEntry:
-            return
-        for grade in sub.grades:
-            grade.auto_score = 0
-            grade.needs_manual_grade = False
-        gb.db.commit()
+    def zero() -> None:
+        with open_gradebook(course) as gb:
+            try:
+                sub = gb.find_submission_notebook(notebook, course.assignment, student)
+            except MissingEntry:
+                return
+            for grade in sub.grades:
+                grade.auto_score = 0
+                grade.needs_manual_grade = False
+            gb.db.commit()
+
+    retrying(zero, "the gradebook (to record 0 for this notebook)")
 
 
 def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
-    from .gradebook import open_gradebook
+    from .gradebook import open_gradebook, retrying
 
-    with open_gradebook(course) as gb:
-        sub = gb.find_submission_notebook(notebook, course.assignment, student)
-        return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
-                         g.max_score) for g in sub.grades}
+    def read():
+        with open_gradebook(course) as gb:
+            sub = gb.find_submission_notebook(notebook, course.assignment, student)
+            return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
+                             g.max_score) for g in sub.grades}
+
+    return retrying(read, "the gradebook (to read this notebook's grades)")
 
 
 def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
                 workers=1, spans: dict | None = None) -> dict[str, tuple[str, str, float]]:
-    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds), one
-    entry for every job.
+    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds[, lines
+    about the gradebook: hand grading kept or reopened, outages waited out]), one entry for every job.
 
     ``workers`` (a :class:`.parallel.Plan`, or a worker count) slots run side by side, each pinned
     to its own cores. A slot takes the next student and grades that student's notebooks one after
@@ -380,7 +402,9 @@ class _Slot:
                 if msg.get("start") == job:
                     started, began = True, time.perf_counter()
                 elif msg.get("done") == job:
-                    self.done(job, ("ok" if msg["success"] else "failed", msg["log"], time.perf_counter() - began))
+                    extra = msg.get("gradebook") or []  # what the worker did in the gradebook besides grading
+                    self.done(job, ("ok" if msg["success"] else "failed", msg["log"], time.perf_counter() - began,
+                                    *([extra] if extra else [])))
                     return True
             tail = self._tail(3000)
             self.proc.wait()
@@ -426,10 +450,10 @@ def _kill_kernels(pidfile: Path) -> None:
 
 
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
-              seconds: float, limit_s: float) -> NotebookResult:
+              seconds: float, gradebook_notes: list[str] = (), *, limit_s: float) -> NotebookResult:
     auto, manual_max = notebook_points(course, notebook)
     res = NotebookResult(student, notebook, "graded", max_points=sum(auto.values()), manual_max=manual_max,
-                         seconds=seconds)
+                         seconds=seconds, gradebook=[str(n) for n in gradebook_notes])
     out = course.autograded / student / course.assignment / f"{notebook}.ipynb"
     if status != "ok" or not out.exists():
         if status == "timeout":
@@ -451,6 +475,15 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
         res.cells.append(CellResult(gid, score, max_points,
                                     "" if score >= max_points else errors.get(gid, "no points (output did not pass)")))
     return res
+
+def _unrecorded(exc: BaseException) -> str:
+    """Why a notebook's result could not be recorded, for the report (a database error without its password)."""
+    from .gradebook import GradebookUnreachable
+
+    if isinstance(exc, GradebookUnreachable):
+        return f"not graded: {_gradebook_text(str(exc))}; grade it again once the database is back"
+    return f"not graded: recording the result failed: {type(exc).__name__}: {_gradebook_text(str(exc))}"
+
 
 
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
@@ -516,7 +549,23 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         first_job.setdefault(s, n)
 
     def finish(job: str, outcome) -> None:
+        """Record ``job``'s result; never raises (a slot's thread calls it: an error would stop that
+        slot and leave its students ungraded): what cannot be recorded is NOT GRADED with the reason."""
         s, n = job.split("/")
+        try:
+            r = evaluate(s, n, outcome)
+        except Exception as exc:  # noqa: BLE001 (the gradebook gone for good, or a bug: say so, carry on)
+            auto, manual = notebook_points(course, n)
+            r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual,
+                               reason=_unrecorded(exc), seconds=outcome[2] if outcome else 0.0)
+        from .gradebook import take_waits
+
+        r.gradebook += [w for w in take_waits() if w not in r.gradebook]
+        results[job] = r
+        if progress:
+            progress(printable(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s"))
+
+    def evaluate(s: str, n: str, outcome) -> NotebookResult:
         notes = list(folder_notes[s].get(n, []))
         if first_job[s] == n:
             notes += folder_notes[s].get(WHOLE, [])
@@ -538,9 +587,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         else:
             r = _evaluate(course, s, n, *outcome, limit_s=limit_s)
         r.notes = notes + r.notes
-        results[job] = r
-        if progress:
-            progress(printable(f"  {s:<24} {n:<22} {r.points:>5g}/{r.max_points:<5g} {r.status:<8} {r.seconds:5.1f} s"))
+        return r
 
     present = []
     for s, n in jobs:
@@ -668,11 +715,19 @@ def format_report(results: list[NotebookResult]) -> str:
         lines.append("Needs review (what the checks could not rule out: look at these notebooks yourself):")
         for r, note in reviews:
             lines.append(f"  {r.student} / {r.notebook}: {note}")
+    hand = [(r, note) for r in results for note in r.gradebook]
+    if hand:
+        lines.append("")
+        lines.append("Gradebook (hand grading kept or reopened by this run; database outages waited out):")
+        for r, note in hand:
+            lines.append(f"  {r.student} / {r.notebook}: {note}")
     failed = not_graded(results)
     if failed:
         lines.append("")
-        lines.append(f"NOT GRADED: {len(failed)} notebook(s) could not be graded (see Points lost for why): "
-                     + ", ".join(f"{r.student}/{r.notebook}" for r in failed))
+        lines.append(f"NOT GRADED: {len(failed)} notebook(s) could not be graded (grade them again with --student "
+                     f"and --notebook once the cause is gone): " + ", ".join(f"{r.student}/{r.notebook}" for r in failed))
+        for r in failed:
+            lines.append(f"  {r.student}/{r.notebook}: {r.reason}")
     notes = [(r, note) for r in results for note in r.notes]
     if notes:
         lines.append("")
@@ -695,11 +750,11 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
-                    "seconds", "losses", "needs_review", "notes"])
+                    "seconds", "losses", "needs_review", "notes", "gradebook"])
         for r in results:
             w.writerow([_cell(r.student), _cell(r.notebook), r.status, f"{r.points:g}", f"{r.max_points:g}",
                         f"{r.manual_max:g}", f"{r.seconds:.1f}", _cell(" | ".join(r.losses())),
-                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes))])
+                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes)), _cell(" | ".join(r.gradebook))])
 
 
 def write_report_json(results: list[NotebookResult], path: Path) -> None:
