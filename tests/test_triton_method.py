@@ -37,7 +37,9 @@ pytestmark = pytest.mark.skipif(not RT.interpret, reason="load accounting runs u
 
 MISTAKES = {m.id: m for m in load_mistakes(Course(ROOT))[0]}
 _CELLS = {"04_triton_softmax": ("setup", "_softmax_kernel", "triton_softmax"),
-          "05_triton_flash": ("setup", "_flash_fwd_kernel", "triton_flash_attention")}
+          "05_triton_flash": ("setup", "_flash_fwd_kernel", "triton_flash_attention"),
+          "07_triton_backward": ("setup", "_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"),
+          "08_flash_decoding": ("setup", "_decode_partial_kernel", "_decode_merge_kernel")}
 _LOADED: dict[str, object] = {}
 
 

@@ -33,6 +33,17 @@ _THREE_PASSES = ('    ptrs = input_ptr + row * input_row_stride + cols\n'
                  '    m = tl.max(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32), axis=0)\n'
                  '    s = tl.sum(tl.exp(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32) - m), axis=0)\n'
                  '    y = tl.exp(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32) - m) / s\n')
+# the same three passes, the second and third reading the row through tl.atomic_add(ptrs, 0), which
+# returns what memory holds (an atomic is a read, and a write)
+_ATOMIC_PASSES = ('    ptrs = input_ptr + row * input_row_stride + cols\n'
+                  '    zero = tl.zeros([BLOCK_SIZE], dtype=input_ptr.dtype.element_ty)\n'
+                  '    m = tl.max(tl.load(ptrs, mask=in_row, other=float("-inf")).to(tl.float32), axis=0)\n'
+                  '    again = tl.where(in_row, tl.atomic_add(ptrs, zero, mask=in_row).to(tl.float32), float("-inf"))\n'
+                  '    s = tl.sum(tl.exp(again - m), axis=0)\n'
+                  '    y = tl.exp(tl.atomic_add(ptrs, zero, mask=in_row).to(tl.float32) - m) / s\n')
+# one read of the row, through an atomic
+_ATOMIC_READ = ('x = tl.where(in_row, tl.atomic_add(input_ptr + row * input_row_stride + cols, '
+                'tl.zeros([BLOCK_SIZE], dtype=input_ptr.dtype.element_ty), mask=in_row), float("-inf"))')
 _TORCH_INTERFACE = '''
 
 class _TorchSoftmax(triton.runtime.KernelInterface):
@@ -107,6 +118,19 @@ MISTAKES = [
         edits=((_STORE_LINE, _STORE_LINE + _TORCH_INTERFACE),),
         fails=_ALL,
         why="replaces the kernel by a KernelInterface subclass that calls torch.softmax",
+    ),
+    Mistake(
+        id="04-atomic-passes", notebook=_NB, cell=_CELL,
+        edits=(("    " + _LOAD + "\n" + _MATH, _ATOMIC_PASSES),),
+        fails=_ALL,
+        why="reads the row three times, twice through tl.atomic_add(ptrs, 0): an atomic reads memory too",
+    ),
+    Mistake(
+        id="04-atomic-read", notebook=_NB, cell=_CELL,
+        edits=((_LOAD, _ATOMIC_READ),),
+        fails=_ALL,
+        why="reads the row once, but through tl.atomic_add(ptrs, 0): a write into the input, and an atomic per "
+            "element where one load would do",
     ),
     # correct variants
     Mistake(

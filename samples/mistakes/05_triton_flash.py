@@ -104,6 +104,39 @@ _TWO_PASS_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None
     lse = m_i + tl.log(l_i)
 """
 
+# The same two passes over K, the first reading K through tl.atomic_add(ptr, 0) (an atomic reads too).
+_ATOMIC_TWO_PASS_BODY = _TWO_PASS_BODY.replace(
+    "        k = tl.load(K + offs_n[:, None] * stride_t + offs_d[None, :], mask=offs_n[:, None] < T, other=0.0)\n",
+    "        k = tl.atomic_add(K + offs_n[:, None] * stride_t + offs_d[None, :],\n"
+    "                          tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32), mask=offs_n[:, None] < T)\n", 1)
+
+# One key per loop iteration, scores and the weighted sum element-wise (tl.sum), no tl.dot: one pass,
+# each key once, the causal tiles skipped; the tensor cores never used.
+_ONE_KEY_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if CAUSAL:
+        end = tl.minimum(start_m + BLOCK_M, T)
+    else:
+        end = T
+    for j in range(0, end):  # one key at a time
+        k = tl.load(K + j * stride_t + offs_d)
+        v = tl.load(V + j * stride_t + offs_d)
+        s = tl.sum(q * k[None, :], axis=1) * scale
+        if CAUSAL:
+            s = tl.where(j <= offs_m, s, float("-inf"))
+        m_new = tl.maximum(m_i, s)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_use)
+        p = tl.exp(s - m_use)
+        l_i = l_i * alpha + p
+        acc = acc * alpha[:, None] + p[:, None] * v[None, :]
+        m_i = m_new
+    o = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+"""
+
 # Correct, in another order: key tiles from the last one down to the first, so a row can meet a
 # fully masked tile before any visible key; the m = -inf guard keeps that exact. K is loaded
 # already transposed, as a (HEAD_DIM, BLOCK_N) block.
@@ -222,6 +255,18 @@ MISTAKES = [
                 "hi = T  # every tile, the hidden ones masked"),),
         fails=_ALL,
         why="loads the causal tiles above the diagonal and masks them instead of skipping them",
+    ),
+    Mistake(
+        id="05-atomic-two-pass", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _ATOMIC_TWO_PASS_BODY),),
+        fails=_ALL,
+        why="two passes over K, the first through tl.atomic_add(ptr, 0) instead of tl.load: an atomic reads too",
+    ),
+    Mistake(
+        id="05-one-key-no-dot", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _ONE_KEY_BODY),),
+        fails=_ALL,
+        why="one key per loop iteration with element-wise products (tl.sum) instead of tiles through tl.dot",
     ),
     # correct variants
     Mistake(

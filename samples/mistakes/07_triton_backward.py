@@ -46,6 +46,42 @@ _DQ_COPY = '''    bh = tl.program_id(1).to(tl.int64)
 '''
 _ATOMIC_CELLS = ((_DQ, ((_DQ_BODY, _DQ_COPY),)),)
 
+# Shortcuts with the right numbers and not the method (issue 30), which only the work ledger sees.
+# dQ written as a load-add-store spelled with keywords: the same race as 07-dq-atomics-race.
+_KEYWORD_RACE = ("tl.store(pointer=DQ_ACC + q_offs, value=tl.load(DQ_ACC + q_offs, mask=row_ok[:, None]) + dq_part, "
+                 "mask=row_ok[:, None])")
+# Causal, but every tile pair visited and masked: the dK/dV loop starts at query tile 0, the dQ loop
+# runs to T. The masks keep the numbers right.
+_DKDV_NO_SKIP = (("lo = (start_n // BLOCK_M) * BLOCK_M                  # the first query tile that sees any key here",
+                  "lo = 0                                               # every query tile, masked"),)
+_DQ_NO_SKIP = (("hi = tl.minimum(start_m + BLOCK_M, T)\n    else:", "hi = T  # every key tile, masked\n    else:"),)
+# Program 0 of each head does every query tile; the other programs of the head do nothing.
+_DQ_HEAD = _DQ_BODY[:_DQ_BODY.index("    q_offs = ")]
+_DQ_TILE = _DQ_BODY[_DQ_BODY.index("    q_offs = "):]
+_DQ_PROGRAM_0 = (_DQ_HEAD.replace("    start_m = tl.program_id(0) * BLOCK_M\n", "")
+                 .replace("    offs_m = start_m + tl.arange(0, BLOCK_M)\n", "")
+                 .replace("    row_ok = offs_m < T\n", "")
+                 + "    if tl.program_id(0) == 0:  # program 0 walks every query tile of its head; the others idle\n"
+                 + "        for start_m in range(0, T, BLOCK_M):\n"
+                 + "            offs_m = start_m + tl.arange(0, BLOCK_M)\n"
+                 + "            row_ok = offs_m < T\n"
+                 + "".join("        " + line + "\n" if line.strip() else "\n" for line in _DQ_TILE.splitlines()))
+# One key per loop iteration, products element-wise (tl.sum of q * k) instead of tl.dot.
+_DQ_LOOPS = _DQ_BODY[_DQ_BODY.index("    # Key tiles [0, lo)"):_DQ_BODY.index("    dq = dq * scale")]
+_DQ_ONE_KEY = """    if CAUSAL:
+        hi = tl.minimum(start_m + BLOCK_M, T)
+    else:
+        hi = T
+    for j in range(0, hi):  # one key at a time
+        k = tl.load(K + j * stride_t + offs_d)
+        v = tl.load(V + j * stride_t + offs_d)
+        p = tl.exp2(tl.sum(q * k[None, :], axis=1) * qk_scale - lse2)
+        if CAUSAL:
+            p = tl.where(j <= offs_m, p, 0.0)
+        ds = p * (tl.sum(do * v[None, :], axis=1) - delta)
+        dq += ds[:, None] * k[None, :]
+"""
+
 MISTAKES = [
     Mistake(
         id="07-delta-from-do-only", notebook=_NB, cell=_PRE,
@@ -113,6 +149,35 @@ MISTAKES = [
         fails=(_REF, _RAG),
         why="adds into dQ rows that other programs share with a load and a store instead of tl.atomic_add "
             "(right under the interpreter, a race on a GPU; the end-to-end test cannot see it on a CPU)",
+    ),
+    Mistake(
+        id="07-dq-keyword-race", notebook=_NB, cell=_DKDV,
+        edits=((_DKDV_SRC, _DKDV_ATOMIC.replace(_ATOMIC_ADD, _KEYWORD_RACE)),),
+        other_cells=_ATOMIC_CELLS,
+        fails=(_REF, _RAG),
+        why="the load-add-store race on DQ_ACC spelled with keyword arguments (tl.store(pointer=..., value=...)): "
+            "the ledger sees two programs update the same element, however the call is written",
+    ),
+    Mistake(
+        id="07-causal-no-skip", notebook=_NB, cell=_DKDV,
+        edits=_DKDV_NO_SKIP,
+        other_cells=((_DQ, _DQ_NO_SKIP),),
+        fails=(_REF, _RAG),
+        why="visits every (key tile, query tile) pair when causal and masks the hidden ones instead of skipping "
+            "them: right numbers, twice the work",
+    ),
+    Mistake(
+        id="07-program-0-does-all", notebook=_NB, cell=_DQ,
+        edits=((_DQ_BODY, _DQ_PROGRAM_0),),
+        fails=(_REF, _RAG),
+        why="program 0 of each head computes dQ for every query tile while the other programs idle",
+    ),
+    Mistake(
+        id="07-one-key-elementwise", notebook=_NB, cell=_DQ,
+        edits=((_DQ_LOOPS, _DQ_ONE_KEY),),
+        fails=(_REF, _RAG),
+        why="the dQ program takes one key per loop iteration and multiplies element-wise (tl.sum) instead of "
+            "tile products with tl.dot",
     ),
     Mistake(
         id="07-ok-dq-by-atomics", notebook=_NB, cell=_DKDV,

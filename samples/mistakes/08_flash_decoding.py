@@ -59,6 +59,21 @@ _PER_HEAD_LOOP = ("    for hh in range(0, group):  # one pass over the slice per
                       "visible = key_ok[None, :]\n",
                       "visible = key_ok[None, :] & (offs_r // T_q == hh)[:, None]\n"))
 
+# Shortcuts through atomics (issue 30): tl.atomic_add(ptr, 0) returns what memory holds, so it reads.
+_K_LOAD = "k = tl.load(K + kv_offs, mask=key_ok[:, None], other=0.0)"
+_V_LOAD = "v = tl.load(V + kv_offs, mask=key_ok[:, None], other=0.0)"
+_ZEROS = "tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)"
+_PER_HEAD_ATOMIC = (_PER_HEAD_LOOP
+                    .replace(_K_LOAD, f"k = tl.atomic_add(K + kv_offs, {_ZEROS}, mask=key_ok[:, None])")
+                    .replace(_V_LOAD, f"v = tl.atomic_add(V + kv_offs, {_ZEROS}, mask=key_ok[:, None])"))
+# K read up to the slice's end whatever the sequence's length (NaN there; the scores past it are masked)
+_K_PAST_LENGTH = (f"k = tl.atomic_add(K + kv_offs, {_ZEROS}, "
+                  "mask=(offs_n < start + keys_per_split)[:, None])  # the whole slice, past seqlen too")
+# every key of the slice in one tile of 64 (right while a slice holds at most 64 keys)
+_ONE_TILE = (("    for start_n in range(start, end, BLOCK_N):\n        offs_n = start_n + offs_j\n",
+              "    for start_n in range(start, end, 64):  # the whole slice as one tile\n"
+              "        offs_n = start_n + tl.arange(0, 64)\n"),)
+
 MISTAKES = [
     Mistake(
         id="08-merge-equal-weights", notebook=_NB, cell=_MERGE,
@@ -156,6 +171,26 @@ MISTAKES = [
         fails=(_CACHE,),
         why="loads each K/V tile once per query head of the GQA group instead of once for the group "
             "(right numbers, g times the cache traffic): only the load accounting catches it",
+    ),
+    Mistake(
+        id="08-whole-slice-one-tile", notebook=_NB, cell=_PARTIAL,
+        edits=_ONE_TILE,
+        fails=(_SPLITS, _CACHE),
+        why="reads each slice as one tile of 64 keys instead of tiles of BLOCK_N: right while a slice fits, "
+            "then too large for the GPU's registers",
+    ),
+    Mistake(
+        id="08-atomic-per-head-reload", notebook=_NB, cell=_PARTIAL,
+        edits=((_KEY_LOOP, _PER_HEAD_ATOMIC),),
+        fails=(_SPLITS, _CACHE),
+        why="reads each K/V tile once per query head of the group, through tl.atomic_add(ptr, 0) instead of "
+            "tl.load: an atomic reads memory too (and writes the cache, which fails every accounted case)",
+    ),
+    Mistake(
+        id="08-atomic-past-seqlen", notebook=_NB, cell=_PARTIAL,
+        edits=((_K_LOAD, _K_PAST_LENGTH),),
+        fails=(_SPLITS, _CACHE),
+        why="reads K past the sequence's length through tl.atomic_add(ptr, 0), masking only the scores",
     ),
     Mistake(
         id="08-ok-exp", notebook=_NB, cell=_PARTIAL,

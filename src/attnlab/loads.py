@@ -425,9 +425,6 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
         raise AssertionError(
             f"{where}: program {a.program[0]} read from the output. Notebook 04 asks for one read of the "
             f"input and one write of the output; keep everything in between in registers.")
-    for a in ledger.of("input", WRITES):
-        raise AssertionError(f"{where}: program {a.program[0]} wrote into the input (an atomic writes too); a "
-                             f"kernel may only store to the output.")
     for p in range(n_rows):
         idx = np.concatenate(by_program.get(p, [np.zeros(0, np.int64)]))
         c = idx - p * x_width                       # offset from the start of the program's own row
@@ -463,6 +460,9 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
                 f"(never columns {_span(np.nonzero(counts == 0)[0])}). Notebook 04 asks for the whole "
                 f"row as one block of BLOCK_SIZE = next_power_of_2(n_cols) = {block_size} columns; a "
                 f"fixed block size is right only up to that width.")
+    for a in ledger.of("input", WRITES):
+        raise AssertionError(f"{where}: program {a.program[0]} wrote into the input (an atomic writes too); a "
+                             f"kernel may only store to the output.")
 
 
 # ---------------------------------------------------------------------------------------------- 05

@@ -12,6 +12,7 @@ inputs fails.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
 
@@ -21,9 +22,11 @@ from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
 from .hints import delta_hint, diagnosed, lse_base_hint, scale_factor_hint
 from .device import runtime
+from .loads import check_races, record
 from .poisoned import guarded, tail_room
 from .reference import naive_attention, reference_gradients
-from .verify import _GUARD, _call
+from .verify import _GUARD, _call, _flag_internals, _kernel_device
+from .work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
            "stores_through_argument"]
@@ -60,6 +63,12 @@ def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
     o, lse = o.to(dtype), lse.to(torch.float32)
     put = lambda t: tail_room(t.to(device), tail)  # noqa: E731
     return put(q), put(k), put(v), put(o), put(lse), put(do), refs
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """The whole flat buffer behind ``t`` (a view from :func:`attnlab.poisoned.tail_room`), tail included."""
+    storage = t.untyped_storage()
+    return t.new_empty(0).set_(storage, 0, (storage.nbytes() // t.element_size(),))
 
 
 def stores_through_argument(kernel, index: int, _depth: int = 0) -> bool:
@@ -168,10 +177,11 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         accumulates dQ rows with a load and a store instead of ``tl.atomic_add``.
         TypeError: a kernel is not a ``@triton.jit`` function.
     """
-    device = device or runtime().device
+    device, accounted = _kernel_device(device, dtype=dtype, elements=B * H * T * T)
     kernels = launch_backward.BackwardKernels(*kernels)
     case = _case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n, dtype=dtype)
-    if stores_through_argument(kernels[1], _DQ_ACC_ARG):
+    # without the work ledger (a GPU-sized case), the source scan stands in for its race check
+    if not accounted and stores_through_argument(kernels[1], _DQ_ACC_ARG):
         raise AssertionError(f"_bwd_dkdv_kernel [{case}]: stores to DQ_ACC with tl.store. Programs of "
                              f"different key tiles add into the same dQ rows at the same time: a load "
                              f"followed by a store loses updates on a GPU. Use tl.atomic_add.")
@@ -183,9 +193,12 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
     outs, bufs = zip(*(guarded(q.shape, tail, dtype, device) for _ in range(3)))
     delta, delta_buf = guarded((B, H, T), max(block_m, block_n), torch.float32, device)
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=device)
-    _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
-          *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
-          num_stages=num_stages, _key=kernels[1])
+    buffers = dict(zip(("Q", "K", "V", "O", "LSE", "DO"), map(_whole, (q, k, v, o, lse, do))),
+                   DELTA=delta_buf, DQ=bufs[0], DK=bufs[1], DV=bufs[2], DQ_ACC=dq_acc)
+    with record(buffers) if accounted else contextlib.nullcontext() as ledger:
+        _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
+              *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
+              num_stages=num_stages, _key=kernels[1])
     if device == "cuda":
         torch.cuda.synchronize()
     n = q.numel()
@@ -199,6 +212,14 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):
             raise AssertionError(f"backward kernels [{case}]: wrote into the input {name}: the kernels may "
                                  f"only store to DELTA, DQ, DK, DV and DQ_ACC")
+    if ledger is not None:
+        for kernel, what in zip(kernels, ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")):
+            _flag_internals(kernel, what, "07")
+        where = f"backward kernels [{case}]"
+        check_races(ledger, where=where, names={"DQ_ACC": "DQ_ACC (dQ rows shared by every key tile)"})
+        check_work(ledger, backward_designs(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
+                                            buffer_len=buffers["Q"].numel(),
+                                            row_len=max(buffers["LSE"].numel(), delta_buf.numel())), where=where)
     tol = _tolerance(dtype, device)
     for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
         q_, k_, v_, *_, do_ = inputs

@@ -29,9 +29,10 @@ from .checks import Case, assert_close, assert_shape, generator, randn, toleranc
 from .device import runtime
 from .hints import (_quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint,
                     merge_weights_hint, rescale_hint)
-from .loads import check_decode_reads, record
+from .loads import check_decode_reads, check_races, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
+from .work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
            "check_decode_partial_large_offsets"]
@@ -199,9 +200,15 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     _check_inputs_kept(before, (q, k, v), "_decode_partial_kernel", case, ("Q", "K", "V"))
     if ledger is not None:
         _flag_internals(kernel, "_decode_partial_kernel", "08")
+        where = f"_decode_partial_kernel [{case}]"
         check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
-                           keys_per_split=cfg.keys_per_split, where=f"_decode_partial_kernel [{case}]",
-                           strides=k.stride()[:3])
+                           keys_per_split=cfg.keys_per_split, where=where, strides=k.stride()[:3])
+        check_work(ledger, decode_partial_model(
+            seqlens=seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, causal=causal, block_m=cfg.block_m,
+            block_n=cfg.block_n, num_splits=cfg.num_splits, keys_per_split=cfg.keys_per_split,
+            row_blocks=cfg.row_blocks, strides=k.stride()[:3], kv_len=bufs[1].numel(), q_len=bufs[0].numel()),
+            where=where)
+        check_races(ledger, where=where, dims=3)
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
     visible = reference_decode.decode_visible(T_q, T_max, lens.cpu(), causal)
