@@ -430,3 +430,21 @@ def test_05_keys_past_t_left_in_the_scores_are_named(case):
     msg = _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", "05-no-rescale"),
                    causal=False, **case)
     assert "offs_n[None, :] < T" not in msg, msg
+
+
+@pytest.mark.parametrize("mistake", ["08-ignores-seqlen", "08-unmasked-v-load"])
+def test_08_end_to_end_names_reads_past_the_length_not_the_nan_guess(mistake):
+    """The end-to-end check (no load accounting) blamed exp(-inf - (-inf)) for this NaN."""
+    from attnlab.verify_decode import check_flash_decode
+
+    msg = _message(check_flash_decode, _dec("_decode_partial_kernel", mistake), _dec("_decode_merge_kernel"),
+                   seqlens=[37, 5, 1, 0], H_q=8, H_kv=2, num_splits=3)
+    assert "read from the cache past a sequence's length" in msg and "NaN usually means" not in msg, msg
+
+
+def test_08_end_to_end_nan_of_a_missing_guard_is_not_blamed_on_the_length():
+    from attnlab.verify_decode import check_flash_decode
+
+    msg = _message(check_flash_decode, _dec("_decode_partial_kernel", "08-no-guard-masked-tile"),
+                   _dec("_decode_merge_kernel"), seqlens=[50, 20, 3], H_q=4, H_kv=1, T_q=5, num_splits=2)
+    assert "past a sequence's length" not in msg, msg

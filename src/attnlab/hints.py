@@ -15,7 +15,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "rescale_hint",
+           "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
            "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -539,3 +539,18 @@ def unmasked_keys_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
             f"at or past T in the last tile (loaded as 0) kept a score of 0 and took probability. Mask them out "
             f"of the scores, s = tl.where(offs_n[None, :] < T, s, float(\"-inf\")), in every tile that reaches "
             f"past T.")
+
+
+@_quiet
+def past_length_hint(o, rerun) -> str:
+    """``o`` has NaN, and ``rerun()`` (the same kernels on the same inputs, the cache holding 0 instead
+    of NaN past every sequence's length) gives a finite output: the NaN was read past a length."""
+    if type(o) is not torch.Tensor or torch.isfinite(o.detach().cpu()).all():
+        return ""
+    again = rerun()
+    if type(again) is not torch.Tensor or not torch.isfinite(again.detach().cpu()).all():
+        return ""
+    return ("The NaN was read from the cache past a sequence's length: it holds NaN there in this check, and "
+            "with 0 there instead your output is finite. Never load a key or value at or past "
+            "cache_seqlens[b] (a score mask does not help: 0 * NaN is NaN): end each slice's loop at the length "
+            "and mask the K and V loads with offs_n < seqlen.")

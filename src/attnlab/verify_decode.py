@@ -28,7 +28,7 @@ from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .device import runtime
 from .hints import (_quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint,
-                    merge_weights_hint, rescale_hint)
+                    merge_weights_hint, past_length_hint, rescale_hint)
 from .loads import check_decode_reads, check_races, record
 from .poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
@@ -306,7 +306,21 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     _check_inputs_kept(before, (q, k, v), "flash_decode", case, ("Q", "K_CACHE", "V_CACHE"))
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
-    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left)
+
+    def past_length():  # the same launch on a cache holding 0, not NaN, past each length
+        kv = []
+        for t in (k, v):
+            t0, buf = _tail_room(t.nan_to_num(0.0), cfg.keys_per_split * D)
+            buf[t.numel():] = 0.0
+            kv.append(t0)
+        outs = [guarded(shape, spare * n, torch.float32, device)[0]
+                for shape, n in (((B, H_q, T_q, S, D), D), ((B, H_q, T_q, S), 1))]
+        outs += [guarded((B, H_q, T_q, D), D, dtype, device)[0], guarded((B, H_q, T_q), 1, torch.float32, device)[0]]
+        return _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, *kv, lens, *outs,
+                     causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=partial_kernel)[0]
+
+    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left,
+              lambda: past_length_hint(o, past_length))
     assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
                           case=case, tol=max(tol, 1e-5))
 
