@@ -61,10 +61,23 @@ class PostgresServer:
         self._run(f"{self.bindir}/initdb", "-D", str(self.data), "-U", self.user, f"--pwfile={pwfile}",
                   "--auth=scram-sha-256", "-E", "UTF8", "--no-sync")
         pwfile.unlink()
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server on the cluster (again, after :meth:`halt`)."""
         opts = f"-c listen_addresses='' -k {self.folder} -p {self.port} -c fsync=off -c max_connections=100"
         self._run(f"{self.bindir}/pg_ctl", "-D", str(self.data), "-l", str(self.folder / "server.log"), "-w",
                   "-t", "60", "-o", opts, "start")
-        return self
+
+    def halt(self) -> None:
+        """Stop the server and keep its data, as an outage would (open connections are ended)."""
+        self._run(f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", timeout=60)
+
+    @property
+    def socket(self) -> Path:
+        """The server's Unix socket (absent while it is halted)."""
+        return self.folder / f".s.PGSQL.{self.port}"
 
     def stop(self) -> None:
         try:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +60,9 @@ def postgres():
         server.stop()
 
 
-def _write_class(course: Course) -> None:
+def _write_class(course: Course, students: dict[str, str] = STUDENTS) -> None:
     mistakes = {m.id: m for m in load_mistakes(course)[0]}
-    for student, kind in STUDENTS.items():
+    for student, kind in students.items():
         if kind == "release":
             nb = release_notebook(course, NB)
         else:
@@ -263,3 +265,137 @@ def test_kernels_never_saw_the_database_url(sharded):
     assert password not in text and sharded.url not in text
     status, points, full, _ = sharded.sharded[("snoop", NB)]
     assert status == "graded" and points == full  # the probe costs the reference nothing
+
+
+# ------------------------------------------------------------------- the database goes away mid-run
+#: Three students of notebook 01 (graded in this order: submitted/ sorted).
+OUTAGE_CLASS = {"outage-a-blank": "release", "outage-b-no-rescale": "01-no-rescale", "outage-c-reference": ""}
+
+
+class _HangUp:
+    """Stands in for a halted server on its socket: takes each connection and hangs up at once (as a
+    server that is shutting down or starting up does), counting them, so the test knows a grading
+    process met the outage."""
+
+    def __init__(self, path: Path):
+        self.path, self.attempts, self.closed = path, 0, False
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.attempts += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.thread.join()
+        self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _outage(server: PostgresServer, until) -> int:
+    """Halt ``server`` until ``until(attempts, seconds)`` is true (5 minutes at most), then start it
+    again; the number of connections the grading processes tried meanwhile."""
+    server.halt()
+    stand_in, start = _HangUp(server.socket), time.monotonic()
+    try:
+        while not until(stand_in.attempts, time.monotonic() - start) and time.monotonic() - start < 300:
+            time.sleep(0.1)
+    finally:
+        stand_in.close()
+        server.resume()
+    return stand_in.attempts
+
+
+def _graded_lines(lines: list[str]) -> int:
+    return sum(line.startswith("  ") and NB in line for line in lines)
+
+
+def _autograde_with_outages(course: Course, env: dict, args: list[str], outages: dict) -> tuple[int, str, dict]:
+    """``attnlab autograde`` in a process of its own; ``outages`` maps a number of notebooks graded so
+    far (-1: as soon as grading starts) to a function that halts the server and brings it back;
+    (exit status, output, {when: connection attempts met during that outage})."""
+    cmd = [sys.executable, "-m", "attnlab.grading.cli", "--course", str(course.root), "autograde", "--notebook", NB,
+           "--jobs", "1", *args]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    lines, met = [], {}
+    reader = threading.Thread(target=lambda: [lines.append(line) for line in p.stdout], daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 900
+    try:
+        while reader.is_alive() and time.monotonic() < deadline:
+            started = any(line.startswith("Autograding, one notebook") for line in lines)
+            when = _graded_lines(lines) if _graded_lines(lines) else -1 if started else None
+            if when in outages and when not in met:
+                met[when] = outages[when](lines)  # the reader goes on collecting lines meanwhile
+            time.sleep(0.05)
+        p.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:
+        if p.poll() is None:
+            _kill_tree(p.pid)
+            p.wait()
+        reader.join(timeout=10)
+    return p.returncode, "".join(lines), met
+
+
+def test_a_gradebook_outage_mid_run_is_waited_out_or_named(postgres, tmp_path):
+    """PostgreSQL stops twice during a run (as grading starts, and between two students): the run
+    waits for it and grades everyone, and its report says it waited. With a short wait, an outage
+    that outlasts it leaves the notebook graded meanwhile NOT GRADED with the reason, the rest of the
+    class graded, and the table and report written."""
+    from attnlab.grading.autograde import read_report_json
+
+    course = copy_course(tmp_path)
+    _write_class(course, OUTAGE_CLASS)
+    url = postgres.create_database("outage")
+    env = {**tool_env(), gradebook.DB_URL_ENV: url, "PYTHONUNBUFFERED": "1"}
+    with environment({gradebook.DB_URL_ENV: url}):
+        generate_assignment(course, "--notebook", NB)
+
+    # 1. two outages of a few seconds, each met by a grading process: waited out
+    def short(lines):
+        return _outage(postgres, lambda attempts, seconds: attempts and seconds > 3)
+
+    report = tmp_path / "waited.json"
+    code, out, met = _autograde_with_outages(course, env, ["--report-json", str(report)], {-1: short, 1: short})
+    print(out, met)
+    assert code == 0, out
+    assert met[-1] and met[1], (met, out)  # both outages were met by a connection (or nothing was tested)
+    results = {r.student: r for r in read_report_json(report)}
+    assert set(results) == set(OUTAGE_CLASS) and all(r.status == "graded" for r in results.values()), out
+    assert results["outage-a-blank"].points == 0 and 0 < results["outage-b-no-rescale"].points
+    assert results["outage-c-reference"].points == results["outage-c-reference"].max_points > 0
+    waits = [line for r in results.values() for line in r.gradebook]
+    assert len(waits) >= 2 and all("could not be reached" in w or "connection was lost" in w for w in waits), waits
+    assert "Autograded points" in out and "Gradebook (" in out and "Traceback" not in out
+
+    # 2. a wait of 3 s, and the second outage lasts until the first student's result is in: that
+    #    notebook is NOT GRADED with the reason; the server is back for the other two
+    def long(lines):
+        return _outage(postgres, lambda attempts, seconds: attempts and _graded_lines(lines) >= 1 or seconds > 60)
+
+    report = tmp_path / "not_graded.json"
+    env[gradebook.RETRY_ENV] = "3"
+    code, out, met = _autograde_with_outages(course, env, ["--report-json", str(report)], {-1: long})
+    print(out, met)
+    assert met[-1], out
+    results = {r.student: r for r in read_report_json(report)}
+    assert set(results) == set(OUTAGE_CLASS), out
+    lost = results["outage-a-blank"]
+    assert lost.status == "failed" and "could not be reached" in lost.reason and "grade it again" in lost.reason, out
+    assert code == 1 and "NOT GRADED: 1 notebook(s)" in out and f"outage-a-blank/{NB}: not graded: " in out
+    assert all(results[s].status == "graded" for s in ("outage-b-no-rescale", "outage-c-reference")), out
+    assert "Autograded points" in out and "Traceback" not in out
+    assert url.split(":", 2)[2].split("@")[0] not in out  # the password is never printed

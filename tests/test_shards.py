@@ -283,8 +283,9 @@ def test_make_test_installs_postgres_and_make_install_does_not():
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout
 
-    assert "install-postgres" not in dry_run("install")  # students never need a database server
-    assert "postgres]" in dry_run("install")  # but the driver comes with the course's install
+    install = dry_run("install")
+    assert "install-postgres" not in install and "postgres]" not in install  # students never need a database
+    assert "postgres]" in dry_run("dev")  # the driver comes with the developers' install (issue 31, item 12)
     assert "install-postgres" in dry_run("test")
 
 

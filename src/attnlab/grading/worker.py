@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+from pathlib import Path
 
 from .course import tool_env
 
@@ -64,6 +66,9 @@ def feedback(root: str, assignment: str, students: list[str]) -> int:
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
+    from .gradebook import reconnect_on_loss
+
+    reconnect_on_loss()
     for student in students:
         api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=root), config=config)
         result = api.generate_feedback(assignment, student, force=True)
@@ -80,9 +85,10 @@ def main(argv: list[str]) -> int:
     root = os.path.abspath(root)
     os.chdir(root)
     os.environ.update(tool_env())  # alembic must be findable when nbgrader touches the gradebook
-    from .gradebook import wait_for_gradebook_locks
+    from .gradebook import reconnect_on_loss, wait_for_gradebook_locks
 
     wait_for_gradebook_locks()  # other workers write to the same gradebook
+    reconnect_on_loss()  # a server that goes away mid-run is waited for
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import PyFileConfigLoader
@@ -97,10 +103,71 @@ def main(argv: list[str]) -> int:
         coursedir = CourseDirectory(config=config, root=root)
         coursedir.notebook_id = name
         api = NbGraderAPI(coursedir=coursedir, config=config)
-        result = api.autograde(assignment_of(name), student, force=True, create=True)
-        _emit({"done": job, "success": bool(result.get("success")),
-               "log": (result.get("log") or "") + (result.get("error") or "")})
+        success, log, gradebook_notes = autograde_one(api, assignment_of(name), student, name)
+        _emit({"done": job, "success": success, "log": log, "gradebook": gradebook_notes})
     return 0
+
+
+#: How many times one notebook is graded again after the gradebook's connection was lost during it.
+LOST_CONNECTION_RETRIES = 2
+
+
+def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bool, str, list[str]]:
+    """nbgrader's autograde of one notebook through ``api`` (an ``NbGraderAPI`` whose coursedir names
+    the notebook): (success, nbgrader's log, lines for the report about the gradebook).
+
+    A gradebook whose server goes away is waited for (:func:`.gradebook.reconnect_on_loss`); when
+    the connection drops in the middle of one of nbgrader's steps (the step fails), the notebook
+    is graded again once the server answers, up to :data:`LOST_CONNECTION_RETRIES` times within
+    the wait :func:`.gradebook.retrying` allows. Answers graded by hand before keep their reviewed
+    state when unchanged (:func:`.gradebook.keep_hand_grading`).
+    """
+    from nbgrader.api import Gradebook
+
+    from .gradebook import (GradebookUnreachable, answer_cells, hand_graded, has_tables, is_sqlite,
+                            keep_hand_grading, retrying, take_waits)
+
+    take_waits()  # an earlier notebook's
+    notes: list[str] = []
+    coursedir = api.coursedir
+    url = coursedir.db_url
+    out = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment)) / f"{notebook}.ipynb"
+
+    def graded_by_hand():
+        with Gradebook(url, coursedir.course_id) as gb:
+            return hand_graded(gb, assignment, student, notebook)
+
+    try:
+        before = retrying(graded_by_hand)
+    except GradebookUnreachable as exc:
+        return False, f"{type(exc).__name__}: {exc}", take_waits()
+    old = answer_cells(out) if before else None
+    for attempt in range(LOST_CONNECTION_RETRIES + 1):
+        result = api.autograde(assignment, student, force=True, create=True)
+        log = (result.get("log") or "") + (result.get("error") or "")
+        if result.get("success") or is_sqlite(url) or not _LOST.search(log) or attempt == LOST_CONNECTION_RETRIES:
+            break
+        try:  # the connection dropped during one of nbgrader's steps: wait for the server, grade again
+            retrying(lambda: has_tables(url))
+        except GradebookUnreachable as exc:
+            log += f"\n{type(exc).__name__}: {exc}"
+            break
+        notes.append("the gradebook's connection was lost during grading: graded again once the server answered")
+    success = bool(result.get("success"))
+    if success and before:
+        def keep():
+            with Gradebook(url, coursedir.course_id) as gb:
+                return keep_hand_grading(gb, assignment, student, notebook, before, old, answer_cells(out))
+        try:
+            notes += retrying(keep)
+        except GradebookUnreachable as exc:
+            notes.append(f"the reviewed state of the answers graded by hand could not be restored: {exc}")
+    return success, log, take_waits() + notes
+
+
+#: What nbgrader logs when a gradebook step lost its connection (its converter turns SQLAlchemy's
+#: OperationalError into advice about `nbgrader db upgrade`; the traceback above it names the error).
+_LOST = re.compile(r"sqlalchemy\.exc\.(OperationalError|InterfaceError)|psycopg\.OperationalError")
 
 
 if __name__ == "__main__":
