@@ -170,8 +170,12 @@ def _rebuild(kernel, deps: list, building: dict):
     if fn.__closure__:
         scopes.insert(0, {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__)})
     module = str(fn.__globals__.get("__name__", "__main__"))
+    import triton.language as tl
+
+    # Triton's interpreter patches the language modules it finds among a function's globals, and refuses
+    # a function that has none (a helper that names no tl.* function): the module is there under its own name
     ns: dict = {"__builtins__": {n: getattr(builtins, n) for n in ALLOWED_BUILTINS},
-                "__name__": "__main__" if module.startswith("triton") else module}
+                "__name__": "__main__" if module.startswith("triton") else module, "triton.language": tl}
     building[id(kernel)] = ns
     for name in _names(module_code):
         if name == fn.__name__:
