@@ -11,7 +11,9 @@ documented shape per notebook (:data:`BENCHMARKS`), alternating which goes first
 
 - fresh seeded inputs for every repetition (a secret seed mixed in while grading), so no result can
   be cached from an earlier call;
-- the GPU's L2 cache flushed before each timed launch; CUDA events around the launcher's call;
+- the GPU's L2 cache flushed before each call; the time is what CUDA's activity records (the
+  profiler's CUPTI) give for the learner's kernels alone, so the launcher's Python and its output
+  allocations, the same for everyone, do not blur the comparison;
 - every repetition's output checked against PyTorch's own attention (or softmax): a repetition that
   is wrong, or skipped, fails the stage instead of being timed.
 
@@ -350,22 +352,40 @@ def _harness(name: str, shape: dict, kernels: tuple, device: str, dtype):
     raise KeyError(name)
 
 
-def _time_one(run, inputs, flush, device: str) -> tuple[float, object]:
+def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[float, object]:
+    """One call of the launcher ``run``: the GPU time of the kernels named ``names`` (milliseconds,
+    from CUDA's activity records: the launcher's Python and its output allocations are not the
+    kernel's work), after an L2 flush; and the call's output. Without a GPU: the call's wall time.
+
+    Raises:
+        RuntimeError: a kernel of ``names`` never ran on the GPU.
+    """
     import time
 
     import torch
 
-    if device == "cuda":
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+    if device != "cuda":
+        t0 = time.perf_counter()
         out = run(*inputs)
-        end.record()
+        return (time.perf_counter() - t0) * 1e3, out
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = run(*inputs)
         torch.cuda.synchronize()
-        return start.elapsed_time(end), out
-    t0 = time.perf_counter()
-    out = run(*inputs)
-    return (time.perf_counter() - t0) * 1e3, out
+    spans = {name: 0.0 for name in names}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            for name in names:
+                if event.name == name or event.name.startswith(name + "_"):
+                    spans[name] += event.time_range.elapsed_us() / 1e3
+    missing = [name for name, ms in spans.items() if ms == 0.0]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} never ran on the GPU")
+    return sum(spans.values()), out
 
 
 def run_worker(folder: Path) -> dict:
@@ -414,7 +434,7 @@ def run_worker(folder: Path) -> dict:
         for side in order:
             make, run, expected, work, tol = sides[side]
             try:
-                ms, out = _time_one(run, tuple(t.clone() for t in inputs), flush, device)
+                ms, out = _time_one(run, tuple(t.clone() for t in inputs), flush, device, bench.cells)
             except Exception as exc:  # noqa: BLE001
                 return finish(status="failed", message=f"{side} kernels failed on repetition {rep}: "
                                                        f"{type(exc).__name__}: {str(exc)[:300]}")
