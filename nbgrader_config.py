@@ -71,3 +71,9 @@ c.OverwriteCells.add_missing_cells = True
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+# Feedback marks the answers still to be graded by hand (not a score of 0) and gives the autograded
+# score apart; export writes a row per graded submission only, with the points still to be graded
+# (attnlab.grading.feedback).
+c.GenerateFeedback.exporter_class = "attnlab.grading.feedback.FeedbackExporter"
+c.ExportApp.plugin_class = "attnlab.grading.feedback.GradesExport"
+

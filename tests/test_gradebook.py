@@ -9,7 +9,9 @@ grades, exported by nbgrader, and the same per-cell points; no kernel may see th
 from __future__ import annotations
 
 import csv
+import html
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from attnlab.grading import gradebook, shards
@@ -399,3 +402,108 @@ def test_a_gradebook_outage_mid_run_is_waited_out_or_named(postgres, tmp_path):
     assert all(results[s].status == "graded" for s in ("outage-b-no-rescale", "outage-c-reference")), out
     assert "Autograded points" in out and "Traceback" not in out
     assert url.split(":", 2)[2].split("@")[0] not in out  # the password is never printed
+
+
+# ------------------------------------------------------- hand grading, feedback before it, export
+ANSWERS = ("answer-rescale-exact", "answer-masked-block", "answer-one-pass")  # 01's written answers, 1 point each
+
+
+@dataclass
+class HandGraded:
+    course: Course
+    outputs: dict[str, str]
+    feedback_before: str          # the feedback page before any hand grading
+    export_before: list[dict]
+    grades_after: dict            # grade_id -> (manual_score, needs_manual_grade) after the second autograde
+    comment_after: str | None
+    export_after: list[dict]
+
+
+def _student_grades(course: Course, student: str) -> dict:
+    with gradebook.open_gradebook(course) as gb:
+        sub = gb.find_submission_notebook(NB, course.assignment, student)
+        return {g.name: g for g in sub.grades}
+
+
+@pytest.fixture(scope="module")
+def hand_graded(tmp_path_factory) -> HandGraded:
+    """One student's 01 (the reference answers) autograded into SQLite, with the second assignment
+    registered but never collected; feedback and export before any hand grading; the three written
+    answers then scored by hand as formgrader saves them, one of them changed in the submission,
+    and the student autograded again."""
+    from nbgrader.api import Gradebook
+
+    tmp = tmp_path_factory.mktemp("hand")
+    course = copy_course(tmp)
+    student = "handy"
+    write_submission(course, student, {NB: reference_notebook(course, NB)})
+    outputs = {}
+    with environment({gradebook.DB_URL_ENV: ""}):
+        generate_assignment(course, "--notebook", NB)
+        with gradebook.open_gradebook(course) as gb:  # registered, never collected
+            gb.update_or_create_assignment("attention_kernels_beyond")
+        for step, args in (("autograde", ["autograde", "--notebook", NB, "--jobs", "1"]),
+                           ("feedback", ["feedback", "--student", student]),
+                           ("export", ["export", "--to", str(tmp / "before.csv")])):
+            code, outputs[step] = run_cli(course, *args)
+            assert code == 0, outputs[step]
+        feedback = (course.root / "feedback" / student / course.assignment / f"{NB}.html").read_text()
+        # formgrader's save (its GradeHandler and CommentHandler, through the gradebook API)
+        with Gradebook(gradebook.db_url(course), "attention-kernels") as gb:
+            sub = gb.find_submission_notebook(NB, course.assignment, student)
+            for grade in sub.grades:
+                if grade.name in ANSWERS:
+                    grade.manual_score = 1.0 if grade.name != "answer-masked-block" else 0.5
+                    grade.needs_manual_grade = not (grade.manual_score is not None or grade.auto_score is not None)
+            comment = next(c for c in sub.comments if c.name == "answer-masked-block")
+            comment.manual_comment = "Half: the masked block's max stays -inf, say why that is safe."
+            gb.db.commit()
+        path = course.submitted / student / course.assignment / f"{NB}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "answer-one-pass")
+        cell.source += "\n\nAdded after the deadline: a second thought."
+        nbformat.write(nb, path)
+        code, outputs["regrade"] = run_cli(course, "autograde", "--notebook", NB, "--jobs", "1")
+        assert code == 0, outputs["regrade"]
+        code, outputs["export after"] = run_cli(course, "export", "--to", str(tmp / "after.csv"))
+        assert code == 0, outputs["export after"]
+        after = {gid: (g.manual_score, g.needs_manual_grade) for gid, g in _student_grades(course, student).items()}
+        with Gradebook(gradebook.db_url(course), "attention-kernels") as gb:
+            comment_after = gb.find_comment("answer-masked-block", NB, course.assignment, student).manual_comment
+
+    def rows(name):
+        with open(tmp / name) as f:
+            return list(csv.DictReader(f))
+
+    return HandGraded(course, outputs, feedback, rows("before.csv"), after, comment_after, rows("after.csv"))
+
+
+def test_regrading_keeps_the_hand_grading_of_unchanged_answers(hand_graded):
+    after = hand_graded.grades_after
+    assert after["answer-rescale-exact"] == (1.0, False) and after["answer-masked-block"] == (0.5, False)
+    assert after["answer-one-pass"] == (1.0, True)  # changed since it was graded: reopened, its score kept
+    assert hand_graded.comment_after.startswith("Half: the masked block's max")
+    out = hand_graded.outputs["regrade"]
+    assert f"handy / {NB}: hand grading kept for answer-rescale-exact, answer-masked-block" in out, out
+    assert (f"handy / {NB}: answer-one-pass reopened for hand grading: the answer changed since it was graded "
+            f"by hand") in out, out
+
+
+def test_feedback_before_hand_grading_says_what_is_still_to_be_graded(hand_graded):
+    page = hand_graded.feedback_before
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", page)))
+    assert "Score so far: 6 / 6; 3 points to be graded by hand" in text, text[:600]
+    assert "Autograded: 6 / 6 · still to be graded by hand: 3 points (answer-rescale-exact, answer-masked-block, " \
+           "answer-one-pass)" in text
+    assert text.count("To be graded by hand (1 point)") == 3 and text.count("(to be graded by hand, 1 point)") == 3
+    assert "Score: 0.0 / 1.0" not in text and "6.0 / 9.0" not in text
+    assert "Score: 3.0 / 3.0" in text  # the autograded cells keep their scores
+
+
+def test_export_holds_only_graded_submissions_and_says_what_is_to_be_graded(hand_graded):
+    before, after = hand_graded.export_before, hand_graded.export_after
+    assert [(r["assignment"], r["student_id"]) for r in before] == [("attention_kernels", "handy")]  # not _beyond
+    assert float(before[0]["score"]) == 6 and float(before[0]["max_score"]) == 9
+    assert (float(before[0]["autograded_score"]), float(before[0]["to_be_graded"]), before[0]["complete"]) == (6, 3, "no")
+    assert len(after) == 1 and float(after[0]["score"]) == 8.5 and float(after[0]["hand_graded_score"]) == 2.5
+    assert (float(after[0]["to_be_graded"]), after[0]["complete"]) == (0, "yes")

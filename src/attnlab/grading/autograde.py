@@ -476,6 +476,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
                                     "" if score >= max_points else errors.get(gid, "no points (output did not pass)")))
     return res
 
+
 def _unrecorded(exc: BaseException) -> str:
     """Why a notebook's result could not be recorded, for the report (a database error without its password)."""
     from .gradebook import GradebookUnreachable
@@ -483,7 +484,6 @@ def _unrecorded(exc: BaseException) -> str:
     if isinstance(exc, GradebookUnreachable):
         return f"not graded: {_gradebook_text(str(exc))}; grade it again once the database is back"
     return f"not graded: recording the result failed: {type(exc).__name__}: {_gradebook_text(str(exc))}"
-
 
 
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
@@ -773,7 +773,8 @@ def read_report_json(path: Path) -> list[NotebookResult]:
 
 
 def export_grades(course: Course, path: Path) -> Path:
-    """``nbgrader export`` of the gradebook to a CSV (one row per student and assignment)."""
+    """``nbgrader export`` of the gradebook to a CSV: one row per graded submission, with the points
+    of answers still to be graded by hand apart (:class:`.feedback.GradesExport`, set in nbgrader_config.py)."""
     course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300)
     return path
 
@@ -783,7 +784,8 @@ def generate_feedback(course: Course, students: list[str] | None = None,
     """``nbgrader generate_feedback`` for ``students`` (default: every autograded one).
 
     Writes ``feedback/<student>/attention_kernels/<notebook>.html``: the autograded notebook with
-    the hidden tests, each failing check's message, and the grader's notes at the top. All
+    the hidden tests, each failing check's message, and the grader's notes at the top; answers not
+    graded by hand yet are marked so, the autograded score apart (:class:`.feedback.FeedbackExporter`). All
     students go through one nbgrader run (nbgrader carries on past a student it cannot process and
     reports the failure at the end); students given by name go through one process, one by one.
 

@@ -291,11 +291,13 @@ _DESCRIPTIONS = {
                "Student ids are the LMS's own ids with the name for readability (Moodle's participant id, "
                "Canvas's user id); misnamed notebooks are renamed; every file left out is listed with the "
                "reason.",
-    "export": "Export the gradebook (autograded and manual scores) to a CSV, one row per student and "
-              "assignment (nbgrader export).",
+    "export": "Export the gradebook (autograded and manual scores) to a CSV, one row per graded submission "
+              "(nbgrader export); answers not graded by hand yet count 0 in score, their points are in "
+              "to_be_graded (complete: no).",
     "feedback": "Write feedback/<student>/<assignment>/<notebook>.html for each graded student "
                 "(nbgrader generate_feedback): the autograded notebook with the hidden tests, each failing "
-                "check's message and the grader's notes.",
+                "check's message and the grader's notes; answers not graded by hand yet are marked \"to be "
+                "graded by hand\".",
     "grade-samples": "The main job: build source/ and release/, register both assignments, write the sample "
                      "submissions, autograde them, print one table per assignment and export grades.csv. Exits non-zero "
                      "if the reference loses a point or the blank release earns one.",
