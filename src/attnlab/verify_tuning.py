@@ -230,9 +230,9 @@ def expected_smem(block_m: int, block_n: int, num_stages: int, head_dim: int, el
 def _expected_kept(settings, T: int, head_dim: int, elem_bytes: int, causal: bool, limit: int) -> list[bool]:
     """For each (BLOCK_M, BLOCK_N, num_stages) of ``settings``: whether pruning keeps it."""
     def fits(bm, bn, stages):
-        if T % bm or T % bn or (causal and bm % bn):
-            return False
-        return expected_smem(bm, bn, stages, head_dim, elem_bytes) <= limit
+        tiles_t = T % bm == 0 and T % bn == 0
+        band_whole = not causal or bm % bn == 0
+        return tiles_t and band_whole and expected_smem(bm, bn, stages, head_dim, elem_bytes) <= limit
     return [fits(*s) for s in settings]
 
 
