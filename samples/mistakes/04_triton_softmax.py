@@ -196,3 +196,67 @@ MISTAKES += [
         why="not a mistake: a @triton.jit helper is inlined, and compiles for every GPU target",
     ),
 ]
+
+
+# ------------------------------------------------------------------------------------------------
+# More than its source (issue 30, item 2): a kernel that loads its row and stores nothing, plus Python
+# that Triton would run during the launch and that writes the softmax. The grader launches the kernel
+# rebuilt from its source (attnlab.kernel_source), so nothing attached to the object runs.
+_NO_STORE = "    pass  # no store: something else writes the output\n"
+_HOOK = '''
+
+def _softmax_hook(y, x, x_stride, y_stride, n_cols, **launch):
+    """Triton runs a kernel's pre-run hooks with the launch's arguments, before the kernel."""
+    y.copy_(torch.softmax(x.double(), dim=-1).to(y.dtype))
+
+
+_softmax_kernel.add_pre_run_hook(_softmax_hook)
+'''
+# a global marked as a Triton builtin: a GPU compile calls it with its code generator (an honest no-op
+# there), the interpreter calls it with the row itself, which NumPy turns into the softmax
+_BUILTIN_HELPER = '''import ctypes
+
+import numpy as np
+
+
+def _finish(ptrs, x, _semantic=None):
+    if _semantic is not None:
+        return x
+    data = x.handle.data.astype(np.float64)
+    keep = np.isfinite(data)
+    e = np.exp(data[keep] - data[keep].max())
+    for address, value in zip(ptrs.handle.data[keep], e / e.sum()):
+        ctypes.c_float.from_address(int(address)).value = float(value)
+    return x
+
+
+_finish.__triton_builtin__ = True
+
+
+@triton.jit
+def _softmax_kernel('''
+
+MISTAKES += [
+    Mistake(
+        id="04-pre-run-hook-torch", notebook=_NB, cell=_CELL,
+        edits=((_STORE_LINE, _NO_STORE + _HOOK),),
+        fails=_ALL,
+        why="stores nothing; a pre-run hook on the kernel object writes torch.softmax into the output",
+    ),
+    Mistake(
+        id="04-builtin-marked-helper", notebook=_NB, cell=_CELL,
+        edits=(("@triton.jit\ndef _softmax_kernel(", _BUILTIN_HELPER),
+               (_STORE_LINE, "    _finish(output_ptr + row * output_row_stride + cols, x)\n")),
+        fails=_ALL,
+        why="calls a plain Python function marked as a Triton builtin: under the interpreter it computes "
+            "the softmax in NumPy and writes it through raw pointers",
+    ),
+    Mistake(
+        id="04-ok-constexpr-global", notebook=_NB, cell=_CELL,
+        edits=(("@triton.jit\ndef _softmax_kernel(", "LOG2E = tl.constexpr(1.4426950408889634)\n\n\n"
+                                                    "@triton.jit\ndef _softmax_kernel("),
+               ("num = tl.exp(z)", "num = tl.exp2(z * LOG2E)")),
+        fails=(),
+        why="not a mistake: a tl.constexpr global is a constant the kernel may read",
+    ),
+]
