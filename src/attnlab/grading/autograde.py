@@ -424,13 +424,12 @@ def _kill_kernels(pidfile: Path) -> None:
     """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
     runs in a session of its own, out of reach of the worker's process group), and remove their
     sandboxes' scratch folders."""
-    import shutil
-
     try:
         lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
     except OSError:
         return
     from .execute import process_start
+    from .sandbox import remove_tree
     from .tasks import remove_left_over
 
     scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
@@ -444,7 +443,7 @@ def _kill_kernels(pidfile: Path) -> None:
             pass
         for folder in folders:
             if folder.startswith(scratch):
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_tree(folder)
             else:
                 remove_left_over(folder)  # the kernel's pids cgroup
 
@@ -526,12 +525,13 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
-    from .tasks import describe, prepare
+    from .tasks import describe, describe_memory, prepare
 
     if not allow_unsafe:
         prepare()  # cgroup v2: the kernels' cgroups inside ours; the cgroups of a grader that was killed
-        if progress and not describe()[0]:
-            progress(f"WARNING: {describe()[1]}")
+        for bounded, line in (describe(), describe_memory()):
+            if progress and not bounded:
+                progress(f"WARNING: {line}")
     results: dict[str, NotebookResult] = {}
     folder_notes: dict[str, dict[str, list[str]]] = {}
     refused: dict[str, str] = {}  # student -> why none of the submission's notebooks is graded

@@ -137,7 +137,7 @@ def _record_pid(km) -> None:
     path = os.environ.get(PIDFILE_ENV)
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     if path and pid:
-        folders = [km.folder, *([str(km.cgroup)] if km.cgroup else [])] \
+        folders = [km.folder, *map(str, km.cgroups)] \
             if isinstance(km, _sandbox.SandboxedKernelManager) else []
         with open(path, "a") as f:
             f.write(" ".join([f"{pid}:{process_start(pid) or ''}", *folders]) + "\n")
@@ -185,7 +185,9 @@ class GradingExecute(Execute):
 
     max_restarts = Integer(3, help="Kernel restarts per notebook after a dead or stuck kernel").tag(config=True)
     notebook_budget = Float(420.0, help="Seconds for a whole notebook, restarts included").tag(config=True)
-    memory_limit_gb = Float(8.0, help="Address-space limit of the kernel on the CPU (0: none)").tag(config=True)
+    memory_limit_gb = Float(8.0, help="Memory of a sandboxed kernel as a whole, its children, shared memory and "
+                                      "scratch folder included (a memory cgroup), and each of its processes' "
+                                      "address space on the CPU (0: none)").tag(config=True)
     max_output_chars = Integer(100_000, help="Output kept per cell; the rest is dropped").tag(config=True)
     max_figure_chars = Integer(5_000_000, help="Figures (base64) kept per cell").tag(config=True)
     max_notebook_output_chars = Integer(20_000_000, help="Output kept per notebook, figures included "
@@ -236,7 +238,7 @@ class GradingExecute(Execute):
                 self._check_assign_resources(resources)
                 self._current = None
                 if run_dir and not self.sandbox:
-                    shutil.rmtree(run_dir, ignore_errors=True)
+                    _sandbox.remove_tree(run_dir)
                 run_dir = tempfile.mkdtemp(prefix="attnlab-run-") if self.isolate_cwd and not self.sandbox else None
                 try:
                     self._run_all(nb, resources, skipped, start, run_dir)
@@ -269,7 +271,7 @@ class GradingExecute(Execute):
                                        f"notebook run again without this cell")
         finally:
             if run_dir:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                _sandbox.remove_tree(run_dir)
         self.set_widgets_metadata()
         for index in clean_outputs(nb):  # outputs that update_display_data rewrote behind output()
             self._script_removed(index)
@@ -294,7 +296,8 @@ class GradingExecute(Execute):
             self.km = spare
         elif self.sandbox:
             self.km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, gpu=self._gpu,
-                                            max_tasks=self.max_tasks, fork_server=self.fork_server)
+                                            max_tasks=self.max_tasks, fork_server=self.fork_server,
+                                            memory_bytes=self._memory_bytes())
         if self.sandbox:
             run_dir = self.km.scratch  # the kernel's own folder, the only one it may write to
         if run_dir:
@@ -317,6 +320,10 @@ class GradingExecute(Execute):
             info = self.wait_for_reply(self.kc.kernel_info())
             if info and "language_info" in info["content"]:
                 nb.metadata["language_info"] = info["content"]["language_info"]
+            if isinstance(self.km, _sandbox.SandboxedKernelManager):  # before any learner code runs
+                self.km.close_ipc()  # its sockets are made: its account may not write there any more
+                if self._kernel_eval(self.km.given_expression()) is None:  # into its scratch tmpfs
+                    self._notes.append("the grader could not copy the submission's files into the kernel's folder")
             cwd = run_dir or os.getcwd()
             guarded = False
             if self.guard:
@@ -549,6 +556,10 @@ class GradingExecute(Execute):
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
 
+    def _memory_bytes(self) -> int:
+        """What a sandboxed kernel may hold as a whole (its memory cgroup): ``memory_limit_gb``, 0 for none."""
+        return int(max(self.memory_limit_gb, 0) * 2**30)
+
     def _kernel_env(self, gpu: bool = True) -> dict | None:
         """The kernel's environment: the grader's, with thread pools of ``kernel_threads`` and, when
         ``gpu`` is False, no CUDA device (and the course's CPU mode); None to leave it to
@@ -622,8 +633,8 @@ class GradingExecute(Execute):
         if not self.prewarm or _SPARE is not None:
             return
         try:
-            kwargs = ({"gpu": self._next_gpu, "max_tasks": self.max_tasks, "fork_server": self.fork_server}
-                      if self.sandbox else {})
+            kwargs = ({"gpu": self._next_gpu, "max_tasks": self.max_tasks, "fork_server": self.fork_server,
+                       "memory_bytes": self._memory_bytes()} if self.sandbox else {})
             km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, **kwargs)
             km.attnlab_gpu = self._next_gpu
             extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]

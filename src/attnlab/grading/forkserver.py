@@ -8,7 +8,8 @@ and for each kernel of a root grader (kernels run as accounts of their own,
 
 1. bwrap builds the kernel's sandbox exactly as for a kernel it starts itself (:func:`.sandbox.wrap`),
    but runs :data:`HOLD` in it, as the kernel's account: a placeholder that waits for the kernel;
-2. the server forks; the child joins the sandbox's pids cgroup and namespaces (``setns``, each checked
+2. the server forks; the child joins the sandbox's cgroups (pids, memory), takes the kernels' high
+   oom_score_adj, and joins its namespaces (``setns``, each checked
    against the inode number bwrap reported on ``--info-fd``); its children are inside the sandbox's
    PID namespace, and the kernel is the child of one that exits at once, so that the kernel's parent
    is bwrap's reaper, PID 1 (:func:`_fork_kernel`);
@@ -143,9 +144,12 @@ def _join(request: dict) -> None:
             raise OSError(f"process {pid} is not the sandbox's any more ({ns} namespace)")
         if ns in _MUST_MATCH and os.fstat(fd).st_ino == os.stat(f"/proc/self/ns/{ns}").st_ino:
             raise OSError(f"the sandbox shares this process's {ns} namespace")
-    if request.get("cgroup"):
-        with open(os.path.join(request["cgroup"], "cgroup.procs"), "w") as f:
+    for cgroup in request.get("cgroups") or []:  # its pids and memory cgroups (one folder on cgroup v2)
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write("0")
+    if request.get("oom_score_adj") is not None:  # the server's is the grader's (low): a kernel's is high
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(int(request["oom_score_adj"])))
     for ns, fd in zip(NAMESPACES, fds):
         if libc.setns(fd, 0) != 0:
             raise OSError(ctypes.get_errno(), f"setns({ns}): {os.strerror(ctypes.get_errno())}")
@@ -354,7 +358,8 @@ class Server:
         """Start a kernel as ``request`` says ("" on success, else why not): ``ns_pid`` (the host's pid of
         the sandbox's PID 1) and ``ns_inodes`` (namespace -> inode, from bwrap's ``--info-fd``); ``uid``,
         ``gid``, ``groups`` (the kernel account); ``cwd`` (its scratch folder); ``env``; ``argv``
-        (ipykernel's); ``cgroup`` (its pids cgroup folder, or None)."""
+        (ipykernel's); ``cgroups`` (the folders of its pids and memory cgroups, maybe none);
+        ``oom_score_adj`` (the kernel's)."""
         with self.lock:
             if self.owner != os.getpid() or self.proc.poll() is not None:
                 return "the fork server ended"
@@ -372,8 +377,6 @@ class Server:
 
     def close(self) -> None:
         """End the server (its kernels live on: each is its sandbox's) and remove its folder."""
-        import shutil
-
         if self.owner == os.getpid() and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -382,7 +385,9 @@ class Server:
                 pipe.close()
             except OSError:
                 pass
-        shutil.rmtree(self.folder, ignore_errors=True)
+        from .sandbox import remove_tree
+
+        remove_tree(self.folder)
 
 
 def _record(pid: int, folder: str) -> None:

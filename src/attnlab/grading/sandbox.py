@@ -19,9 +19,18 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
   behind empty tmpfs mounts, and only what the kernel needs is bound back read-only: the
   interpreter's prefix, each ``sys.path`` entry, the support package and the kernel's connection
   file;
-- the only writable places are the notebook's scratch folder (bound read-write; HOME, TMPDIR and
-  every cache or config folder point into it) and the sandbox's own small, empty ``/dev/shm``,
-  which vanishes with it (the tmpfs that hide folders are read-only);
+- the only writable places are the notebook's scratch folder (HOME, TMPDIR and every cache or config
+  folder point into it) and the sandbox's own small, empty ``/dev/shm``, both tmpfs of the sandbox
+  that vanish with it, whatever is in them (the tmpfs that hide folders are read-only). The scratch
+  folder has a size (:func:`scratch_bytes`, ENOSPC past it); what the grader hands the kernel (the
+  host's scratch folder) is bound read-only in it (:func:`given_folder`) and copied in before any
+  learner code runs (:func:`take_given`). The kernel's socket folder is on the grader's disk, and its
+  account may write there only until its sockets are made (:meth:`SandboxedKernelManager.close_ipc`);
+- its processes together, children, ``memfd``, shared memory and tmpfs pages included, hold at most
+  ``memory_bytes`` (a memory cgroup, :func:`.tasks.create_memory`; no swap), and the out-of-memory
+  killer takes them first (oom_score_adj :data:`KERNEL_OOM_SCORE`, which they cannot lower);
+- the host's cgroups (``/sys/fs/cgroup``: every kernel's, with its tasks) are hidden, and the
+  sandbox's cgroup namespace starts at the kernel's own cgroups (``/proc/self/cgroup`` says ``/``);
 - ``PYTHONSAFEPATH=1`` and ``PYTHONNOUSERSITE=1``: neither the working folder nor a user
   site-packages is ever on ``sys.path``;
 - at most ``max_tasks`` processes and threads (a pids cgroup per kernel, or RLIMIT_NPROC
@@ -43,7 +52,7 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
 way (a root grader's kernels are forked into the sandbox by :mod:`.forkserver` instead of started by
 bwrap: bwrap builds the same sandbox around a placeholder, and the forked kernel drops to its account
 with :data:`DROP_FUNCTION`, as bwrap's kernels do), each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
-kernel is cleaned up. :func:`check` says whether bwrap works here; :func:`require` refuses to go
+kernel is cleaned up (:func:`remove_tree`: no depth, closed folder or link stops it). :func:`check` says whether bwrap works here; :func:`require` refuses to go
 on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 """
 
@@ -68,11 +77,21 @@ from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
 #: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
 #: the sandbox; read by nbgrader_config.py.
 UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
-#: Size of each tmpfs the sandbox mounts: its private /dev/shm and the (read-only) hiding ones; the
-#: scratch folder is on disk and is not capped.
+#: Size of each tmpfs the sandbox mounts besides the scratch folder: its private /dev/shm and the
+#: (read-only) hiding ones.
 TMPFS_BYTES = 512 * 2**20
-#: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME).
-HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv")
+#: Size of a kernel's scratch folder, a tmpfs of its sandbox (:data:`SCRATCH_ENV` overrides it, in MiB):
+#: writing past it fails with ENOSPC in the kernel; it vanishes with the sandbox, whatever is in it.
+SCRATCH_BYTES = 1024 * 2**20
+SCRATCH_ENV = "ATTNLAB_KERNEL_SCRATCH_MB"
+#: oom_score_adj of a kernel's processes (:data:`.tasks.KERNEL_OOM_SCORE`).
+KERNEL_OOM_SCORE = _tasks.KERNEL_OOM_SCORE
+#: Folders hidden behind an empty read-only tmpfs (besides the course folder and $HOME). /sys/fs/cgroup:
+#: the host's cgroups (every kernel's, with their task counts and pids) are none of a kernel's business.
+HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run", "/mnt", "/media", "/srv", "/sys/fs/cgroup")
+#: Where, in the sandbox, the kernel finds what the grader handed it (the host's scratch folder, read-only):
+#: a folder of this name in its scratch folder (:func:`take_given` copies it into the scratch folder).
+GIVEN = ".given"
 
 #: Kernel settings under the sandbox's new /proc, bound read-only over it (bwrap leaves /proc/sys
 #: writable where its own writability test fails, as it does for root).
@@ -95,6 +114,10 @@ KERNEL_ACCOUNT_ENV = "ATTNLAB_KERNEL_ACCOUNT"
 DROP_FUNCTION = """import ctypes, os, sys
 def drop(uid, gid, groups, folder):
     libc = ctypes.CDLL(None, use_errno=True)
+    try:  # the scratch folder (a tmpfs bwrap made as root) becomes the account's, as on the host
+        os.chown(folder, uid, gid)
+    except OSError:
+        pass
     cap = 0
     while libc.prctl(24, ctypes.c_ulong(cap), 0, 0, 0) == 0:  # PR_CAPBSET_DROP, up to the last capability
         cap += 1
@@ -157,15 +180,17 @@ def _starts(account) -> str:
     ``account``; else what went wrong."""
     scratch = tempfile.mkdtemp(prefix="attnlab-sandbox-check-")
     try:
-        cmd = wrap([sys.executable, "-c", "import attnlab, os; open('ok', 'w').write(str(os.getpid()))"],
-                   scratch, ipc_dir=None, account=account)
+        # it writes into its scratch folder (a tmpfs the host does not see) and reads it back
+        cmd = wrap([sys.executable, "-c", "import attnlab, os; open('ok', 'w').write(str(os.getpid())); "
+                                          "print('pid', open('ok').read())"],
+                   _made(os.path.join(scratch, "scratch")), ipc_dir=None, account=account)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        ok = os.path.exists(os.path.join(scratch, "ok")) and Path(scratch, "ok").read_text().strip() == "2"
+        ok = proc.stdout.strip() == "pid 2"
         return "" if proc.returncode == 0 and ok else (proc.stderr or proc.stdout).strip()[-300:] or "no output"
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 @functools.lru_cache(maxsize=1)
@@ -460,10 +485,156 @@ def _mount_point_parents(path: str, hide: list[str], made: set[str]) -> list[str
     return args
 
 
+def _made(folder: str) -> str:
+    os.mkdir(folder, 0o700)
+    return folder
+
+
+def scratch_bytes() -> int:
+    """A kernel's scratch size: :data:`SCRATCH_ENV` (MiB), else :data:`SCRATCH_BYTES`."""
+    try:
+        return int(float(os.environ[SCRATCH_ENV]) * 2**20)
+    except (KeyError, ValueError):
+        return SCRATCH_BYTES
+
+
+def given_folder(scratch: str) -> str:
+    """Where a kernel whose scratch folder is ``scratch`` finds, read-only, what the grader put there."""
+    return os.path.join(scratch, GIVEN)
+
+
+def take_given(scratch: str) -> int:
+    """In the kernel, before any learner code: copy what the grader handed it (:func:`given_folder`, the
+    host's scratch folder, read-only) into its scratch folder; the number of files copied. Links are
+    neither followed nor copied (the grader writes plain files and folders only)."""
+    given, copied = given_folder(scratch), 0
+    for folder, _, files in os.walk(given):
+        target = os.path.normpath(os.path.join(scratch, os.path.relpath(folder, given)))
+        os.makedirs(target, exist_ok=True)
+        for name in files:
+            if not os.path.islink(os.path.join(folder, name)):
+                shutil.copyfile(os.path.join(folder, name), os.path.join(target, name))
+                copied += 1
+    return copied
+
+
+def remove_tree(path: str) -> bool:
+    """Remove ``path`` and everything under it, whatever a kernel made there; whether it is gone.
+
+    ``shutil.rmtree`` recurses once per level (RecursionError at about a thousand nested folders, which
+    ``ignore_errors`` does not catch) and stops at a folder it may not read. This walks down one folder
+    at a time through descriptors (``openat`` with ``O_NOFOLLOW``: a link is removed, never followed),
+    comes back up through ``..`` and checks each step against the device and inode it came down through,
+    makes each folder its own account may not enter writable for it first (chmod 000), and never crosses
+    into another file system. Whatever that leaves (a mount point, an inode that changed under it) goes
+    to ``rm -rf --one-file-system``.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return _rm_rf(path)
+    try:
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+            return True
+        _empty_folder(path, st)
+        os.rmdir(path)
+        return True
+    except OSError:
+        return _rm_rf(path)
+
+
+def _open_folder(name: str, dir_fd: int | None) -> int:
+    """A descriptor of the folder ``name`` (in ``dir_fd``), made readable and writable by this account
+    first when it is not (raises OSError for a link or anything but a folder)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except PermissionError:
+        path_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:  # an O_PATH descriptor takes no fchmod: its /proc name does, and names that very folder
+            os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+        finally:
+            os.close(path_fd)
+        return os.open(name, flags, dir_fd=dir_fd)
+
+
+def _empty_folder(path: str, top: os.stat_result) -> None:
+    """Remove everything inside the folder ``path`` (see :func:`remove_tree`); one descriptor open at a
+    time, so no depth runs out of descriptors or stack.
+
+    Raises:
+        OSError: something could not be removed, or a folder changed under the walk.
+    """
+    fd = _open_folder(path, None)
+    # the way down: (device, inode, name in its parent, subfolders left) per level
+    trail = [(top.st_dev, top.st_ino, path, None)]
+    try:
+        while True:
+            dev, ino, name, left = trail[-1]
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                raise OSError(f"{path}: a folder changed during its removal")
+            if left is None:  # first visit: files go now, subfolders one by one
+                if not st.st_mode & 0o200 or not st.st_mode & 0o100:
+                    os.fchmod(fd, 0o700)
+                left = []
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            left.append(entry.name)
+                        else:
+                            os.unlink(entry.name, dir_fd=fd)
+                trail[-1] = (dev, ino, name, left)
+            if left:
+                sub = left.pop()
+                child = _open_folder(sub, fd)
+                cst = os.fstat(child)
+                if cst.st_dev != top.st_dev:  # a mount point: not ours to empty
+                    os.close(child)
+                    raise OSError(f"{path}: {sub} is on another file system")
+                os.close(fd)
+                fd = child
+                trail.append((cst.st_dev, cst.st_ino, sub, None))
+                continue
+            if len(trail) == 1:
+                return
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            trail.pop()
+            pdev, pino = trail[-1][:2]
+            pst = os.fstat(fd)
+            if (pst.st_dev, pst.st_ino) != (pdev, pino):
+                raise OSError(f"{path}: a folder moved during its removal")
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _rm_rf(path: str) -> bool:
+    """The last resort of :func:`remove_tree`: GNU rm (iterative; links removed, not followed)."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", path], capture_output=True, timeout=600)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:  # not even visible to this account: not removed by it either
+        pass
+    return False
+
+
 def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str] = (),
          hidden: list[str] | None = None, gpu: bool = True, account: int | None | object = _AUTO,
-         etc_dir: str | None = None, info_fd: int | None = None) -> list[str]:
-    """``cmd`` as a bwrap command line: scratch (read-write), ``ipc_dir`` (read-write, the kernel's
+         etc_dir: str | None = None, info_fd: int | None = None, scratch_size: int | None = None) -> list[str]:
+    """``cmd`` as a bwrap command line: scratch (in the sandbox a tmpfs of ``scratch_size`` bytes,
+    default :func:`scratch_bytes`; the host's folder of that name, where the grader puts the kernel's
+    files, is bound read-only beside it, :func:`given_folder`), ``ipc_dir`` (read-write, the kernel's
     sockets), ``read_only`` files bound back, the GPU's device nodes unless ``gpu`` is False; see
     the module docstring for the rest.
 
@@ -502,9 +673,14 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     for p in [*_needed_read_only(), *read_only]:
         if _rebind(p, hide):
             args += [*_mount_point_parents(p, hide, made), "--ro-bind", p, p]
-    for folder in (scratch, ipc_dir):
-        if folder:
-            args += [*_mount_point_parents(folder, hide, made), "--bind", folder, folder]
+    # the scratch folder is a tmpfs of the sandbox: its size is capped, its pages count in the kernel's
+    # memory cgroup, and it vanishes with the sandbox (no clean-up by the grader, whatever is in it)
+    scratch_size = scratch_bytes() if scratch_size is None else scratch_size
+    capped = ["--size", str(scratch_size)] if _bwrap_version() >= (0, 8) and scratch_size > 0 else []
+    args += [*_mount_point_parents(scratch, hide, made), "--perms", "1777", *capped, "--tmpfs", scratch,
+             "--perms", "1777", "--dir", scratch_env(scratch)["TMPDIR"], "--ro-bind", scratch, given_folder(scratch)]
+    if ipc_dir:
+        args += [*_mount_point_parents(ipc_dir, hide, made), "--bind", ipc_dir, ipc_dir]
     for h in reversed(hide):  # the hiding tmpfs read-only too, once the mount points in it exist
         args += ["--remount-ro", h]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -527,9 +703,10 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
         for name, line in _account_entries(account, scratch).items():
             args += ["--ro-bind", _with_line(f"/etc/{name}", line, os.path.join(etc_dir, name)), f"/etc/{name}"]
     args += ["--setenv", "USER", KERNEL_ACCOUNT_NAME, "--setenv", "LOGNAME", KERNEL_ACCOUNT_NAME]  # as kernel_environment
-    # the capabilities the switch to the account needs (SETPCAP: to empty the bounding set); it drops
-    # them all, and bwrap's no_new_privs keeps the kernel from gaining any back through a set-uid program
-    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    # the capabilities the switch to the account needs (SETPCAP: to empty the bounding set; CHOWN: to give it
+    # its scratch tmpfs); it drops them all, and bwrap's no_new_privs keeps the kernel from gaining any back
+    # through a set-uid program
+    args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_CHOWN"]
     groups = ",".join(str(g) for g in _device_groups(devices))  # as kernel_groups
     return [*args, "--", sys.executable, "-I", "-S", "-c", _DROP, str(account), str(account), groups, scratch,
             "--", *cmd]
@@ -601,13 +778,19 @@ class SandboxedKernelManager(AsyncKernelManager):
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
 
-    def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, fork_server: bool = True, **kwargs):
+    def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, fork_server: bool = True,
+                 memory_bytes: int = _tasks.MEMORY_BYTES, scratch_size: int | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fork_server = fork_server  # False: bwrap starts the kernel's own interpreter (see _fork_argv)
         self.forked = False  # whether the running kernel came from the fork server
         self.gpu = gpu  # False: no GPU device node is bound (the caller also hides it in the environment)
+        self.scratch_size = scratch_bytes() if scratch_size is None else scratch_size
         # a pids cgroup of its own where this machine allows one (else the guard's RLIMIT_NPROC, or none)
         self.cgroup = _tasks.create(max_tasks)
+        # and a memory limit for the kernel as a whole (on cgroup v2 in that same cgroup; on v1 a memory
+        # cgroup beside it; None where neither can be made: tasks.describe_memory says why)
+        self.memory_cgroup = _tasks.create_memory(memory_bytes, self.cgroup)
+        self.cgroups = [c for c in dict.fromkeys([self.cgroup, self.memory_cgroup]) if c is not None]
         self.account = kernel_account()  # None: the grader's own account
         # the grader's own folder (0700): the kernel's scratch and socket folders, which the kernel
         # owns, lie inside it, so no other account reaches them even if the kernel opens them to all;
@@ -628,9 +811,23 @@ class SandboxedKernelManager(AsyncKernelManager):
         return self._wrap(cmd)
 
     def _wrap(self, cmd: list[str], info_fd: int | None = None) -> list[str]:
-        return _tasks.enter(self.cgroup, wrap(cmd, self.scratch, self._ipc_dir,
-                                              read_only=[os.path.realpath(self.connection_file)], gpu=self.gpu,
-                                              account=self.account, etc_dir=self.folder, info_fd=info_fd))
+        return _tasks.enter(self.cgroups, wrap(cmd, self.scratch, self._ipc_dir,
+                                               read_only=[os.path.realpath(self.connection_file)], gpu=self.gpu,
+                                               account=self.account, etc_dir=self.folder, info_fd=info_fd,
+                                               scratch_size=self.scratch_size), oom_score=KERNEL_OOM_SCORE)
+
+    def given_expression(self) -> str:
+        """What the grader evaluates in the kernel (user_expressions) before any learner code: the kernel
+        copies the files handed to it into its scratch folder (:func:`take_given`); JSON text."""
+        return (f"__import__('json').dumps(__import__('attnlab.grading.sandbox', fromlist=['take_given'])"
+                f".take_given({self.scratch!r}))")
+
+    def close_ipc(self) -> None:
+        """Once the kernel has made its sockets (it answered), take its socket folder back from its account:
+        that folder is on the grader's disk, and learner code could otherwise fill it without bound."""
+        if self.account is not None:
+            os.chown(self._ipc_dir, os.geteuid(), os.getegid())
+            os.chmod(self._ipc_dir, 0o711)
 
     def _fork_argv(self) -> list[str] | None:
         """ipykernel's arguments when the fork server may start this kernel, else None: kernels of a
@@ -703,7 +900,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         request = {"ns_pid": int(info["child-pid"]), "uid": self.account, "gid": self.account,
                    "ns_inodes": {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES if f"{ns}-namespace" in info},
                    "groups": kernel_groups(self.gpu), "cwd": self.scratch, "env": env, "argv": argv,
-                   "cgroup": str(self.cgroup) if self.cgroup else None}
+                   "cgroups": [str(c) for c in self.cgroups], "oom_score_adj": KERNEL_OOM_SCORE}
         return await asyncio.to_thread(server.start, request)
 
     async def _async_pre_start_kernel(self, **kw):
@@ -734,7 +931,9 @@ class SandboxedKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
     def remove_folders(self) -> None:
-        """Remove the kernel's folder (scratch, sockets) and the cgroup (killing what is left in it)."""
-        if not _tasks.remove(self.cgroup):
-            self.log.warning("attnlab: could not remove the kernel's cgroup %s (the next run's sweep will)", self.cgroup)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the kernel's cgroups (killing what is left in them) and folder (scratch, sockets)."""
+        for cgroup in self.cgroups:
+            if not _tasks.remove(cgroup):
+                self.log.warning("attnlab: could not remove the kernel's cgroup %s (the next run's sweep will)", cgroup)
+        if not remove_tree(self.folder):
+            self.log.warning("attnlab: could not remove the kernel's folder %s", self.folder)

@@ -1,4 +1,12 @@
-"""Bound the number of processes and threads of one sandboxed kernel, so a fork bomb stays in its notebook.
+"""Bound the processes, threads and memory of one sandboxed kernel, so a fork bomb or a memory hog stays
+in its notebook.
+
+Memory (:func:`create_memory`): a memory cgroup per kernel, the same cgroup as its pids bound on cgroup
+v2, one of the v1 ``memory`` hierarchy (under the grader's) on v1, holds the kernel's processes, their
+children, ``memfd`` and shared memory and its sandbox's tmpfs to one figure, with no swap. The kernel's
+processes are the out-of-memory killer's first choice (:data:`KERNEL_OOM_SCORE`, set in :func:`enter`),
+the grading processes its last (:func:`protect_grader`), so a kernel that runs out ends itself only.
+:func:`describe_memory` says whether this machine allows it.
 
 bubblewrap bounds no process count. Without a bound, a notebook that forks or starts threads
 without end exhausts the machine's process table until its time limit, and every other kernel on
@@ -39,6 +47,9 @@ from pathlib import Path
 MAX_TASKS = 512
 #: Overrides :data:`MAX_TASKS` (read by nbgrader_config.py into ``GradingExecute.max_tasks``).
 MAX_TASKS_ENV = "ATTNLAB_KERNEL_TASKS"
+#: The memory one kernel may hold as a whole (:func:`create_memory`), unless its grader says otherwise
+#: (``GradingExecute.memory_limit_gb``): its processes, their children, shared memory and its scratch tmpfs.
+MEMORY_BYTES = 8 * 2**30
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "attnlab-kernel-"
 #: On cgroup v2, the leaf the grader's processes move into so that their cgroup can hold the kernels'.
@@ -63,8 +74,10 @@ def _own_cgroups(proc_cgroup: str) -> dict[str, str]:
     return own
 
 
-def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, prepare: bool = False) -> list[Path]:
-    """Folders a per-kernel pids cgroup may be made in: under this process's own pids cgroup (v1); on
+def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, prepare: bool = False,
+                      controller: str = "pids") -> list[Path]:
+    """Folders a per-kernel cgroup of ``controller`` (``pids`` or ``memory``) may be made in: under this
+    process's own cgroup of that controller (v1); on
     cgroup v2, the hierarchy's root when that is this process's own cgroup (a container with a cgroup
     namespace of its own), else this process's own cgroup, once its processes sit in a leaf child
     (:data:`LEAF`, made by :func:`_move_to_leaf` when ``prepare``: ``attnlab autograde`` asks for it).
@@ -72,8 +85,8 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, 
     accounting (a systemd service's, a Slurm job's, a container's)."""
     own = _own_cgroups(_read_proc_cgroup() if proc_cgroup is None else proc_cgroup)
     found = []
-    if "pids" in own and (root / "pids").is_dir():
-        found.append(root / "pids" / own["pids"].lstrip("/"))
+    if controller in own and (root / controller).is_dir():
+        found.append(root / controller / own[controller].lstrip("/"))
     if "" in own and (root / "cgroup.controllers").is_file():
         mine = own[""].strip("/")
         if not mine:
@@ -81,32 +94,49 @@ def parent_candidates(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None, 
         elif Path(mine).name == LEAF:
             folder = (root / mine).parent  # the grader's cgroup, whose processes sit in our leaf
         else:
-            folder = root / mine if _hands_out_pids(root / mine) or prepare and _move_to_leaf(root / mine) else None
-        if folder is not None and _hands_out_pids(folder):
+            folder = (root / mine if _hands_out(root / mine, controller)
+                      or prepare and _move_to_leaf(root / mine, controller) else None)
+        if folder is not None and _hands_out(folder, controller):
             found.append(folder)
     return found
 
 
-def _hands_out_pids(folder: Path) -> bool:
+def _hands_out(folder: Path, controller: str = "pids") -> bool:
     try:
-        return "pids" in (folder / "cgroup.subtree_control").read_text().replace("+", " ").split()
+        return controller in (folder / "cgroup.subtree_control").read_text().replace("+", " ").split()
     except OSError:
         return False
 
 
-def _move_to_leaf(folder: Path) -> bool:
-    """Make the cgroup v2 ``folder`` (this process's own) hand the pids controller to children: cgroup v2
-    allows that only in a cgroup without processes of its own, so they move into a leaf child first
-    (:data:`LEAF`), where ``folder``'s limits still apply to them. Needs write access to ``folder`` (root,
-    or a delegated cgroup); False where it cannot be done."""
+def _offered(folder: Path, controller: str) -> bool:
     try:
-        if "pids" not in (folder / "cgroup.controllers").read_text().split():
+        return controller in (folder / "cgroup.controllers").read_text().split()
+    except OSError:
+        return False
+
+
+def _move_to_leaf(folder: Path, controller: str = "pids") -> bool:
+    """Make the cgroup v2 ``folder`` (this process's own) hand ``controller`` to children (and the other of
+    pids and memory where it offers it: kernels' cgroups use both): cgroup v2 allows that only in a cgroup
+    without processes of its own, so they move into a leaf child first (:data:`LEAF`), where ``folder``'s
+    limits still apply to them. Needs write access to ``folder`` (root, or a delegated cgroup); False
+    where it cannot be done."""
+    wanted = [c for c in (controller, *(c for c in ("pids", "memory") if c != controller)) if _offered(folder, c)]
+
+    def hand_out() -> bool:
+        for c in wanted:
+            try:
+                _write(folder / "cgroup.subtree_control", f"+{c}")
+            except OSError:
+                if c == controller:
+                    return False
+        return True
+
+    try:
+        if controller not in wanted:
             return False
-        try:  # no processes of its own after all (a cgroup made for the grader): nothing to move
-            _write(folder / "cgroup.subtree_control", "+pids")
+        if hand_out():  # no processes of its own after all (a cgroup made for the grader): nothing to move
             return True
-        except OSError:
-            pass
         leaf = folder / LEAF
         leaf.mkdir(exist_ok=True)
         for _ in range(5):  # a process started meanwhile lands in folder again: move it too
@@ -115,11 +145,8 @@ def _move_to_leaf(folder: Path) -> bool:
                     _write(leaf / "cgroup.procs", pid)
                 except OSError:
                     pass
-            try:
-                _write(folder / "cgroup.subtree_control", "+pids")
+            if hand_out():
                 return True
-            except OSError:
-                continue
     except OSError:
         pass
     return False
@@ -164,12 +191,95 @@ def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
     return None
 
 
-def enter(folder: Path | None, cmd: list[str]) -> list[str]:
-    """``cmd`` started inside the cgroup ``folder`` (unchanged when None): ``sh`` moves itself in and
-    execs ``cmd``, so every process ``cmd`` starts is counted; if the move fails, nothing starts."""
-    if folder is None:
+def _limit_memory(folder: Path, limit: int) -> None:
+    """Write a memory limit of ``limit`` bytes, with no swap, into the cgroup ``folder`` (v2 or v1).
+
+    Raises:
+        OSError: the limit itself could not be written.
+    """
+    if (folder / "memory.max").exists():  # v2: on running out, the whole cgroup is killed at once
+        _write(folder / "memory.max", str(limit))
+        extras = (("memory.swap.max", "0"), ("memory.oom.group", "1"))
+    else:  # v1: memsw counts memory and swap together, so equal limits leave no swap
+        _write(folder / "memory.limit_in_bytes", str(limit))
+        extras = (("memory.memsw.limit_in_bytes", str(limit)), ("memory.swappiness", "0"))
+    for name, value in extras:  # where the machine has no swap (accounting), these files are missing
+        try:
+            _write(folder / name, value)
+        except OSError:
+            pass
+
+
+def create_memory(limit: int, shared: Path | None = None, candidates: list[Path] | None = None) -> Path | None:
+    """A memory cgroup holding a kernel to ``limit`` bytes, or None where none can be made here.
+
+    What it counts is what the kernel's processes make resident, together: their own memory, their
+    children's, ``memfd`` and shared memory, and the pages of the sandbox's tmpfs (its scratch folder and
+    /dev/shm), which a per-process address-space limit does not see. On cgroup v2 a process is in one
+    cgroup only, so a kernel's pids cgroup ``shared`` gets the limit where it offers the controller (and
+    None where it does not); on v1 the memory hierarchy has cgroups of its own, under the grader's.
+    """
+    if limit <= 0:
+        return None
+    if shared is not None and (shared / "cgroup.controllers").exists():  # v2
+        if not _offered(shared, "memory"):
+            return None
+        try:
+            _limit_memory(shared, limit)
+            return shared
+        except OSError:
+            return None
+    for parent in parent_candidates(controller="memory") if candidates is None else candidates:
+        folder = parent / f"{_PREFIX}{_owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            _limit_memory(folder, limit)
+            return folder
+        except OSError:
+            remove(folder)
+    return None
+
+
+#: oom_score_adj of every process of a kernel's sandbox: the out-of-memory killer takes them first, and
+#: (set by root) no process of theirs may lower it again.
+KERNEL_OOM_SCORE = 1000
+#: oom_score_adj of the grading processes (``attnlab autograde``, its workers and their fork servers; a
+#: process that is not root cannot go below 0): the killer takes them last, so that a run always ends
+#: with its summary and report.
+GRADER_OOM_SCORE = -900
+
+
+def protect_grader(score: int = GRADER_OOM_SCORE) -> int:
+    """Give this process (and the processes it starts from now on) ``score`` as oom_score_adj, or as low
+    as this account may (0 when it is not root); the value set, None where /proc says nothing."""
+    for value in dict.fromkeys((score, max(score, 0))):
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write(str(value))
+            return value
+        except OSError:
+            continue
+    return None
+
+
+def enter(folder: Path | list[Path] | None, cmd: list[str], oom_score: int | None = None) -> list[str]:
+    """``cmd`` started inside the cgroup ``folder`` (or each cgroup of a list: a v1 machine's pids and memory
+    cgroups), with ``oom_score`` as its oom_score_adj where given; unchanged when there is neither. ``sh``
+    moves itself in and execs ``cmd``, so every process ``cmd`` starts is counted; if a move fails,
+    nothing starts."""
+    folders = [f for f in ([folder] if isinstance(folder, (str, Path)) else folder or []) if f]
+    if not folders and oom_score is None:
         return cmd
-    return ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(folder), *cmd]
+    steps = [f'echo $$ > "${i}/cgroup.procs"' for i in range(len(folders))]
+    if oom_score is not None:  # the kernel asks for this (it only raises it), so it cannot fail here
+        steps.append(f"{{ echo {int(oom_score)} > /proc/self/oom_score_adj || :; }} 2>/dev/null")
+    if len(folders) > 1:
+        steps.append(f"shift {len(folders) - 1}")
+    script = " && ".join([*steps, 'exec "$@"'])
+    return ["/bin/sh", "-c", script, *(map(str, folders) if folders else ["sh"]), *cmd]
 
 
 def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
@@ -211,7 +321,7 @@ def sweep() -> int:
     if mine is None:
         return 0
     removed = 0
-    for parent in parent_candidates():
+    for parent in dict.fromkeys([*parent_candidates(), *parent_candidates(controller="memory")]):
         try:
             left = [c for c in parent.iterdir() if c.name.startswith(_PREFIX)]
         except OSError:
@@ -228,11 +338,14 @@ def sweep() -> int:
 def prepare() -> None:
     """Before grading (``attnlab autograde``): on cgroup v2, let this process's cgroup hold the kernels'
     cgroups, moving its processes into a leaf child where needed (:func:`_move_to_leaf`); then remove
-    left-over kernel cgroups (:func:`sweep`). Nothing where the bound is switched off."""
+    left-over kernel cgroups (:func:`sweep`); lower this process's oom_score_adj (:func:`protect_grader`)."""
+    protect_grader()
     if max_tasks() > 0:
         parent_candidates(prepare=True)
-        describe.cache_clear()
-        sweep()
+    parent_candidates(prepare=True, controller="memory")
+    describe.cache_clear()
+    describe_memory.cache_clear()
+    sweep()
 
 
 def remove_left_over(path: str) -> None:
@@ -345,3 +458,35 @@ def describe() -> tuple[bool, str]:
                    "is graded again alone). Fix: a cgroup offering the pids controller for the grader (cgroup "
                    "v1 `pids`; on v2, e.g. a systemd unit or scope with Delegate=yes), or grade as an account "
                    "other than root with a bwrap that is not setuid, on Linux >= 5.14")
+
+
+#: What :func:`describe_memory` tries a memory cgroup with (any figure will do: nothing runs in it).
+_PROBE_BYTES = 64 * 2**20
+
+
+@functools.lru_cache(maxsize=1)
+def describe_memory() -> tuple[bool, str]:
+    """(bounded, one line): whether each kernel's memory is counted as a whole here (a memory cgroup per
+    kernel, :func:`create_memory`), and where. Changes nothing that lasts (``attnlab doctor`` calls it)."""
+    probe = create(1) if max_tasks() > 0 else None  # on v2 the memory limit goes into the kernel's pids cgroup
+    try:
+        folder = create_memory(_PROBE_BYTES, probe)
+        if folder is not None and folder != probe:
+            remove(folder)
+    finally:
+        remove(probe)
+    if folder is not None:
+        return True, (f"each kernel's memory counted as a whole, children, memfd, shared memory and scratch "
+                      f"folder included (a memory cgroup under {folder.parent}; no swap)")
+    own = _own_v2_cgroup()
+    if own is not None and _offered(own, "memory") and os.access(own / "cgroup.subtree_control", os.W_OK):
+        return True, (f"each kernel's memory counted as a whole (memory cgroups inside {own}, after `attnlab "
+                      f"autograde` moves that cgroup's processes into its leaf {LEAF})")
+    where = (f"the grader's cgroup {own} offers no memory controller" if own is not None and not _offered(own, "memory")
+             else f"the grader's cgroup {own} is not writable" if own is not None
+             else "no memory cgroup can be made (cgroup v2 `memory`, or a v1 `memory` hierarchy)")
+    return False, (f"a kernel's memory is bounded per process only: {where}. Memory held in a memfd, in shared "
+                   f"memory or by child processes escapes the per-process cap; kernels are the out-of-memory "
+                   f"killer's first choice (oom_score_adj {KERNEL_OOM_SCORE}), the grader its last where it runs "
+                   f"as root. Fix: run the grader as root with a cgroup that offers the memory controller (v2: a "
+                   f"systemd unit or scope with Delegate=yes; v1: the `memory` hierarchy)")

@@ -1,0 +1,303 @@
+"""Limits a kernel cannot step around (issue 30, item 4): its memory is counted as a whole (children,
+memfd and shared memory included), its scratch folder has a size, its folders go whatever it made in
+them, the host's cgroups are out of its sight, and the out-of-memory killer takes kernels before the
+grader. Memory figures are small (a 512 MiB kernel, a 64 MiB scratch folder) for 2-core CI machines."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from attnlab.grading import sandbox, tasks
+
+from .kernel_runner import in_kernel
+
+MIB = 2**20
+#: What the kernels of these tests may hold, and their scratch folder's size.
+KERNEL_MEMORY, SCRATCH = 512 * MIB, 64 * MIB
+
+
+def _nested(top: Path, depth: int) -> Path:
+    """``depth`` nested folders under ``top`` (made through relative paths: no path grows too long)."""
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as f:
+            f.write(b"x" * MIB)
+        os.fchmod(fd, 0)  # the deepest folder closed to all, its owner included
+    finally:
+        os.close(fd)
+    return top
+
+
+def test_removal_goes_through_any_depth_closed_folders_and_links(tmp_path):
+    """2,500 nested folders stop shutil.rmtree (RecursionError, which ignore_errors does not catch); closed
+    folders and links to what lies outside must neither stop the removal nor reach through it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the kernel's")
+    deep = tmp_path / "run"
+    deep.mkdir()
+    _nested(deep, 2500)
+    closed = deep / "closed"
+    closed.mkdir()
+    (closed / "inner").mkdir()
+    (closed / "inner" / "f").write_text("x")
+    os.chmod(closed / "inner", 0)
+    os.chmod(closed, 0)
+    (deep / "to-outside").symlink_to(outside)
+    (deep / "to-keep").symlink_to(outside / "keep")
+    with pytest.raises(RecursionError):  # the finding, as Python does it here
+        shutil.rmtree(deep, ignore_errors=True)
+    assert sandbox.remove_tree(str(deep)) and not deep.exists()
+    assert (outside / "keep").read_text() == "not the kernel's"
+    assert sandbox.remove_tree(str(deep))  # gone already: nothing to do
+    (tmp_path / "file").write_text("x")
+    assert sandbox.remove_tree(str(tmp_path / "file")) and not (tmp_path / "file").exists()
+
+
+def test_removal_of_closed_folders_as_their_owner(tmp_path):
+    """A grader that is not root owns its kernels' folders but may not enter one closed to all (chmod 000):
+    it opens them again for itself on the way down."""
+    if os.geteuid() != 0:
+        pytest.skip("runs the removal as another account (needs root)")
+    base = Path(tempfile.mkdtemp(prefix="attnlab-test-owner-"))  # a folder the other account may pass
+    try:
+        top = base / "run"
+        top.mkdir()
+        _nested(top, 50)
+        os.chmod(base, 0o755)
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        code = f"import sys; sys.path[:0] = {sys.path!r}; from attnlab.grading import sandbox; " \
+               f"print(sandbox.remove_tree({str(top)!r}))"
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              code], capture_output=True, text=True)
+        assert out.stdout.strip() == "True" and not top.exists(), out.stderr[-2000:]
+    finally:
+        subprocess.run(["rm", "-rf", str(base)])
+
+
+# ------------------------------------------------------------------------- in a sandboxed kernel
+def _sandboxed():
+    if not sandbox.check()[0]:
+        pytest.skip(sandbox.check()[1])
+
+
+def _left_in_temp() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("attnlab-run-")}
+
+
+def _run(code: str, fork_server: bool = False, after=None, timeout: float = 120) -> tuple[str, object]:
+    out, _, extra = asyncio.run(in_kernel(code, fork_server=fork_server, after=after, timeout=timeout,
+                                          memory_bytes=KERNEL_MEMORY, scratch_size=SCRATCH))
+    return out, extra
+
+
+#: 2,500 nested folders with a file at the bottom, then files until the system refuses (bounded at
+#: 256 MiB, so that a machine without the limit survives the test).
+DEEP_AND_FULL = r"""
+import os
+top = os.open(".", os.O_RDONLY)
+fd = top
+for _ in range(2500):
+    os.mkdir("d", dir_fd=fd)
+    fd = os.open("d", os.O_RDONLY, dir_fd=fd)
+with open(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "wb") as f:
+    f.write(b"x" * 2**20)
+os.fchmod(fd, 0)
+written, chunk = 0, b"x" * 2**20
+try:
+    with open("fill", "wb") as f:
+        while written < 256 * 2**20:
+            f.write(chunk)
+            f.flush()
+            written += len(chunk)
+except OSError as exc:
+    print("REFUSED", type(exc).__name__)
+print("WRITTEN", written >> 20)
+"""
+
+
+def test_the_scratch_folder_has_a_size_and_leaves_nothing_behind():
+    """Past its size the kernel's writes fail (ENOSPC) and nothing reaches the grader's disk: the folders it
+    nested 2,500 deep are gone with the sandbox, and the grader's temporary folder holds nothing of it."""
+    _sandboxed()
+    before = _left_in_temp()
+
+    async def folder(km):
+        return km.folder
+
+    try:
+        out, folder = _run(DEEP_AND_FULL, after=folder)
+    finally:
+        for name in _left_in_temp() - before:  # today's failure would leave 2,500 folders and 256 MiB
+            subprocess.run(["rm", "-rf", os.path.join(tempfile.gettempdir(), name)])
+    assert "REFUSED OSError" in out and int(out.split("WRITTEN")[1]) < SCRATCH // MIB, out
+    assert not os.path.exists(folder)
+
+
+def _may_lower_oom_scores() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (root mostly does; the 2-core VM's root does not): only
+    then may it lower an oom_score_adj below 0, and what it sets is a floor for the process."""
+    caps = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff")]
+    return bool(caps) and bool(int(caps[0], 16) >> 24 & 1)
+
+
+#: What a kernel can learn about the host's cgroups, and whether it may lower its own oom_score_adj.
+CGROUP_VIEW = r"""
+import os
+found = []
+for folder, dirs, files in os.walk("/sys/fs/cgroup"):
+    found += [os.path.join(folder, n) for n in dirs + files]
+print("CGROUPFS", len(found), [p for p in found if "attnlab" in p][:3])
+print("OWN", open("/proc/self/cgroup").read().replace("\n", " | "))
+print("OOM", open("/proc/self/oom_score_adj").read().strip())
+try:
+    open("/proc/self/oom_score_adj", "w").write("0")
+    print("LOWERED")
+except OSError as exc:
+    print("NOT LOWERED", type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("fork_server", [False, True], ids=["bwrap", "forked"])
+def test_the_hosts_cgroups_are_out_of_sight_and_the_kernel_goes_first(fork_server):
+    _sandboxed()
+    if fork_server and (os.geteuid() != 0 or sandbox.kernel_accounts()):
+        pytest.skip("the fork server serves root graders whose kernels have accounts of their own")
+
+    async def cgroups(km):
+        return [str(c) for c in km.cgroups]
+
+    out, cgroups = _run(CGROUP_VIEW, fork_server=fork_server, after=cgroups)
+    assert "CGROUPFS 0 []" in out, out
+    own = out.split("OWN")[1].split("\n")[0]
+    assert "attnlab" not in own and all(line.rstrip().endswith(":/") for line in own.split("|") if line.strip()), own
+    assert "OOM 1000" in out, out
+    if _may_lower_oom_scores():  # set by a process holding CAP_SYS_RESOURCE, it is also the kernel's floor
+        assert "NOT LOWERED" in out, out
+    for cgroup in cgroups:
+        assert Path(cgroup).name not in out
+
+
+#: A child that maps a memfd and fills it (768 MiB), then four children that hold 256 MiB each, one after
+#: the other: none of it is the kernel's own address space.
+MEMORY_HOGS = r"""
+import os, subprocess, sys
+MEMFD = '''
+import mmap, os
+size = 768 * 2**20
+fd = os.memfd_create("hog")
+os.ftruncate(fd, size)
+m = mmap.mmap(fd, size)
+for held in range(0, size, 2**24):
+    m[held:held + 2**24] = b"x" * 2**24
+    print((held >> 20) + 16, flush=True)
+'''
+p = subprocess.run([sys.executable, "-c", MEMFD], capture_output=True, text=True)
+print("MEMFD", (p.stdout.split() or ["0"])[-1], "RC", p.returncode)
+CHILDREN = '''
+import os, time
+kids = []
+for i in range(4):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        buf = bytearray(256 * 2**20)
+        for j in range(0, len(buf), 4096):
+            buf[j] = 1
+        os.write(w, b"1")
+        time.sleep(5)
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
+    kids.append(pid)
+print(*[os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])
+'''
+p = subprocess.run([sys.executable, "-c", CHILDREN], capture_output=True, text=True)
+print("CHILDREN", p.stdout.strip())
+"""
+
+
+@pytest.mark.parametrize("fork_server", [False, True], ids=["bwrap", "forked"])
+def test_memory_of_children_and_memfd_counts_for_the_kernel(fork_server):
+    """Under a 512 MiB kernel the memfd's holder is killed before 512 MiB and so are the children past it;
+    the kernel itself (and the grader) live on."""
+    _sandboxed()
+    bounded, line = tasks.describe_memory()
+    if not bounded:
+        pytest.skip(line)
+    if fork_server and (os.geteuid() != 0 or sandbox.kernel_accounts()):
+        pytest.skip("the fork server serves root graders whose kernels have accounts of their own")
+    out, _ = _run(MEMORY_HOGS, fork_server=fork_server)
+    held = out.split("MEMFD")[1].split()
+    assert int(held[0]) < KERNEL_MEMORY // MIB and held[2] == "-9", out
+    codes = out.split("CHILDREN")[1].split()
+    assert "-9" in codes, out
+
+
+def test_the_grader_asks_the_out_of_memory_killer_to_spare_it():
+    """``attnlab autograde`` (tasks.prepare) lowers its own oom_score_adj, and what it starts inherits it;
+    a kernel's sandbox starts at KERNEL_OOM_SCORE (tasks.enter)."""
+    code = ("from attnlab.grading import tasks; import subprocess; tasks.protect_grader(); "
+            "print(open('/proc/self/oom_score_adj').read().strip(), "
+            "subprocess.run(['cat', '/proc/self/oom_score_adj'], capture_output=True, text=True).stdout.strip(), "
+            "subprocess.run(tasks.enter(None, ['cat', '/proc/self/oom_score_adj'], 1000), capture_output=True, "
+            "text=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split()
+    low = str(tasks.GRADER_OOM_SCORE) if _may_lower_oom_scores() else "0"
+    assert out == [low, low, "1000"], out
+
+
+# ------------------------------------------------------------------- where the controllers are
+def _fake_writes(path, text):
+    Path(path).write_text(text)
+
+
+def test_memory_cgroups_on_v1_and_v2(tmp_path, monkeypatch):
+    """v1: a memory cgroup of its own under the grader's, memory + swap held to the same figure (no swap);
+    v2: the kernel's one cgroup gets memory.max, no swap and group-wide OOM kills, where it offers memory."""
+    monkeypatch.setattr(tasks, "_write", _fake_writes)
+    v1 = tmp_path / "v1"
+    v1.mkdir()
+    folder = tasks.create_memory(256 * MIB, None, candidates=[v1])
+    assert folder.parent == v1 and (folder / "memory.limit_in_bytes").read_text() == str(256 * MIB)
+    assert (folder / "memory.memsw.limit_in_bytes").read_text() == str(256 * MIB)
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("memory pids")
+    (v2 / "memory.max").write_text("max")
+    assert tasks.create_memory(256 * MIB, v2, candidates=[v1]) == v2
+    assert [(v2 / n).read_text() for n in ("memory.max", "memory.swap.max", "memory.oom.group")] == \
+        [str(256 * MIB), "0", "1"]
+    (v2 / "cgroup.controllers").write_text("pids")  # a v2 cgroup without memory: nothing (one cgroup only)
+    assert tasks.create_memory(256 * MIB, v2, candidates=[v1]) is None
+    assert tasks.create_memory(0, None, candidates=[v1]) is None
+
+
+def test_without_a_memory_controller_doctor_and_grading_say_so(monkeypatch):
+    from attnlab import doctor
+
+    monkeypatch.setattr(tasks, "create_memory", lambda limit, shared=None, candidates=None: None)
+    monkeypatch.setattr(tasks, "_own_v2_cgroup", lambda root=None: None)
+    tasks.describe_memory.cache_clear()
+    try:
+        bounded, line = tasks.describe_memory()
+        assert not bounded and "memfd" in line and "Fix:" in line, line
+        if sandbox.check()[0]:
+            check = doctor._check_sandbox()
+            assert check.status == doctor.NOTE and line in check.detail
+    finally:
+        tasks.describe_memory.cache_clear()
