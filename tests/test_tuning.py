@@ -263,6 +263,9 @@ def test_drawn_cases_differ_between_calls_and_come_back_with_replay(monkeypatch)
     assert seen_by(replay=0x1234) == seen_by(replay=0x1234) != seen_by(replay=0x1235)
     monkeypatch.setattr(verify_tuning, "_REPLAY", 0x1234)  # ATTNLAB_CHECK_SEED, read at import
     assert seen_by() == seen_by(replay=0x1234)
+    for text, value in (("0x1234", 0x1234), ("4660", 0x1234), ("", None), ("not a number", None)):
+        monkeypatch.setenv(verify_tuning.SEED_ENV, text)
+        assert verify_tuning._replay_from_env() == value
 
 
 def test_a_drawn_failure_names_its_draw_and_the_replay_repeats_it():
