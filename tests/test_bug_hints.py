@@ -448,3 +448,25 @@ def test_08_end_to_end_nan_of_a_missing_guard_is_not_blamed_on_the_length():
     msg = _message(check_flash_decode, _dec("_decode_partial_kernel", "08-no-guard-masked-tile"),
                    _dec("_decode_merge_kernel"), seqlens=[50, 20, 3], H_q=4, H_kv=1, T_q=5, num_splits=2)
     assert "past a sequence's length" not in msg, msg
+
+
+def _bwd_kernels(**mistakes):
+    return [solution("07_triton_backward", cell, mistakes.get(cell))
+            for cell in ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")]
+
+
+@pytest.mark.parametrize("notebook", ["05", "07"])
+def test_head_offset_from_a_padded_length_is_named_not_the_store_mask(notebook):
+    """The stores are masked; with several heads the last one's still land past the end."""
+    from attnlab.verify_backward import check_flash_backward_kernels
+
+    def check(mistake):
+        if notebook == "05":
+            return _message(check_flash_kernel, solution("05_triton_flash", "_flash_fwd_kernel", mistake),
+                            T=37, D=32, causal=True, block_m=16, block_n=16)
+        return _message(check_flash_backward_kernels, _bwd_kernels(_bwd_dkdv_kernel=mistake), T=33, causal=True)
+
+    msg = check(f"{notebook}-head-offset-padded")
+    assert "per-head offset is wrong" in msg and "must be masked" not in msg, msg
+    msg = check({"05": "05-unmasked-store", "07": "07-unmasked-dkdv-store"}[notebook])  # really unmasked
+    assert "must be masked out of the stores" in msg and "per-head offset" not in msg, msg

@@ -322,4 +322,14 @@ MISTAKES += [
         why="masks the K/V loads past T but not the scores: the padded keys (loaded as 0) score 0 and take "
             "probability when the attention is not causal",
     ),
+    Mistake(
+        id="05-head-offset-padded", notebook=_NB, cell=_CELL,
+        edits=(("    Q += bh * stride_bh                       # every pointer now starts at this (batch, head)\n"
+                "    K += bh * stride_bh\n    V += bh * stride_bh\n    O += bh * stride_bh\n",
+                "    head = bh * tl.cdiv(T, BLOCK_M) * BLOCK_M * HEAD_DIM  # a head's rows, padded to the tile\n"
+                "    Q += head\n    K += head\n    V += head\n    O += head\n"),),
+        fails=(_RAG,),
+        why="takes each head's offset from T padded to a whole query tile instead of stride_bh = T * HEAD_DIM "
+            "(the stores are masked, yet the last head's land past the end)",
+    ),
 ]

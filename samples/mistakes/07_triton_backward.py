@@ -186,6 +186,16 @@ MISTAKES = [
         fails=(),
         why="not a mistake: dQ added with tl.atomic_add inside the dK/dV kernel, scaled out by the dQ kernel",
     ),
+    Mistake(
+        id="07-head-offset-padded", notebook=_NB, cell=_DKDV,
+        edits=(("    Q += bh * stride_bh\n    K += bh * stride_bh\n    V += bh * stride_bh\n"
+                "    DO += bh * stride_bh\n    DK += bh * stride_bh\n    DV += bh * stride_bh\n",
+                "    head = bh * tl.cdiv(T, BLOCK_N) * BLOCK_N * HEAD_DIM  # a head's rows, padded to the tile\n"
+                "    Q += head\n    K += head\n    V += head\n    DO += head\n    DK += head\n    DV += head\n"),),
+        fails=(_RAG, _E2E),
+        why="takes each head's offset from T padded to a whole key tile instead of stride_bh = T * HEAD_DIM "
+            "(the stores are masked, yet the last head's land past the end)",
+    ),
 ]
 
 TYPICAL = "07-dk-scale-missing"

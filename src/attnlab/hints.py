@@ -15,7 +15,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
+           "diagnosed", "head_offset_hint", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
            "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -554,3 +554,16 @@ def past_length_hint(o, rerun) -> str:
             "with 0 there instead your output is finite. Never load a key or value at or past "
             "cache_seqlens[b] (a score mask does not help: 0 * NaN is NaN): end each slice's loop at the length "
             "and mask the K and V loads with offs_n < seqlen.")
+
+
+@_quiet
+def head_offset_hint(n_heads: int, one_head_stays_inside) -> str:
+    """Stores landed past the last row with ``n_heads`` heads: when ``one_head_stays_inside()`` (the same
+    kernel on the first head alone stores nothing past its rows) says so, the stores are masked and the
+    head offset is what runs past the end (e.g. ``bh`` times a length padded to the tile)."""
+    if n_heads < 2 or not one_head_stays_inside():
+        return ""
+    return (f"with one head nothing lands past the last row, with {n_heads} heads it does, so the stores are "
+            f"masked and the per-head offset is wrong: a head starts bh * stride_bh elements in (stride_bh = "
+            f"T * HEAD_DIM, as the launcher passes it), not bh times a length padded to the tile such as "
+            f"tl.cdiv(T, BLOCK_M) * BLOCK_M * HEAD_DIM")

@@ -20,7 +20,7 @@ from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, ra
 from .device import require_interpreter, runtime
 from .grading import guard as _guard
 from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint,
-                    unmasked_keys_hint, zero_max_hint)
+                    head_offset_hint, unmasked_keys_hint, zero_max_hint)
 from .loads import available as loads_available
 from .loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
 from .review import flag as _flag
@@ -605,6 +605,20 @@ def shift_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: floa
         k[..., peak_key, 0] += bump / scale
 
 
+def _one_head_stays_inside(kernel, inputs, *, causal, block_m, block_n) -> bool:
+    """``kernel`` on the first head of ``inputs`` (q, k, v) alone stores nothing past its last row of O
+    and LSE (for :func:`attnlab.hints.head_offset_hint`)."""
+    from .poisoned import guarded  # it imports this module
+
+    D, T = inputs[0].shape[-1], inputs[0].shape[2]
+    q, k, v = (_tail_room(t[:1, :1], max(block_m, block_n) * D)[0] for t in inputs)
+    o, o_buf = guarded(q.shape, block_m * D, q.dtype, q.device)
+    lse, lse_buf = guarded(q.shape[:3], block_m, torch.float32, q.device)
+    _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal, block_m=block_m,
+          block_n=block_n, _key=kernel)
+    return bool((o_buf[T * D:] == _GUARD).all()) and bool((lse_buf[T:] == _GUARD).all())
+
+
 def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, causal: bool = False,
                        block_m: int = 16, block_n: int = 16, dtype=torch.float32, seed: int = 0,
                        growing: bool = False, offset: float = 0.0, peak: str | None = None,
@@ -663,8 +677,10 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     if device == "cuda":
         torch.cuda.synchronize()
     if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():
-        raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote past the last row of O or LSE: padded "
-                             f"rows (offs_m >= T) must be masked out of the stores")
+        why = head_offset_hint(B * H, lambda: _one_head_stays_inside(kernel, inputs, causal=causal, block_m=block_m,
+                                                                    block_n=block_n))
+        raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote past the last row of O or LSE: "
+                             f"{why or 'padded rows (offs_m >= T) must be masked out of the stores'}")
     for name_, before, after in zip("qkv", inputs, (q, k, v)):
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):
             raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote into its input {name_.upper()}: "

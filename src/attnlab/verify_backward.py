@@ -20,7 +20,7 @@ import torch
 
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
-from .hints import delta_hint, diagnosed, lse_base_hint, scale_factor_hint
+from .hints import delta_hint, diagnosed, head_offset_hint, lse_base_hint, scale_factor_hint
 from .device import runtime
 from .loads import check_races, record
 from .poisoned import guarded, tail_room
@@ -159,6 +159,19 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
                  tol=max(tolerance(dtype, device), 1e-5))
 
 
+def _one_head_stays_inside(kernels, inputs, *, causal, block_m, block_n) -> bool:
+    """The backward kernels on the first head of ``inputs`` (q, k, v, o, lse, do) alone store nothing past
+    its last row (for :func:`attnlab.hints.head_offset_hint`)."""
+    tail = max(block_m, block_n) * inputs[0].shape[-1]
+    q, k, v, o, lse, do = (tail_room(t[:1, :1], tail) for t in inputs)
+    outs, bufs = zip(*(guarded(q.shape, tail, q.dtype, q.device) for _ in range(3)))
+    delta = guarded(lse.shape, max(block_m, block_n), torch.float32, q.device)[0]
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta, *outs,
+          dq_acc, causal=causal, block_m=block_m, block_n=block_n, _key=kernels[1])
+    return all(bool((buf[q.numel():] == _GUARD).all()) for buf in bufs)
+
+
 def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: int = 32,
                                  causal: bool = False, block_m: int = 16, block_n: int = 16,
                                  dtype=torch.float32, seed: int = 0, num_warps: int = 4, num_stages: int = 2,
@@ -204,8 +217,10 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
     n = q.numel()
     for name, buf in zip(("DQ", "DK", "DV"), bufs):
         if (buf[n:] != _GUARD).any():
-            raise AssertionError(f"backward kernels [{case}]: wrote past the last row of {name}: padded rows "
-                                 f"(offsets >= T) must be masked out of the stores")
+            why = head_offset_hint(B * H, lambda: _one_head_stays_inside(kernels, inputs, causal=causal,
+                                                                        block_m=block_m, block_n=block_n))
+            raise AssertionError(f"backward kernels [{case}]: wrote past the last row of {name}: "
+                                 f"{why or 'padded rows (offsets >= T) must be masked out of the stores'}")
     if (delta_buf[B * H * T:] != _GUARD).any():
         raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA")
     for name, before, after in zip(("Q", "K", "V", "O", "LSE", "DO"), inputs, (q, k, v, o, lse, do)):
