@@ -191,7 +191,8 @@ MISTAKES = [
         edits=((_PRUNE_LOOP, "    def runs(c):\n"
                              "        bm, bn = c.kwargs['BLOCK_M'], c.kwargs['BLOCK_N']\n"
                              "        whole = T % bm == 0 and T % bn == 0 and not (causal and bm % bn)\n"
-                             "        return whole and smem_estimate(bm, bn, c.num_stages, head_dim, elem_bytes) <= limit\n"
+                             "        need = smem_estimate(bm, bn, c.num_stages, head_dim, elem_bytes)\n"
+                             "        return whole and need <= limit\n"
                              "    return [c for c in configs if runs(c)]\n" + _PRUNE_LOOP),),
         fails=(),
         why="not a mistake: one list comprehension over a predicate instead of a loop with continue",

@@ -643,7 +643,8 @@ def _drawn_prune_case(d: _Draw) -> dict:
     space = [(bm, bn, w, s) for bm in _BLOCKS for bn in _BLOCKS for w in (2, 4, 8) for s in range(1, 6)]
     for _ in range(100):
         T = 16 * rng.randint(1, 64) * rng.choice((1, 2, 4, 8))
-        head_dim, dtype, causal = rng.choice((16, 32, 64, 80, 96, 128, 192, 256)), rng.choice(_DTYPES), rng.random() < 0.5
+        head_dim = rng.choice((16, 32, 64, 80, 96, 128, 192, 256))
+        dtype, causal = rng.choice(_DTYPES), rng.random() < 0.5
         settings = rng.sample(space, rng.randint(4, 40))
         eb = torch.empty(0, dtype=dtype).element_size()
         needs = [expected_smem(bm, bn, s, head_dim, eb) for bm, bn, _, s in settings]
