@@ -332,4 +332,40 @@ MISTAKES += [
         why="takes each head's offset from T padded to a whole query tile instead of stride_bh = T * HEAD_DIM "
             "(the stores are masked, yet the last head's land past the end)",
     ),
+    Mistake(
+        id="05-bh-offset-32-bit", notebook=_NB, cell=_CELL,
+        edits=(("bh = tl.program_id(1).to(tl.int64)", "bh = tl.program_id(1)"),),
+        fails=(_REF,),
+        why="keeps bh in 32 bits: bh * stride_bh wraps around once a tensor passes 2^31 elements (a fault on a GPU)",
+    ),
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# More than its source (issue 30, item 2): the kernel does the reads and stores nothing; a pre-run hook,
+# which Triton runs with the launch's arguments, computes attention in torch from the whole score matrix.
+_STORES = ("    tl.store(O + offs_m[:, None] * stride_t + offs_d[None, :], o.to(O.dtype.element_ty), mask=row_ok[:, None])\n"
+           "    tl.store(LSE + offs_m, lse, mask=row_ok)\n")
+_ATTENTION_HOOK = '''    pass  # no store: the hook below writes O and LSE
+
+
+def _attention_hook(Q, K, V, O, LSE, stride_bh, stride_t, T, scale, CAUSAL=False, **launch):
+    s = Q.double() @ K.double().transpose(-1, -2) * scale  # the whole T x T score matrix
+    if CAUSAL:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    LSE.copy_(torch.logsumexp(s, dim=-1))
+    O.copy_((torch.softmax(s, dim=-1) @ V.double()).to(O.dtype))
+
+
+_flash_fwd_kernel.add_pre_run_hook(_attention_hook)
+'''
+
+MISTAKES += [
+    Mistake(
+        id="05-pre-run-hook-torch", notebook=_NB, cell=_CELL,
+        edits=((_STORES, _ATTENTION_HOOK),),
+        fails=_ALL,
+        why="stores nothing; a pre-run hook on the kernel object computes attention in torch from the whole "
+            "score matrix",
+    ),
 ]

@@ -199,3 +199,35 @@ MISTAKES = [
 ]
 
 TYPICAL = "07-dk-scale-missing"
+
+
+# ------------------------------------------------------------------------------------------------
+# More than its source (issue 30, item 2): the dK/dV kernel reads its tiles and stores nothing; a pre-run
+# hook, which Triton runs with the launch's arguments, computes dK and dV in torch from the whole P.
+_DKDV_STORES = ("    tl.store(DK + kv_offs, dk.to(DK.dtype.element_ty), mask=key_ok[:, None])\n"
+                "    tl.store(DV + kv_offs, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])\n")
+_DKDV_HOOK = '''    pass  # no store: the hook below writes DK and DV
+
+
+def _dkdv_hook(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL=False, **launch):
+    q, k, v, do = (t.double() for t in (Q, K, V, DO))
+    s = q @ k.transpose(-1, -2) * scale  # the whole T x T score matrix
+    if CAUSAL:
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p = torch.exp(s - LSE.double()[..., None])
+    ds = p * (do @ v.transpose(-1, -2) - DELTA.double()[..., None])
+    DV.copy_((p.transpose(-1, -2) @ do).to(DV.dtype))
+    DK.copy_((ds.transpose(-1, -2) @ q * scale).to(DK.dtype))
+
+
+_bwd_dkdv_kernel.add_pre_run_hook(_dkdv_hook)
+'''
+
+MISTAKES += [
+    Mistake(
+        id="07-pre-run-hook-torch", notebook=_NB, cell=_DKDV,
+        edits=((_DKDV_STORES, _DKDV_HOOK),),
+        fails=_GRADS,
+        why="the dK/dV kernel stores nothing; a pre-run hook on it computes dK and dV in torch from the whole P",
+    ),
+]

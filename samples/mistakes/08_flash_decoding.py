@@ -219,3 +219,33 @@ MISTAKES = [
 ]
 
 TYPICAL = "08-merge-equal-weights"
+
+
+# ------------------------------------------------------------------------------------------------
+# More than its source (issue 30, item 2): the merge kernel loads the partials and stores nothing; a
+# pre-run hook, which Triton runs with the launch's arguments, merges them in torch.
+_MERGE_STORES = ("    tl.store(O + row * HEAD_DIM + offs_d, o.to(O.dtype.element_ty))\n"
+                 "    tl.store(LSE + row, lse)\n")
+_MERGE_HOOK = '''    pass  # no store: the hook below writes O and LSE
+
+
+def _merge_hook(O_PART, LSE_PART, O, LSE, num_splits, **launch):
+    lse_s = LSE_PART.reshape(-1, num_splits).double()
+    o_s = O_PART.reshape(lse_s.shape[0], num_splits, -1).double()
+    lse = torch.logsumexp(lse_s, dim=-1)
+    w = torch.exp(lse_s - lse[:, None]).nan_to_num(0.0)
+    O.view(lse.shape[0], -1).copy_((w[..., None] * o_s).sum(dim=1).to(O.dtype))
+    LSE.view(-1).copy_(lse.to(LSE.dtype))
+
+
+_decode_merge_kernel.add_pre_run_hook(_merge_hook)
+'''
+
+MISTAKES += [
+    Mistake(
+        id="08-merge-pre-run-hook-torch", notebook=_NB, cell=_MERGE,
+        edits=((_MERGE_STORES, _MERGE_HOOK),),
+        fails=(_MERGE_T, _GQA, _CHUNK),
+        why="the merge kernel stores nothing; a pre-run hook on it merges the partials in torch",
+    ),
+]
