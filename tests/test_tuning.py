@@ -447,3 +447,33 @@ def test_while_autograding_code_outside_the_package_cannot_call_a_reference(monk
         vt.expected_smem(64, 64, 2, 64, 2)  # a table built from the model before any check runs
     vt.check_smem_estimate(_smem, draw=5)
     vt.check_quantize_fp8(_quantize, draw=2)  # the checkers, in the package, still use their models
+
+
+def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
+    """While autograding, a solution cell that rebinds the models (to grade against its own values), the
+    replay number or the random source (to draw cases it knows) has it undone before the next test cell,
+    and the draw is fresh again; run in a fresh interpreter (the guard is process-wide)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json
+        from attnlab.grading import guard
+        guard.install()
+        from attnlab import verify_tuning as vt
+        real = (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__)
+        vt.expected_smem = lambda *a: 0
+        vt._REPLAY, vt._urandom = 7, lambda n: bytes(n)
+        vt._spread.__code__ = (lambda *a, **k: 0).__code__  # a helper of the checks (the models are closures)
+        notes = json.loads(guard.before_locked({}))["notes"]
+        assert (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__) == real
+        assert vt._Draw("c", 1, 0, None).draw != vt._Draw("c", 1, 0, None).draw
+        print(json.dumps(notes))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    notes = " | ".join(json.loads(proc.stdout.strip().splitlines()[-1]))
+    for name in ("expected_smem had been replaced", "_REPLAY had been replaced", "_urandom had been replaced",
+                 "the code of attnlab.verify_tuning._spread"):
+        assert name in notes, notes
