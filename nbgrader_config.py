@@ -11,6 +11,10 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 # (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.gradebook). Never seen by a notebook's kernel.
 if os.environ.get("ATTNLAB_DB_URL"):
     c.CourseDirectory.db_url = os.environ["ATTNLAB_DB_URL"]
+    # Every nbgrader command and formgrader wait for a server that restarts instead of failing.
+    from attnlab.grading.gradebook import reconnect_on_loss  # noqa: E402
+
+    reconnect_on_loss()
 # Never copied into release/ nor over a student's files at autograde.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", ".DS_Store",
                             "feedback", "*.csv", "*.png"]
@@ -66,14 +70,14 @@ c.GradingExecute.kernel_threads = int(os.environ.get("ATTNLAB_KERNEL_THREADS", 1
 # students. Off only when the instructor passes --unsafe-no-sandbox (which sets this variable).
 c.GradingExecute.sandbox = os.environ.get("ATTNLAB_UNSAFE_NO_SANDBOX") != "1"
 
-# Restore test cells a learner deleted, from the gradebook's copy of the source.
-c.OverwriteCells.add_missing_cells = True
-
-c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
-c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Feedback marks the answers still to be graded by hand (not a score of 0) and gives the autograded
 # score apart; export writes a row per graded submission only, with the points still to be graded
 # (attnlab.grading.feedback).
 c.GenerateFeedback.exporter_class = "attnlab.grading.feedback.FeedbackExporter"
 c.ExportApp.plugin_class = "attnlab.grading.feedback.GradesExport"
 
+# Restore test cells a learner deleted, from the gradebook's copy of the source.
+c.OverwriteCells.add_missing_cells = True
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -507,3 +507,42 @@ def test_export_holds_only_graded_submissions_and_says_what_is_to_be_graded(hand
     assert (float(before[0]["autograded_score"]), float(before[0]["to_be_graded"]), before[0]["complete"]) == (6, 3, "no")
     assert len(after) == 1 and float(after[0]["score"]) == 8.5 and float(after[0]["hand_graded_score"]) == 2.5
     assert (float(after[0]["to_be_graded"]), after[0]["complete"]) == (0, "yes")
+
+
+class _FlakyApi:
+    """nbgrader's API as the worker uses it, whose autograde fails ``failures`` times the way nbgrader
+    reports a gradebook connection lost during one of its steps, then succeeds."""
+
+    LOST = ("[ERROR] Traceback (most recent call last):\nsqlalchemy.exc.OperationalError: (psycopg.OperationalError) "
+            "consuming input failed: server closed the connection unexpectedly\n[ERROR] There was an error accessing "
+            "the nbgrader database. This may occur if you recently upgraded nbgrader.")
+
+    def __init__(self, root: Path, url: str, failures: int):
+        from nbgrader.coursedir import CourseDirectory
+
+        self.coursedir = CourseDirectory(root=str(root), db_url=url, course_id="attention-kernels")
+        self.failures, self.calls = failures, 0
+
+    def autograde(self, assignment, student, force=True, create=True):
+        self.calls += 1
+        if self.calls <= self.failures:
+            return {"success": False, "log": self.LOST}
+        return {"success": True, "log": "[INFO] done"}
+
+
+def test_a_notebook_whose_gradebook_step_lost_its_connection_is_graded_again(postgres, tmp_path):
+    from nbgrader.api import Gradebook
+
+    from attnlab.grading import worker
+
+    url = postgres.create_database("flaky")
+    with environment({"PATH": tool_env()["PATH"]}):  # nbgrader shells out to alembic when it creates its tables
+        Gradebook(url, "attention-kernels").close()
+    api = _FlakyApi(tmp_path, url, failures=1)
+    success, log, notes = worker.autograde_one(api, "attention_kernels", "s", NB)
+    assert success and api.calls == 2
+    assert notes == ["the gradebook's connection was lost during grading: graded again once the server answered"]
+    # losing it every time: graded a bounded number of times, then failed with nbgrader's log
+    api = _FlakyApi(tmp_path, url, failures=10)
+    success, log, notes = worker.autograde_one(api, "attention_kernels", "s", NB)
+    assert not success and api.calls == worker.LOST_CONNECTION_RETRIES + 1 and "OperationalError" in log

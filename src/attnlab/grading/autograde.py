@@ -774,9 +774,31 @@ def read_report_json(path: Path) -> list[NotebookResult]:
 
 def export_grades(course: Course, path: Path) -> Path:
     """``nbgrader export`` of the gradebook to a CSV: one row per graded submission, with the points
-    of answers still to be graded by hand apart (:class:`.feedback.GradesExport`, set in nbgrader_config.py)."""
-    course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300)
-    return path
+    of answers still to be graded by hand apart (:class:`.feedback.GradesExport`, set in nbgrader_config.py).
+    A gradebook server that cannot be reached is waited for (:func:`.gradebook.retrying`), once.
+
+    Raises:
+        RuntimeError: nbgrader's export failed (the message gives its last error line, no password).
+    """
+    from .gradebook import GradebookUnreachable, db_url, has_tables, retrying
+
+    for attempt in range(2):
+        done = course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300, check=False)
+        if done.returncode == 0:
+            return path
+        log = done.stdout + done.stderr
+        if attempt or not re.search(r"OperationalError|InterfaceError", log):
+            break
+        try:
+            retrying(lambda: has_tables(db_url(course)))
+        except GradebookUnreachable as exc:
+            raise RuntimeError(f"nbgrader export failed: {exc}") from None
+    raise RuntimeError(f"nbgrader export failed (exit {done.returncode}): {_gradebook_text(_last_error(log))}")
+
+
+def _last_error(log: str) -> str:
+    errors = [ln for ln in log.splitlines() if re.search(r"Error|\[ERROR\]", ln)]
+    return errors[-1] if errors else log.strip()[-300:]
 
 
 def generate_feedback(course: Course, students: list[str] | None = None,

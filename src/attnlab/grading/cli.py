@@ -111,8 +111,11 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
         write_report_json(results, report_json)
         print(f"per-notebook report (JSON): {report_json}")
     if export:
-        export_grades(course, export)
-        print(f"gradebook exported by nbgrader: {export}")
+        try:
+            export_grades(course, export)
+            print(f"gradebook exported by nbgrader: {export}")
+        except RuntimeError as exc:  # the grades are in the gradebook: `attnlab export` writes the CSV later
+            print(f"NOT EXPORTED: {exc}; run `attnlab export --to {export}` once the gradebook is back")
     return results
 
 
@@ -218,7 +221,11 @@ def _cmd_export(args) -> int:
     from .autograde import export_grades
 
     course = Course.find(args.course)
-    export_grades(course, args.to)
+    try:
+        export_grades(course, args.to)
+    except RuntimeError as exc:
+        print(f"attnlab export: {exc}")
+        return 1
     print(f"gradebook exported by nbgrader: {args.to}")
     return 0
 
