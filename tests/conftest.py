@@ -142,7 +142,7 @@ def graded(tmp_path_factory) -> GradedCourse:
 ABUSE_NOTEBOOKS = ("01_online_softmax", "02_flash_forward", "99_triton_probe")
 #: Short limits, so hangs are graded in seconds (read by nbgrader_config.py and attnlab.verify).
 FAST_LIMITS = {"ATTNLAB_CALL_LIMIT_S": "2", "ATTNLAB_CELL_TIMEOUT_S": "6", "ATTNLAB_NOTEBOOK_BUDGET_S": "150",
-               "ATTNLAB_KERNEL_MEMORY_GB": "4"}
+               "ATTNLAB_KERNEL_MEMORY_GB": "4", "ATTNLAB_KERNEL_SCRATCH_MB": "256"}
 #: Students whose feedback the tests generate (nbgrader generate_feedback is slow per student).
 FEEDBACK_STUDENTS = ("reference", "abuse-stripped")
 

@@ -274,3 +274,28 @@ def test_autograde_exits_non_zero_and_says_so_when_a_notebook_could_not_be_grade
     assert failed == ["abuse-corrupt-file/01_online_softmax"]
     assert abused.codes["autograde"] == 1
     assert "NOT GRADED: 1 notebook(s) could not be graded" in abused.output["autograde"]
+
+
+# ------------------------------------------------------------- limits (issue 30, item 4)
+def test_deep_folders_and_a_full_scratch_folder_stay_in_the_sandbox(abused):
+    """The scratch folder is a tmpfs of the sandbox with a size: the writes stop there, and nothing of the
+    2,500 nested folders is left on the grader's disk (the students after it were graded: the batch test)."""
+    out = _outputs(abused.course, "abuse-deep-and-full")
+    assert "DISK REFUSED OSError" in out and int(out.split("DISK WRITTEN")[1].split()[0]) < 1024, out[:2000]
+    assert glob.glob(os.path.join(tempfile.gettempdir(), "attnlab-*", "**", ABUSE.DEEP_MARK), recursive=True) == []
+
+
+def test_a_memory_hog_ends_its_kernel_only(abused):
+    """Memory in a memfd counts for the kernel: past the limit its kernel dies, is restarted, and grading goes
+    on (every student and notebook reported: test_batch_finishes_and_every_notebook_is_accounted_for)."""
+    from attnlab.grading.tasks import describe_memory
+
+    if not describe_memory()[0]:
+        pytest.skip(describe_memory()[1])
+    assert "MEMFD HELD 6144" not in _outputs(abused.course, "abuse-memfd-hog")
+    assert "Autograded points" in abused.output["autograde"]
+
+
+def test_the_hosts_cgroups_are_not_readable_from_a_kernel(abused):
+    out = _outputs(abused.course, "abuse-cgroup-snoop")
+    assert "CGROUPS SEEN 0 0" in out, out[:2000]

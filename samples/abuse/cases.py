@@ -797,3 +797,68 @@ CASES += [
           {PROBE: Expect(lost=("test_softmax_kernel",), reasons=("3 times",),
                          notes=("GridExecutor.__call__ had been replaced", "reads interpreter frames"))}),
 ]
+
+
+# Issue 30, item 4: resources outside the sandbox's limits. Each is bounded so that a machine without the
+# limits survives the test; the marker names let the tests look for what got out.
+#: The deep case's folder name: found on the grader's disk after the batch, the clean-up failed.
+DEEP_MARK = "attnlab-abuse-deep"
+
+
+def deep_and_full(s):
+    # 2,500 nested folders (the grader's shutil.rmtree stopped with RecursionError at about 1,000, and left
+    # them in its temporary folder), the deepest closed to all, 100 MB at the bottom, then files until the
+    # system refuses, bounded at 1.5 GiB (past it a disk without the limit filled up for the next student)
+    s.append(NB1, "online_softmax_stats", (
+        "import os\n"
+        "_fd = os.open('.', os.O_RDONLY)\n"
+        f"os.mkdir({DEEP_MARK!r}, dir_fd=_fd)\n"
+        f"_fd = os.open({DEEP_MARK!r}, os.O_RDONLY, dir_fd=_fd)\n"
+        "for _ in range(2500):\n"
+        "    os.mkdir('d', dir_fd=_fd)\n"
+        "    _fd = os.open('d', os.O_RDONLY, dir_fd=_fd)\n"
+        "_written = 0\n"
+        "try:\n"
+        "    with open(os.open('bottom', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=_fd), 'wb') as _f:\n"
+        "        _f.write(b'x' * 100 * 2**20)\n"
+        "    os.fchmod(_fd, 0)\n"
+        "    with open('fill', 'wb') as _f:\n"
+        "        while _written < 1536 * 2**20:\n"
+        "            _f.write(b'x' * 2**24)\n"
+        "            _f.flush()\n"
+        "            _written += 2**24\n"
+        "except OSError as _e:\n"
+        "    print('DISK REFUSED', type(_e).__name__)\n"
+        "print('DISK WRITTEN', _written >> 20)\n"))
+
+
+def memfd_hog(s):
+    # memory no per-process address-space cap sees: a child fills a memfd (never mapped) up to 6 GiB. With the
+    # kernel's memory counted as a whole, the out-of-memory killer ends the kernel (its largest process) and
+    # grading goes on without this cell, as after any dead kernel
+    s.append(NB1, "predict-bytes", (
+        "import subprocess, sys\n"
+        "_hog = ('import os\\nfd = os.memfd_create(\"hog\")\\nfor held in range(24):\\n'\n"
+        "        '    os.posix_fallocate(fd, held * 2**28, 2**28)\\n    print((held + 1) * 256, flush=True)\\n')\n"
+        "_p = subprocess.run([sys.executable, '-c', _hog], capture_output=True, text=True)\n"
+        "print('MEMFD HELD', (_p.stdout.split() or ['0'])[-1], 'RC', _p.returncode)\n"))
+
+
+def cgroup_snoop(s):
+    # the host's cgroups: every kernel's task count and the pids of other graders' workers
+    s.append(NB1, "online_softmax_stats", (
+        "import os\n"
+        "_seen = []\n"
+        "for _folder, _dirs, _files in os.walk('/sys/fs/cgroup'):\n"
+        "    _seen += [_d for _d in _dirs if _d.startswith('attnlab-')]\n"
+        "print('CGROUPS SEEN', len(_seen), open('/proc/self/cgroup').read().count('attnlab-'))\n"))
+
+
+CASES += [
+    Abuse("deep-and-full", "2,500 nested folders and 100 MB in the scratch folder, then writes until the disk "
+          "refuses (bounded at 1.5 GiB)", (NB1,), deep_and_full, {NB1: Expect()}),
+    Abuse("memfd-hog", "a child fills a memfd with 6 GiB (no address-space cap sees it)", (NB1,), memfd_hog,
+          {NB1: Expect(lost=(T_PREDICT,), notes=("kernel died", "restarted"))}),
+    Abuse("cgroup-snoop", "lists the host's cgroups: every kernel's, with its tasks", (NB1,), cgroup_snoop,
+          {NB1: Expect()}),
+]
