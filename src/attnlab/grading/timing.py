@@ -234,6 +234,9 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int
     bench = BENCHMARKS.get(name)
     if bench is None:
         return Timing(name, Status.NOT_TIMED, f"{name} has no timing stage")
+    if shape is None and not _gpu_here():
+        return Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader only",
+                      unit=bench.unit)
     try:
         mine = kernel_source(_cells_of(submitted, bench.cells))
         ref = kernel_source(_cells_of(reference, bench.cells))
@@ -266,6 +269,12 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int
         shutil.rmtree(folder, ignore_errors=True)
     result["status"] = Status(result["status"])
     return Timing(**{**result, "dropped": list(mine.dropped)})
+
+
+def _gpu_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def _sandboxed(cmd: list[str], folder: str) -> list[str]:

@@ -1,0 +1,64 @@
+"""The class speed pass and the leaderboard (attnlab.grading.speed, .leaderboard) on a CPU grader:
+kernels whose tests passed are sent to timing (here: "needs GPU timing"), the others are not; the
+leaderboard ranks timed outcomes, hides ids behind the course secret or shows chosen names, and
+gives each student their own standing. Timings themselves come from the H200 (notes/gpu/)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from attnlab.grading import leaderboard, speed
+from attnlab.grading.course import BEYOND, Course
+from attnlab.grading.timing import Status
+
+
+def test_speed_pass_times_only_what_passed_its_tests(graded):
+    course = graded.course
+    done = {(p.parent.name, t.notebook): t for s in ("reference", "blank")
+            for p, t in speed.time_student(course, s)}
+    assert set(done) == {("reference", "04_triton_softmax"), ("reference", "05_triton_flash"),
+                         ("blank", "04_triton_softmax"), ("blank", "05_triton_flash")}
+    for nb in ("04_triton_softmax", "05_triton_flash"):
+        assert done[("reference", nb)].status is Status.NEEDS_GPU, done[("reference", nb)]
+        assert done[("blank", nb)].status is Status.NOT_TIMED and "did not all pass" in done[("blank", nb)].message
+    records = speed.load_timings(course)
+    assert {(r["student"], r["notebook"]) for r in records} >= set(done)
+    beyond = speed.time_student(course.for_assignment(BEYOND), "reference")
+    assert {t.notebook for _, t in beyond} == {"07_triton_backward", "08_flash_decoding"}
+
+
+def _record(student, notebook, ratio, status="timed"):
+    return {"student": student, "assignment": "attention_kernels", "date": "2026-12-02T10:00:00+00:00",
+            "notebook": notebook, "status": status, "ratio": ratio if status == "timed" else None,
+            "rate": 360.0 * (ratio or 0), "unit": "TFLOP/s", "device": "NVIDIA H200"}
+
+
+def test_leaderboard_ranks_hides_ids_and_shows_each_student_their_place(tmp_path, monkeypatch):
+    monkeypatch.delenv(leaderboard.SECRET_ENV, raising=False)
+    course = Course(tmp_path)
+    records = [_record("alice-17", "05_triton_flash", 0.8), _record("bob-3", "05_triton_flash", 1.02),
+               _record("carol-9", "05_triton_flash", 0.3), _record("dan-4", "05_triton_flash", None, "wrong"),
+               _record("alice-17", "04_triton_softmax", 0.99)]
+    for r in records:
+        path = speed.timing_path(course, r["student"], r["notebook"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))
+    (tmp_path / leaderboard.NAMES_FILE).write_text("bob-3,Flash Gordon\n")
+    page, table = leaderboard.write(course)
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    flash = [r for r in rows if r["notebook"] == "05_triton_flash"]
+    assert [r["rank"] for r in flash] == ["1", "2", "3"] and flash[0]["name"] == "Flash Gordon"
+    assert all(r["name"].startswith("anon-") for r in flash[1:])
+    text = page.read_text()
+    assert "alice" not in text and "carol" not in text and "dan" not in text  # ids never shown
+    assert (tmp_path / ".attnlab-secret").stat().st_mode & 0o077 == 0
+    # the same student keeps the same anonymous id; another secret gives another
+    again = list(csv.DictReader(io.StringIO(leaderboard.write(course)[1].read_text())))
+    assert again == rows
+    monkeypatch.setenv(leaderboard.SECRET_ENV, "another")
+    assert list(csv.DictReader(io.StringIO(leaderboard.write(course)[1].read_text())))[1]["name"] != flash[1]["name"]
+    own = (tmp_path / "feedback" / "carol-9" / "attention_kernels" / "speed.html").read_text()
+    assert own.count("class='you'") == 1
+    assert not (tmp_path / "feedback" / "dan-4").exists()  # nothing timed: no standing
