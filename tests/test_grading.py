@@ -82,3 +82,123 @@ def test_a_submission_holding_a_link_is_refused_not_followed(graded):
     assert r.status == "failed" and r.points == 0, (r.status, r.points, r.reason)
     assert "notes.txt (a link)" in r.reason and "follows no link" in r.reason
     assert not (graded.course.autograded / "linked" / graded.course.assignment / "notes.txt").exists()
+
+
+# ------------------------------------------- hand grading, feedback and export without grading anything
+def _tiny_gradebook(tmp_path):
+    """A SQLite gradebook (nbgrader's API) with assignment ``a`` (notebook ``nb``: test cell ``t``, 2
+    points; written answers ``w1``, ``w2``, 1 point each), assignment ``b`` that nobody submitted, and
+    student ``s``'s submission of ``a``."""
+    from nbgrader.api import Gradebook
+
+    from attnlab.grading.course import tool_env
+
+    from .conftest import environment
+
+    with environment({"PATH": tool_env()["PATH"]}):  # nbgrader shells out to alembic for a new database
+        gb = Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}", "c")
+    for name in ("a", "b"):
+        gb.add_assignment(name)
+        gb.add_notebook("nb", name)
+        gb.add_grade_cell("t", "nb", name, max_score=2, cell_type="code")
+        for w in ("w1", "w2"):
+            gb.add_grade_cell(w, "nb", name, max_score=1, cell_type="markdown")
+            gb.add_solution_cell(w, "nb", name)
+    gb.add_student("s", first_name="Ann, B.")
+    gb.add_submission("a", "s")
+    grades = {g.name: g for g in gb.find_submission_notebook("nb", "a", "s").grades}
+    grades["t"].auto_score, grades["t"].needs_manual_grade = 2.0, False  # what SaveAutoGrades leaves
+    for w in ("w1", "w2"):
+        grades[w].auto_score, grades[w].needs_manual_grade = None, True
+    gb.db.commit()
+    return gb, grades
+
+
+def test_keep_hand_grading_restores_unchanged_answers_and_names_the_others(tmp_path):
+    from attnlab.grading.gradebook import hand_graded, keep_hand_grading
+
+    gb, grades = _tiny_gradebook(tmp_path)
+    try:
+        for name, score in (("t", 1.5), ("w1", 1.0), ("w2", 0.5)):  # formgrader's save
+            grades[name].manual_score, grades[name].needs_manual_grade = score, False
+        gb.db.commit()
+        before = hand_graded(gb, "a", "s", "nb")
+        assert before == {"t": (1.5, 2.0), "w1": (1.0, None), "w2": (0.5, None)}
+        for g in grades.values():  # nbgrader's SaveAutoGrades on the re-grade: the test now fails
+            g.needs_manual_grade = True
+        grades["t"].auto_score = 0.0
+        gb.db.commit()
+        old = {"t": (False, "check()"), "w1": (True, "same words"), "w2": (True, "first words")}
+        new = {"t": (False, "check()"), "w1": (True, "same words"), "w2": (True, "other words")}
+        lines = keep_hand_grading(gb, "a", "s", "nb", before, old, new)
+        state = {g.name: (g.manual_score, g.needs_manual_grade) for g in gb.find_submission_notebook("nb", "a", "s").grades}
+        assert state == {"t": (1.5, True), "w1": (1.0, False), "w2": (0.5, True)}
+        assert lines[0] == "hand grading kept for w1 (unchanged since graded by hand)"
+        assert "t reopened for hand grading: its autograded score changed from 2.0 to 0.0" in lines[1]
+        assert lines[2].startswith("w2 reopened for hand grading: the answer changed since it was graded by hand")
+        # no earlier autograded notebook: nothing to compare with, everything hand-graded is reopened
+        lines = keep_hand_grading(gb, "a", "s", "nb", {"w1": (1.0, None)}, None, new)
+        assert lines == ["w1 reopened for hand grading: the earlier autograded notebook is gone, so the answer could "
+                         "not be compared (the hand score 1 stands until it is graded again)"]
+    finally:
+        gb.close()
+
+
+def test_export_rows_are_graded_submissions_with_what_waits_for_hand_grading(tmp_path):
+    import csv
+
+    from attnlab.grading.feedback import GradesExport, grade_rows
+
+    gb, grades = _tiny_gradebook(tmp_path)
+    try:
+        rows = grade_rows(gb)
+        assert [(r["assignment"], r["student_id"]) for r in rows] == [("a", "s")]  # nothing for b: not submitted
+        row = rows[0]
+        assert (row["score"], row["max_score"], row["autograded_score"], row["to_be_graded"], row["complete"]) == \
+               (2.0, 4.0, 2.0, 2.0, "no")
+        grades["w1"].manual_score = grades["w2"].manual_score = 1.0
+        grades["w1"].needs_manual_grade = grades["w2"].needs_manual_grade = False
+        gb.db.commit()
+        row = grade_rows(gb)[0]
+        assert (row["score"], row["hand_graded_score"], row["to_be_graded"], row["complete"]) == (4.0, 2.0, 0.0, "yes")
+        plugin = GradesExport(to=str(tmp_path / "grades.csv"))
+        plugin.export(gb)
+        with open(tmp_path / "grades.csv") as f:
+            written = list(csv.DictReader(f))
+        assert len(written) == 1 and written[0]["first_name"] == "Ann, B." and written[0]["score"] == "4.0"
+    finally:
+        gb.close()
+
+
+def test_feedback_page_marks_answers_to_be_graded_in_nbgraders_template():
+    """nbgrader's own feedback template, rendered as generate_feedback does, then marked: the test
+    fails if the template's score markup changes under the marks."""
+    import os
+
+    import nbformat
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+
+    from attnlab.grading.feedback import mark_to_be_graded
+
+    def cell(kind, gid, score, points, solution):
+        meta = {"grade": True, "grade_id": gid, "solution": solution, "points": points, "score": score}
+        make = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+        return make("answer text" if solution else "check()", metadata={"nbgrader": meta})
+
+    nb = nbformat.v4.new_notebook(cells=[cell("code", "t", 2.0, 2.0, False), cell("markdown", "w1", 0.0, 1.0, True)])
+    config = Config()
+    config.HTMLExporter.template_name = "feedback"
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    config.HTMLExporter.extra_template_paths = [os.path.join(os.path.dirname(handlers.__file__), "static",
+                                                             "node_modules", "bootstrap", "dist", "css")]
+    resources = {"nbgrader": {"notebook": "nb", "score": 2.0, "max_score": 3.0, "late_penalty": 0}}
+    page, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
+    assert "Score: 0.0 / 1.0" in page  # what nbgrader shows for an answer nobody graded yet
+    marked = mark_to_be_graded(page, {"w1": 1.0}, {"auto": 2.0, "auto_max": 2.0, "hand": 0.0, "hand_max": 0.0})
+    assert "Score: 0.0 / 1.0" not in marked and "Score: 2.0 / 2.0" in marked
+    assert '<a href="#w1">Written response</a> (to be graded by hand, 1 point)' in marked
+    assert "To be graded by hand (1 point)" in marked
+    assert "<h4>nb (Score so far: 2 / 2; 1 point to be graded by hand)</h4>" in marked
+    assert "<b>Autograded:</b> 2 / 2" in marked

@@ -125,7 +125,7 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
     from nbgrader.api import Gradebook
 
     from .gradebook import (GradebookUnreachable, answer_cells, hand_graded, has_tables, is_sqlite,
-                            keep_hand_grading, retrying, take_waits)
+                            keep_hand_grading, redact, retrying, take_waits)
 
     take_waits()  # an earlier notebook's
     notes: list[str] = []
@@ -141,6 +141,10 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
         before = retrying(graded_by_hand)
     except GradebookUnreachable as exc:
         return False, f"{type(exc).__name__}: {exc}", take_waits()
+    except Exception as exc:  # noqa: BLE001 (grading goes on; nbgrader then reopens every hand-graded answer)
+        before = {}
+        notes.append(f"the answers graded by hand could not be read before grading ({type(exc).__name__}: "
+                     f"{redact(str(exc))[:200]}): nbgrader marks them all as needing manual grading again")
     old = answer_cells(out) if before else None
     for attempt in range(LOST_CONNECTION_RETRIES + 1):
         result = api.autograde(assignment, student, force=True, create=True)
@@ -160,8 +164,9 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
                 return keep_hand_grading(gb, assignment, student, notebook, before, old, answer_cells(out))
         try:
             notes += retrying(keep)
-        except GradebookUnreachable as exc:
-            notes.append(f"the reviewed state of the answers graded by hand could not be restored: {exc}")
+        except Exception as exc:  # noqa: BLE001 (the grades are saved; only the reviewed state is not restored)
+            notes.append(f"the reviewed state of the answers graded by hand could not be restored "
+                         f"({type(exc).__name__}: {redact(str(exc))[:200]}): they need manual grading again")
     return success, log, take_waits() + notes
 
 
