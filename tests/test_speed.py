@@ -13,6 +13,8 @@ from attnlab.grading import leaderboard, speed
 from attnlab.grading.course import BEYOND, Course
 from attnlab.grading.timing import Status
 
+from .conftest import run_cli
+
 
 def test_speed_pass_times_only_what_passed_its_tests(graded):
     course = graded.course
@@ -27,6 +29,8 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     assert {(r["student"], r["notebook"]) for r in records} >= set(done)
     beyond = speed.time_student(course.for_assignment(BEYOND), "reference")
     assert {t.notebook for _, t in beyond} == {"07_triton_backward", "08_flash_decoding"}
+    code, out = run_cli(course, "speed", "--student", "typical_mistakes")
+    assert code == 0 and "typical_mistakes" in out and "needs GPU timing" not in out, out  # its kernels fail tests
 
 
 def _record(student, notebook, ratio, status="timed"):
@@ -46,7 +50,11 @@ def test_leaderboard_ranks_hides_ids_and_shows_each_student_their_place(tmp_path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(r))
     (tmp_path / leaderboard.NAMES_FILE).write_text("bob-3,Flash Gordon\n")
-    page, table = leaderboard.write(course)
+    (tmp_path / "nbgrader_config.py").write_text("")
+    (tmp_path / "notebooks").mkdir()
+    code, out = run_cli(course, "leaderboard")
+    assert code == 0 and "4 timed kernels ranked" in out, out
+    page, table = tmp_path / "leaderboard_attention_kernels.html", tmp_path / "leaderboard_attention_kernels.csv"
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     flash = [r for r in rows if r["notebook"] == "05_triton_flash"]
     assert [r["rank"] for r in flash] == ["1", "2", "3"] and flash[0]["name"] == "Flash Gordon"

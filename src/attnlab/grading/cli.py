@@ -18,6 +18,8 @@ Grading learners' submissions (README, "Instructor: grading submissions"):
     attnlab report                 merge the shards' reports into the class report
     attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
     attnlab feedback [--student S] feedback/<student>/<assignment>/*.html (nbgrader generate_feedback)
+    attnlab speed                  time the submitted kernels on this GPU against the reference (after autograde)
+    attnlab leaderboard            the class's speed leaderboard (HTML, CSV) and each student's standing
 """
 
 from __future__ import annotations
@@ -391,9 +393,11 @@ def _parser() -> argparse.ArgumentParser:
     _jobs_option(p)
 
     from .. import doctor, lab, selfcheck  # the learner's commands live in their own modules
-    from . import synthetic
+    from . import leaderboard, speed, synthetic
 
     shards.add_report_parser(sub, parents=[course])
+    speed.add_parser(sub, parents=[course])
+    leaderboard.add_parser(sub, parents=[course])
     synthetic.add_parser(sub, parents=[course])
     lab.add_parser(sub, parents=[course])
     selfcheck.add_parser(sub)

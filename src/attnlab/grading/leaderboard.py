@@ -131,3 +131,29 @@ def write(course: Course, out: Path | None = None, feedback: bool = True) -> tup
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "speed.html").write_text(render_html(course, tables, you=student), encoding="utf-8")
     return page, table
+
+
+# ------------------------------------------------------------------------- attnlab leaderboard
+def add_parser(sub, parents) -> None:
+    from .course import ASSIGNMENT, ASSIGNMENTS
+
+    p = sub.add_parser("leaderboard", help="the class's speed leaderboard (HTML and CSV)",
+                       description="Rank the kernels `attnlab speed` timed: leaderboard_<assignment>.html and .csv "
+                                   "(one table per notebook: rank, chosen name or anonymous id, ratio to the "
+                                   "reference, TFLOP/s or GB/s, date), and each student's standing in "
+                                   "feedback/<student>/<assignment>/speed.html. Names: leaderboard_names.csv "
+                                   "(student_id,name) in the course folder, for students who chose one.",
+                       parents=parents)
+    p.add_argument("--out", type=Path, default=None, help="folder for the page and the CSV (default: the course)")
+    p.add_argument("--no-feedback", action="store_true", help="do not write the students' own pages")
+    p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
+                   help=f"the assignment to rank (default {ASSIGNMENT})")
+    p.set_defaults(func=_cmd_leaderboard)
+
+
+def _cmd_leaderboard(args) -> int:
+    course = Course.find(args.course, args.assignment)
+    page, table = write(course, args.out, feedback=not args.no_feedback)
+    ranked = sum(len(rows) for rows in rank(course).values())
+    print(f"wrote {page} and {table}: {ranked} timed kernels ranked")
+    return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 from .course import Course
@@ -79,3 +80,50 @@ def load_timings(course: Course) -> list[dict]:
     """Every outcome file of the assignment, as written by :func:`time_student`."""
     root = course.root / TIMINGS / course.assignment
     return [json.loads(p.read_text()) for p in sorted(root.glob("*/*.json"))]
+
+
+# ------------------------------------------------------------------------------- attnlab speed
+DESCRIPTION = (
+    "Time each submitted kernel notebook (04, 05, 07, 08) on this grader's GPU against the course's reference "
+    "kernels, after `attnlab autograde`: only kernels whose autograded tests all passed, each in a sandboxed "
+    "process of its own that runs nothing of the notebook but the kernels' definitions; fresh inputs and an L2 "
+    "flush every repetition, every repetition checked. Writes timings/<assignment>/<student>/<notebook>.json "
+    "(`attnlab leaderboard` ranks them). Without a GPU each outcome says 'needs GPU timing'. --shard I/N "
+    "splits the class over machines as autograde does.")
+
+
+def add_parser(sub, parents) -> None:
+    from .course import ASSIGNMENT, ASSIGNMENTS
+
+    p = sub.add_parser("speed", help="time the submitted kernels on this GPU (after autograde)",
+                       description=DESCRIPTION, parents=parents)
+    p.add_argument("--student", action="append", help="only this student (repeatable)")
+    p.add_argument("--shard", default=None, metavar="I/N", help="shard I of N of the class, as for autograde")
+    p.add_argument("--reps", type=int, default=30, help="timed repetitions of each kernel (default 30)")
+    p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
+                   help=f"the assignment to work on (default {ASSIGNMENT})")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="time even where bubblewrap is missing, WITHOUT the sandbox")
+    p.set_defaults(func=_cmd_speed)
+
+
+def _cmd_speed(args) -> int:
+    from . import sandbox
+    from .shards import students_to_grade
+    from .autograde import submitted_students
+
+    course = Course.find(args.course, args.assignment)
+    try:
+        sandbox.require(args.unsafe_no_sandbox)
+    except sandbox.SandboxUnavailable as exc:
+        print(f"attnlab speed: {exc}", file=sys.stderr)
+        return 2
+    students = students_to_grade(course, args.shard, None, args.student) or submitted_students(course)
+    failed = 0
+    for student in students:
+        for path, timing in time_student(course, student, reps=args.reps, sandbox=not args.unsafe_no_sandbox):
+            print(f"  {student:24s} {timing.notebook:22s} {timing.status.value}: {timing.message}", flush=True)
+            failed += timing.status in (Status.FAILED, Status.WRONG)
+    print(f"timed {len(students)} students' kernels into {TIMINGS}/{course.assignment}/ "
+          f"({failed} failed or wrong); `attnlab leaderboard --assignment {course.assignment}` ranks them")
+    return 0

@@ -284,7 +284,7 @@ def _sandboxed(cmd: list[str], folder: str) -> list[str]:
     ok, _ = sandbox.check()
     if not ok:
         return cmd
-    return sandbox.wrap(cmd, folder, None, account=None)
+    return sandbox.wrap(cmd, folder, None)  # as a kernel: an account of its own under a root grader
 
 
 # ------------------------------------------------------------------------------------- the worker
