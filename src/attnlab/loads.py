@@ -49,6 +49,8 @@ _ROUTED = frozenset({"create_load", "create_store", "create_atomic_load", "creat
                      "create_atomic_poll", "create_descriptor_load", "create_descriptor_store",
                      "create_descriptor_gather", "create_descriptor_scatter", "create_make_tensor_descriptor",
                      "create_tensor_pointer_load", "create_tensor_pointer_store"})
+#: Methods whose names match below but that work on registers only (``tl.gather`` picks from a tensor).
+_REGISTERS = frozenset({"create_gather"})
 #: Builder method names that suggest a memory access: any not known above is recorded as unaccounted.
 _MEMORY_NAME = re.compile(r"load|store|atomic|descriptor|gather|scatter|prefetch|tma|copy")
 #: The other methods :func:`record` wraps: launch boundaries and matrix products.
@@ -183,7 +185,8 @@ def available() -> bool:
 def _memory_methods(builder) -> list[str]:
     """Builder methods whose names say they touch memory and that :func:`record` cannot account."""
     names = [n for n in dir(type(builder)) if n.startswith("create_") and _MEMORY_NAME.search(n)]
-    return sorted(n for n in names if n not in _PRIMITIVES and n not in _ROUTED and callable(getattr(builder, n)))
+    known = set(_PRIMITIVES) | _ROUTED | _REGISTERS
+    return sorted(n for n in names if n not in known and callable(getattr(builder, n)))
 
 
 def _launching_kernel() -> str:
@@ -312,23 +315,23 @@ def races(ledger: Ledger) -> list[Race]:
     for i, launch in enumerate(ledger.launches):
         for tensor in sorted({a.tensor for a in launch.accesses}):
             accesses = [a for a in launch.accesses if a.tensor == tensor and a.index.size]
-            stores = [a for a in accesses if a.kind == "store"]
-            if not stores or len({a.program for a in accesses}) < 2:
+            if not any(a.kind == "store" for a in accesses) or len({a.program for a in accesses}) < 2:
                 continue
             ids = {p: n for n, p in enumerate(sorted({a.program for a in accesses}))}
-            pairs = lambda group: np.unique(np.concatenate([  # noqa: E731
-                np.stack([a.index, np.full(a.index.size, ids[a.program])], axis=1) for a in group]), axis=0)
-            touched = pairs(accesses)
-            elements, counts = np.unique(touched[:, 0], return_counts=True)
+            # one int64 key per (element, program): unique pairs without a 2-D unique
+            keys = np.unique(np.concatenate([a.index * len(ids) + ids[a.program] for a in accesses]))
+            elements, counts = np.unique(keys // len(ids), return_counts=True)
             shared = elements[counts > 1]
-            stored = np.unique(pairs(stores)[:, 0])
+            if not shared.size:
+                continue
+            stored = np.concatenate([a.index for a in accesses if a.kind == "store"])
             racy = np.intersect1d(shared, stored)
             if not racy.size:
                 continue
             element = int(racy[0])
-            who = tuple(p for p, n in ids.items() if n in set(touched[touched[:, 0] == element, 1].tolist()))
+            who = tuple(p for p, n in ids.items() if element * len(ids) + n in set(keys[keys // len(ids) == element].tolist()))
             loaded = {a.program for a in accesses if a.kind == "load" and element in a.index}
-            storing = {a.program for a in stores if element in a.index}
+            storing = {a.program for a in accesses if a.kind == "store" and element in a.index}
             found.append(Race(i, launch.kernel, tensor, element, who[:4], bool(storing & loaded)))
     return found
 
