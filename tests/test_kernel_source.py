@@ -269,3 +269,42 @@ def watcher():
         mod.stop.set()
         thread.join()
     assert any("a thread running notebook code" in f and "watcher" in f for f in flags), flags
+
+
+def test_triton_language_patched_in_a_cell_is_refused_while_autograding(tmp_path):
+    # samples/abuse's triton-language-patch, in the order autograding runs it: the guard installed before
+    # any cell, the solution cell, the guard's restore before the test cell (triton.language is not
+    # restored: the interpreter patches it at every launch), then the check. In a process of its own.
+    import importlib.util
+    import subprocess
+
+    from .conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("abuse_cases", ROOT / "samples" / "abuse" / "cases.py")
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    cell = tmp_path / "cell.py"
+    cell.write_text(cases.TL_PATCH)
+    script = textwrap.dedent(f"""
+        from attnlab import init
+        init(verbose=False)
+        import torch, triton, triton.language as tl
+        from attnlab.grading import guard
+        from attnlab.verify import check_softmax_kernel
+        ns = {{"torch": torch, "triton": triton, "tl": tl, "__name__": "__main__"}}
+        guard.install(ns=ns, triton=True)
+        exec(compile(open({str(cell)!r}).read(), {str(cell)!r}, "exec"), ns)
+        guard.before_locked(ns)
+        try:
+            check_softmax_kernel(ns["_softmax_kernel"], n_rows=3, n_cols=37)
+            print("RESULT passed")
+        except AssertionError as exc:
+            print("RESULT failed:", exc)
+        print("NOTES", guard.drain())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = [line for line in out.stdout.splitlines() if line.startswith(("RESULT", "NOTES"))]
+    assert len(result) == 2, out.stdout + out.stderr
+    assert result[0].startswith("RESULT failed") and "Triton's own code was replaced" in result[0], result
+    assert "triton.language" in result[0] and "program_id" in result[0], result
+    assert "Triton's code had been replaced" in result[1], result

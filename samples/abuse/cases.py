@@ -862,3 +862,52 @@ CASES += [
     Abuse("cgroup-snoop", "lists the host's cgroups: every kernel's, with its tasks", (NB1,), cgroup_snoop,
           {NB1: Expect()}),
 ]
+
+
+# =================================================================================================
+# More than its source (issue 30, item 2): Triton's language patched in a solution cell. The guard does
+# not restore triton.language (the interpreter patches it itself at every launch), so the patch reaches
+# the test cell; the checks refuse to launch while Triton holds code from a notebook.
+TL_PATCH = """import sys
+
+import triton.language as _tl
+from triton.runtime import interpreter as _ti
+
+_program_id = _tl.program_id
+
+
+def _program_id_and_softmax(axis, _semantic=None):
+    \"\"\"tl.program_id; interpreted, it first writes the whole launch's softmax with torch.\"\"\"
+    frame = sys._getframe(1)
+    while _semantic is _ti.interpreter_semantic and frame is not None:
+        launch = frame.f_locals.get("args_dev")
+        if launch:
+            y, x = launch[:2]
+            y.copy_(torch.softmax(x.double(), dim=-1).to(y.dtype))
+            break
+        frame = frame.f_back
+    return _program_id(axis, _semantic=_semantic)
+
+
+_program_id_and_softmax.__triton_builtin__ = True  # a GPU compile calls it with its code generator: honest there
+_tl.program_id = _program_id_and_softmax
+
+
+@triton.jit
+def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_SIZE)
+    x = tl.load(input_ptr + row * input_row_stride + offs, mask=offs < n_cols, other=-float("inf"))  # no store
+"""
+
+
+def triton_language_patch(s):
+    s.cell(PROBE, "_softmax_kernel").source = TL_PATCH
+
+
+CASES += [
+    Abuse("triton-language-patch", "a kernel that stores nothing; tl.program_id replaced by a function that writes "
+          "the softmax with torch while the kernel is interpreted", (PROBE,), triton_language_patch,
+          {PROBE: Expect(lost=("test_softmax_kernel",), reasons=("Triton's own code was replaced",),
+                         notes=("Triton's code had been replaced",))}),
+]
