@@ -308,3 +308,42 @@ def test_triton_language_patched_in_a_cell_is_refused_while_autograding(tmp_path
     assert result[0].startswith("RESULT failed") and "Triton's own code was replaced" in result[0], result
     assert "triton.language" in result[0] and "program_id" in result[0], result
     assert "Triton's code had been replaced" in result[1], result
+
+
+def test_swapped_interpreter_rewriter_is_left_behind(tmp_path, flags):
+    # the interpreter runs what its rewriter returns for each program: here a Python function that writes
+    # the launch's softmax with torch (the compile gate compiles the honest-looking source)
+    mod = _module(tmp_path, "ks_rewriter", _LOADS_ONLY, _SOFTMAX_INTO, """
+import types
+
+
+_loads = _softmax_kernel.rewrite()  # the honest-looking kernel, interpreted: its loads are accounted
+
+
+def _program(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    _loads(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE)
+    frame = sys._getframe(1)
+    while frame is not None and "args_dev" not in frame.f_locals:
+        frame = frame.f_back
+    softmax_into(*frame.f_locals["args_dev"][:5])
+
+
+_softmax_kernel.rewritten_fn.pop(_softmax_kernel.fn, None)
+_softmax_kernel.rewriter = types.SimpleNamespace(rewrite_ast=lambda: _program, fn=None)
+""")
+    with pytest.raises(AssertionError, match="not finite"):
+        _check(mod._softmax_kernel)
+    assert any("rewriter" in f for f in flags), flags
+
+
+def test_a_subclass_of_tritons_kernel_type_is_refused(tmp_path):
+    mod = _module(tmp_path, "ks_subclass", _HONEST, """
+class _Kernel(type(_softmax_kernel)):
+    def run(self, *args, **kwargs):
+        return super().run(*args, **kwargs)
+
+
+_softmax_kernel = _Kernel(_softmax_kernel.fn)
+""")
+    with pytest.raises(TypeError, match="must be a @triton.jit function"):
+        _check(mod._softmax_kernel)
