@@ -40,7 +40,7 @@ import triton.language as tl
 from attnlab import bench, launch
 from attnlab.checks import time_limit
 from attnlab.reference import naive_attention
-from attnlab.verify import call_limit_s, check_flash_kernel
+from attnlab.verify import call_limit_s, check_flash_kernel, check_flash_kernel_large_offsets
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -335,6 +335,8 @@ for causal in (False, True):
     check_flash_kernel(_flash_fwd_kernel, T=16, B=3, H=1, D=32, causal=causal, block_m=16, block_n=16, seed=8)
     # longer than any fixed block of keys a kernel might get away with on the short cases
     check_flash_kernel(_flash_fwd_kernel, T=203, H=1, D=16, causal=causal, block_m=64, block_n=32, seed=9)
+# three heads of 2^26 rows: bh * stride_bh passes 2^31 at the third (only the rows read exist; every machine)
+check_flash_kernel_large_offsets(_flash_fwd_kernel, seed=10)
 if not RUNTIME.interpret:  # sizes that fill a GPU, half precision, the launcher's defaults and more
     # each (D, dtype, causal, tiles) is a compile of its own (~1.5 s on an H200): each 16-bit type at one
     # head size (bf16 at 64, fp16 at 128) rather than every (D, dtype) pair

@@ -42,7 +42,9 @@ from attnlab import bench, launch_backward
 from attnlab.checks import time_limit
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import call_limit_s
-from attnlab.verify_backward import check_bwd_preprocess, check_flash_backward_kernels, check_triton_attention
+from attnlab.verify_backward import (check_bwd_dq_large_offsets, check_bwd_preprocess,
+                                      check_bwd_preprocess_large_offsets, check_flash_backward_kernels,
+                                      check_triton_attention)
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -253,6 +255,8 @@ print("visible checks passed")
 ### BEGIN HIDDEN TESTS
 check_bwd_preprocess(_bwd_preprocess_kernel, T=5, D=16, block_m=16, seed=2)
 check_bwd_preprocess(_bwd_preprocess_kernel, T=64, D=64, block_m=32, seed=3)
+# three heads of 2^26 rows: bh * stride_bh passes 2^31 at the third (only the rows read exist; every machine)
+check_bwd_preprocess_large_offsets(_bwd_preprocess_kernel, seed=5)
 if not RUNTIME.interpret:
     for dtype in (torch.float16, torch.bfloat16):
         check_bwd_preprocess(_bwd_preprocess_kernel, B=4, H=8, T=1023, D=128, block_m=64, dtype=dtype, seed=4)
@@ -521,6 +525,9 @@ for causal in (False, True):
     check_flash_backward_kernels(KERNELS, T=64, D=32, causal=causal, seed=2)
     check_flash_backward_kernels(KERNELS, T=64, D=16, causal=causal, block_m=32, block_n=16, seed=3)
     check_flash_backward_kernels(KERNELS, T=64, D=64, causal=causal, block_m=16, block_n=32, seed=4)
+# the dQ kernel on three heads of 2^26 rows, where bh * stride_bh passes 2^31 (the dK/dV kernel's key tiles
+# would each walk all 2^26 queries: no case this cheap reaches its offsets)
+check_bwd_dq_large_offsets(_bwd_dq_kernel, seed=9)
 if not RUNTIME.interpret:  # sizes that fill a GPU, half precision, the launcher's defaults and larger tiles
     # each (D, dtype, causal, tiles) compiles the dK/dV and dQ kernels again: each 16-bit type at one
     # head size (bf16 at 64, fp16 at 128) rather than every (D, dtype) pair

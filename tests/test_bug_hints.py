@@ -470,3 +470,27 @@ def test_head_offset_from_a_padded_length_is_named_not_the_store_mask(notebook):
     assert "per-head offset is wrong" in msg and "must be masked" not in msg, msg
     msg = check({"05": "05-unmasked-store", "07": "07-unmasked-dkdv-store"}[notebook])  # really unmasked
     assert "must be masked out of the stores" in msg and "per-head offset" not in msg, msg
+
+
+@pytest.mark.parametrize("mistake", ["05-bh-offset-32-bit", "07-bh-offset-32-bit", "07-dq-bh-offset-32-bit"])
+def test_bh_offset_in_32_bits_is_named_past_two_to_the_31(mistake):
+    from attnlab.verify import check_flash_kernel_large_offsets
+    from attnlab.verify_backward import check_bwd_dq_large_offsets, check_bwd_preprocess_large_offsets
+
+    m = MISTAKES[mistake]
+    check = {"_flash_fwd_kernel": check_flash_kernel_large_offsets, "_bwd_dq_kernel": check_bwd_dq_large_offsets,
+             "_bwd_preprocess_kernel": check_bwd_preprocess_large_offsets}[m.cell]
+    msg = _message(check, solution(m.notebook, m.cell, m))
+    assert "wraps around past 2^31" in msg and "bh = tl.program_id(1).to(tl.int64)" in msg, msg
+    check(solution(m.notebook, m.cell))  # the reference: right
+
+
+def test_spread_places_many_layouts_in_one_process():
+    """Each layout is mapped once and reused; new ones keep finding room below the others."""
+    from attnlab import sparse
+
+    spreads = [sparse.spread([0, 2**30 + 64 * i], 64) for i in range(70)]
+    assert sparse.spread([0, 2**30], 64) is spreads[0]
+    for s in spreads:
+        s.pieces[1].fill_(1.0)
+        assert s.whole.data_ptr() + s.starts[1] * 4 == s.pieces[1].data_ptr()

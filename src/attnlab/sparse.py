@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Spread", "spread"]
+__all__ = ["Spread", "spread", "far_heads"]
 
 _PAGE = mmap.PAGESIZE
 _PROT = mmap.PROT_READ | mmap.PROT_WRITE
@@ -49,9 +49,15 @@ class Spread:
     starts: list[int]
 
 
-def spread(starts, length: int, dtype=torch.float32, *, attempts: int = 8) -> Spread:
+#: Spreads already placed, by layout: a check run again (or another check with the same layout) reuses
+#: its pieces, so a process maps each layout once (its pieces are never unmapped).
+_PLACED: dict[tuple, Spread] = {}
+
+
+def spread(starts, length: int, dtype=torch.float32, *, span: int | None = None, attempts: int = 64) -> Spread:
     """Memory for ``length`` elements of ``dtype`` at each element offset of ``starts`` (ascending,
-    the first 0) from one base address, nothing mapped in between.
+    the first 0) from one base address, nothing mapped in between; ``whole`` covers ``span`` elements
+    (at least the last piece's end, the default), so views reaching past the last piece fit in it.
 
     Raises:
         ValueError: ``starts`` not ascending from 0, or pieces that overlap.
@@ -60,8 +66,11 @@ def spread(starts, length: int, dtype=torch.float32, *, attempts: int = 8) -> Sp
     starts = [int(s) for s in starts]
     if not starts or starts[0] != 0 or any(b - a < length for a, b in zip(starts, starts[1:])):
         raise ValueError(f"starts must ascend from 0, at least length={length} apart, got {starts}")
+    key = (tuple(starts), length, dtype, span)
+    if key in _PLACED:
+        return _PLACED[key]
     size = torch.empty((), dtype=dtype).element_size()
-    span_bytes = (starts[-1] + length) * size
+    span_bytes = max(span or 0, starts[-1] + length) * size
     libc = _libc()
     # a fresh mapping lands just below the others (the kernel hands out addresses top-down): the
     # range below it is free, so the pieces go there, the last one just under the probe
@@ -84,10 +93,30 @@ def spread(starts, length: int, dtype=torch.float32, *, attempts: int = 8) -> Sp
             mapped.append((first, n))
         else:
             whole = torch.frombuffer((ctypes.c_byte * span_bytes).from_address(base), dtype=dtype)
-            return Spread(whole, [whole[s:s + length] for s in starts], starts)
+            _PLACED[key] = Spread(whole, [whole[s:s + length] for s in starts], starts)
+            return _PLACED[key]
         for first, n in mapped:
             libc.munmap(first, n)
         base -= span_bytes + (1 << 32)
         if base <= 0:
             break
     raise OSError("no free address range for the spread tensor's pieces")
+
+
+def far_heads(names, *, heads: int, T: int, D: int | None, rows: int, spare: int = 0,
+              dtype=torch.float32) -> tuple[dict[str, torch.Tensor], Spread]:
+    """Contiguous (heads, 1, T, D) tensors (or (heads, 1, T) with ``D=None``), one per name, of which
+    only the first ``rows`` rows of each head exist: head h's rows of every tensor share one piece,
+    at element offset h·T·D of the first tensor (so ``bh * stride_bh`` reaches it with stride_bh = T·D).
+
+    Returns:
+        (name -> tensor, the :class:`Spread`); the pieces are NaN. Raises OSError as :func:`spread`.
+    """
+    row = D or 1
+    per = rows * row
+    shape, strides = ((heads, 1, T, D), (T * D, T * D, D, 1)) if D else ((heads, 1, T), (T, T, 1))
+    mem = spread([h * T * row for h in range(heads)], len(names) * per + spare, dtype,
+                 span=(heads - 1) * T * row + len(names) * per + T * row)
+    for p in mem.pieces:
+        p.fill_(float("nan"))
+    return {name: mem.whole.as_strided(shape, strides, i * per) for i, name in enumerate(names)}, mem

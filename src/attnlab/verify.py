@@ -32,6 +32,7 @@ __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
     "check_attention_gradcheck",
     "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores", "shift_scores",
+    "check_flash_kernel_large_offsets",
 ]
 
 #: Learner functions that already ran out of time: later checks fail at once instead of waiting again.
@@ -705,3 +706,58 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
               lambda: unmasked_keys_hint(o.cpu(), *inputs, causal=causal, block_n=block_n, tol=max(tol, 1e-5)),
               lambda: zero_max_hint(o.cpu(), *inputs, causal=causal, scale=None))
     assert_close(lse.cpu(), lse_ref.cpu(), name="LSE (natural log)", case=case, tol=max(tol, 1e-5))
+
+
+def check_flash_kernel_large_offsets(kernel, *, D: int = 16, block_m: int = 16, block_n: int = 16, seed: int = 0):
+    """Check a ``_flash_fwd_kernel`` where ``bh * stride_bh`` passes 2³¹ elements.
+
+    Three heads of T = 2³⁰ / D rows each, so stride_bh = T·D = 2³⁰ and head 2 starts at 2³¹: computed in
+    32 bits its offset wraps around. Causal, and only the first query tile of every head is launched
+    (grid (1, 3)): it needs the keys of that tile only, so only those rows exist (:mod:`attnlab.sparse`).
+    Runs on the CPU through Triton's interpreter on every machine, under the load accounting, which
+    switches off every lane outside those rows (a wrapped offset reads nothing instead of crashing).
+    Where the memory cannot be placed (not Linux) it prints why and checks nothing.
+
+    Raises:
+        AssertionError: O or LSE of the launched rows wrong; when the heads below 2³¹ are right and the
+            one past it is wrong, saying to widen ``bh`` to 64 bits.
+    """
+    from . import sparse
+    from .hints import int32_offset_hint
+
+    heads, T, rows = 3, 2**30 // D, max(block_m, block_n)
+    try:
+        t, mem = sparse.far_heads(("Q", "K", "V", "O"), heads=heads, T=T, D=D, rows=rows, spare=rows * D)
+        (lse,), lse_mem = (lambda d, m: (tuple(d.values()), m))(
+            *sparse.far_heads(("LSE",), heads=heads, T=T, D=None, rows=rows, spare=rows))
+    except OSError as exc:
+        print(f"(the large-offset case of _flash_fwd_kernel is skipped here: {exc})")
+        return
+    small = [randn(heads, 1, rows, D, seed=seed + i).to(torch.float32) for i in range(3)]
+    for name, x in zip("QKV", small):  # only the pieces are written
+        t[name][:, :, :rows] = x
+    o_ref, lse_ref = naive_attention(*(x.double() for x in small), causal=True)
+    case = Case(B=heads, H=1, T=T, D=D, causal=True, block_m=block_m, block_n=block_n, stride_bh=T * D,
+                launched="the first query tile of each head")
+    buffers = {f"rows of head {h}": p for h, p in enumerate(mem.pieces)}
+    buffers.update({f"LSE of head {h}": p for h, p in enumerate(lse_mem.pieces)})
+
+    def run():
+        runnable = launch.prepare_kernel(kernel, "_flash_fwd_kernel", {"q": t["Q"], "k": t["K"], "v": t["V"],
+                                                                       "o": t["O"]}, "_flash_fwd_kernel")
+        runnable[(1, heads)](t["Q"], t["K"], t["V"], t["O"], lse, T * D, D, T, D ** -0.5, CAUSAL=True,
+                             BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D)
+
+    with record(buffers):
+        _call(run, "_flash_fwd_kernel", _key=kernel)
+    o, got_lse = t["O"][:, :, :block_m].clone(), lse[:, :, :block_m].clone()
+    far = [(h + 1) * T * D > 2**31 for h in range(heads)]
+
+    def wraps(got, want):
+        return lambda: int32_offset_hint(got, want, 1e-5, far=far, what="bh * stride_bh",
+                                         fix="bh = tl.program_id(1).to(tl.int64)")
+
+    diagnosed(lambda: assert_close(o, o_ref[:, :, :block_m], name="O", case=case, tol=1e-5),
+              wraps(o, o_ref[:, :, :block_m]))
+    diagnosed(lambda: assert_close(got_lse, lse_ref[:, :, :block_m], name="LSE (natural log)", case=case, tol=1e-5),
+              wraps(got_lse, lse_ref[:, :, :block_m]))

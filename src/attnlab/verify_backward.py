@@ -29,7 +29,7 @@ from .verify import _GUARD, _call, _flag_internals, _kernel_device
 from .work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
-           "stores_through_argument"]
+           "stores_through_argument", "check_bwd_preprocess_large_offsets", "check_bwd_dq_large_offsets"]
 
 #: Position of DQ_ACC among the dK/dV kernel's arguments (launch_backward's contract).
 _DQ_ACC_ARG = 8
@@ -271,3 +271,97 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
         diagnosed(lambda: assert_close(t.grad.cpu(), ref, name=gname, case=case, tol=tol),
                   lambda: scale_factor_hint(gname, t.grad.cpu(), ref, D ** -0.5, tol),
                   lambda: lse_base_hint("d" + gname[0], t.grad.cpu(), *exact, causal=causal, tol=tol))
+
+
+# ------------------------------------------------------------------------------ offsets past 2^31
+_FAR_HEADS = 3  # head 2 of three heads of 2^30 elements starts at element 2^31
+
+
+def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_names, seed: int, block: int):
+    """Launch ``kernel`` on grid (1, 3) over three heads of T = 2³⁰ / D rows, only the first ``rows`` of
+    each existing (:func:`attnlab.sparse.far_heads`), under the load accounting, on the CPU through the
+    interpreter. ``launch_args(t, T)`` gives the kernel's arguments from the tensors ``t`` (by name);
+    the inputs hold the small float64 problem's values (returned with it). None where the memory
+    cannot be placed (printed)."""
+    from . import launch, sparse
+
+    T = 2**30 // D
+    try:
+        t, mem = sparse.far_heads(names, heads=_FAR_HEADS, T=T, D=D, rows=rows, spare=rows * D)
+        per_row, row_mem = sparse.far_heads(row_names, heads=_FAR_HEADS, T=T, D=None, rows=rows, spare=rows)
+    except OSError as exc:
+        print(f"(the large-offset case of {what} is skipped here: {exc})")
+        return None
+    t.update(per_row)
+    q, k, v, do = (randn(_FAR_HEADS, 1, rows, D, seed=seed + i).to(torch.float32).double() for i in range(4))
+    o, lse = naive_attention(q, k, v, causal=True)
+    o = o.to(torch.float32).double()
+    small = dict(Q=q, K=k, V=v, DO=do, O=o, LSE=lse, DELTA=(o * do).sum(-1), DQ_ACC=torch.zeros_like(q))
+    for name, x in small.items():  # only the pieces are written
+        if name in t:
+            t[name][:, :, :rows] = x
+    buffers = {f"rows of head {h}": p for h, p in enumerate(mem.pieces)}
+    buffers.update({f"per-row values of head {h}": p for h, p in enumerate(row_mem.pieces)})
+    tensors = {name.lower(): x for name, x in t.items() if x.dim() == 4}
+
+    def run():
+        launch.prepare_kernel(kernel, what, tensors, what)[(1, _FAR_HEADS)](*launch_args(t, T))
+
+    with record(buffers):
+        _call(run, what, _key=kernel)
+    case = Case(B=_FAR_HEADS, H=1, T=T, D=D, **({"causal": True} if "Q" in t else {}), stride_bh=T * D,
+                launched=f"the first tile of {block} rows of each head")
+    return t, small, case
+
+
+def _far_diagnosed(got, want, *, name: str, case) -> None:
+    from .hints import int32_offset_hint
+
+    far = [(h + 1) * 2**30 > 2**31 for h in range(_FAR_HEADS)]
+    diagnosed(lambda: assert_close(got, want, name=name, case=case, tol=1e-5),
+              lambda: int32_offset_hint(got, want, 1e-5, far=far, what="bh * stride_bh",
+                                        fix="bh = tl.program_id(1).to(tl.int64)"))
+
+
+def check_bwd_preprocess_large_offsets(kernel, *, D: int = 16, block_m: int = 16, seed: int = 0):
+    """Check ``_bwd_preprocess_kernel`` where ``bh * stride_bh`` passes 2³¹ elements: Δ of the first
+    ``block_m`` rows of three heads of 2³⁰ / D rows (head 2 starts at element 2³¹), only those rows
+    existing (:mod:`attnlab.sparse`). On the CPU through the interpreter on every machine; where the
+    memory cannot be placed (not Linux) it prints why and checks nothing.
+
+    Raises:
+        AssertionError: Δ wrong; when the heads below 2³¹ are right and the one past it is wrong, saying
+            to widen ``bh`` to 64 bits.
+    """
+    out = _run_far(kernel, "_bwd_preprocess_kernel",
+                   lambda t, T: (t["O"], t["DO"], t["DELTA"], T * D, D, T, block_m, D),
+                   D=D, rows=block_m, names=("O", "DO"), row_names=("DELTA",), seed=seed, block=block_m)
+    if out is not None:
+        t, small, case = out
+        _far_diagnosed(t["DELTA"][:, :, :block_m].clone(), small["DELTA"], name="Δ = rowsum(dO ∘ O)", case=case)
+
+
+def check_bwd_dq_large_offsets(kernel, *, D: int = 16, block_m: int = 16, block_n: int = 16, seed: int = 0):
+    """Check ``_bwd_dq_kernel`` where ``bh * stride_bh`` passes 2³¹ elements: dQ of the first query tile
+    (``block_n`` rows, stepping ``block_m`` keys, as the launcher sets them) of three causal heads of
+    2³⁰ / D rows, with exact LSE and Δ. A kernel that only copies ``DQ_ACC`` out (dQ added by the dK/dV
+    kernel's atomics) writes zeros here: the check does not apply to it and passes.
+
+    Raises:
+        AssertionError: dQ wrong; when the heads below 2³¹ are right and the one past it is wrong, saying
+            to widen ``bh`` to 64 bits.
+    """
+    rows = max(block_m, block_n)
+    out = _run_far(kernel, "_bwd_dq_kernel",
+                   lambda t, T: (t["Q"], t["K"], t["V"], t["DO"], t["LSE"], t["DELTA"], t["DQ"], t["DQ_ACC"], T * D,
+                                 D, T, D ** -0.5, True, block_n, block_m, D),
+                   D=D, rows=rows, names=("Q", "K", "V", "DO", "DQ", "DQ_ACC"), row_names=("LSE", "DELTA"),
+                   seed=seed, block=block_n)
+    if out is None:
+        return
+    t, small, case = out
+    got = t["DQ"][:, :, :block_n].clone()
+    if bool((got[:-1] == 0).all()):  # the heads below 2^31: the copy-out of DQ_ACC (all zeros here)
+        return
+    want = reference_gradients(small["Q"], small["K"], small["V"], small["DO"], causal=True)[0][:, :, :block_n]
+    _far_diagnosed(got, want, name="dq", case=case)

@@ -243,18 +243,18 @@ def create_memory(limit: int, shared: Path | None = None, candidates: list[Path]
     return None
 
 
-#: oom_score_adj of every process of a kernel's sandbox: the out-of-memory killer takes them first, and
-#: (set by root) no process of theirs may lower it again.
+#: oom_score_adj of every process of a kernel's sandbox: the out-of-memory killer takes them first, and,
+#: set by a process holding CAP_SYS_RESOURCE (root mostly does), no process of theirs may lower it again.
 KERNEL_OOM_SCORE = 1000
 #: oom_score_adj of the grading processes (``attnlab autograde``, its workers and their fork servers; a
-#: process that is not root cannot go below 0): the killer takes them last, so that a run always ends
-#: with its summary and report.
+#: process without CAP_SYS_RESOURCE cannot go below 0): the killer takes them last, so that a run always
+#: ends with its summary and report.
 GRADER_OOM_SCORE = -900
 
 
-def protect_grader(score: int = GRADER_OOM_SCORE) -> int:
+def protect_grader(score: int = GRADER_OOM_SCORE) -> int | None:
     """Give this process (and the processes it starts from now on) ``score`` as oom_score_adj, or as low
-    as this account may (0 when it is not root); the value set, None where /proc says nothing."""
+    as it may (0 without CAP_SYS_RESOURCE); the value set, None where /proc takes neither."""
     for value in dict.fromkeys((score, max(score, 0))):
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
