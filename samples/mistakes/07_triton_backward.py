@@ -196,6 +196,18 @@ MISTAKES = [
         why="takes each head's offset from T padded to a whole key tile instead of stride_bh = T * HEAD_DIM "
             "(the stores are masked, yet the last head's land past the end)",
     ),
+    Mistake(
+        id="07-bh-offset-32-bit", notebook=_NB, cell=_PRE,
+        edits=(("bh = tl.program_id(1).to(tl.int64)", "bh = tl.program_id(1)"),),
+        fails=(_PREP,),
+        why="keeps bh in 32 bits in the preprocess kernel: bh * stride_bh wraps around past 2^31 elements",
+    ),
+    Mistake(
+        id="07-dq-bh-offset-32-bit", notebook=_NB, cell=_DQ,
+        edits=(("    bh = tl.program_id(1).to(tl.int64)\n    start_m", "    bh = tl.program_id(1)\n    start_m"),),
+        fails=(_REF,),
+        why="keeps bh in 32 bits in the dQ kernel: bh * stride_bh wraps around past 2^31 elements",
+    ),
 ]
 
 TYPICAL = "07-dk-scale-missing"
