@@ -36,6 +36,7 @@ import ast
 import builtins
 import dis
 import inspect
+import operator
 import os
 import re
 import sys
@@ -526,6 +527,8 @@ _TRITON_MODULES = ("triton.language", "triton.runtime.jit", "triton.runtime.inte
                    "triton.compiler", "triton.knobs")
 #: (owner, name) -> value, as last verified: a launch looks only at what changed since.
 _VERIFIED: dict[tuple[int, str], object] = {}
+#: id(owner) -> (owner, its attribute names, their values) when last found intact.
+_SEEN: dict[int, tuple] = {}
 _OWNERS: list = []
 
 
@@ -564,9 +567,10 @@ def _trusted_dirs() -> tuple[str, ...]:
 
 def _owners() -> list:
     """Triton's modules above (with their submodules) and the classes they define."""
-    names = [n for n in list(sys.modules) if any(n == m or n.startswith(m + ".") for m in _TRITON_MODULES)]
-    if len(_OWNERS) == 1 and _OWNERS[0][0] == tuple(names):
+    if len(_OWNERS) == 1 and _OWNERS[0][2] == len(sys.modules):
         return _OWNERS[0][1]
+    names = [n for n in list(sys.modules)
+             if n.startswith("triton") and any(n == m or n.startswith(m + ".") for m in _TRITON_MODULES)]
     owners = []
     for n in names:
         mod = sys.modules.get(n)
@@ -575,7 +579,7 @@ def _owners() -> list:
         owners.append((n, mod))
         owners += [(f"{n}.{v.__name__}", v) for v in list(vars(mod).values())
                    if isinstance(v, type) and v.__module__ == n]
-    _OWNERS[:] = [(tuple(names), owners)]
+    _OWNERS[:] = [(tuple(names), owners, len(sys.modules))]
     return owners
 
 
@@ -590,7 +594,13 @@ def triton_patches() -> list[str]:
     trusted = _trusted_dirs()
     found = []
     for label, owner in _owners():
-        for name, value in list(vars(owner).items()):
+        now = vars(owner)
+        seen = _SEEN.get(id(owner))
+        if seen is not None and seen[0] is owner and len(now) == len(seen[2]) \
+                and all(map(operator.is_, now.values(), seen[2])) and tuple(now) == seen[1]:
+            continue  # nothing in it changed since it was last found intact (compared in C: cheap)
+        before = len(found)
+        for name, value in list(now.items()):
             key = (id(owner), name)
             if _VERIFIED.get(key, _ABSENT) is value:
                 continue
@@ -601,4 +611,6 @@ def triton_patches() -> list[str]:
                 _VERIFIED[key] = value
                 continue
             found.append(f"{label}.{name} ({path}, line {fn.__code__.co_firstlineno})")
+        if len(found) == before:
+            _SEEN[id(owner)] = (owner, tuple(now), tuple(now.values()))
     return found
