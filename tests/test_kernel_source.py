@@ -347,3 +347,9 @@ _softmax_kernel = _Kernel(_softmax_kernel.fn)
 """)
     with pytest.raises(TypeError, match="must be a @triton.jit function"):
         _check(mod._softmax_kernel)
+
+
+def test_a_python_builtin_a_gpu_compiler_refuses_is_named(tmp_path, flags):
+    mod = _module(tmp_path, "ks_abs", _HONEST.replace("num / tl.sum(num, axis=0)", "abs(num / tl.sum(num, axis=0))"))
+    with pytest.raises(TypeError, match="Python's 'abs'.*tl.abs"):
+        _check(mod._softmax_kernel)

@@ -185,6 +185,10 @@ def _rebuild(kernel, deps: list, building: dict):
         if scope is None:
             if name in ALLOWED_BUILTINS:
                 continue
+            if hasattr(builtins, name):
+                raise KernelSourceError(f"{what}: the kernel uses Python's {name!r}, which a GPU compiler does not "
+                                        f"accept in a kernel (of Python's builtins only {', '.join(ALLOWED_BUILTINS)}): "
+                                        f"use triton.language's equivalent (tl.abs, tl.sum, tl.where...)")
             raise KernelSourceError(f"{what}: the kernel uses the name {name!r}, which is not defined where the "
                                     f"kernel is (a kernel sees triton, tl, math, @triton.jit functions and constants)")
         value = scope[name]
