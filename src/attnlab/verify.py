@@ -64,7 +64,9 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
     helpers the checks use, so the comparison that follows uses the course's code, not a replacement.
 
     Before and after the call, :func:`attnlab.integrity.check` refuses to go on while torch's
-    operators are altered (a ``torch.library`` kernel, an active mode). With ``_probe`` (a
+    operators are altered (a ``torch.library`` kernel, an active mode), and before it :func:`_triton_intact`
+    refuses to go on while Triton's own code holds a notebook's (kernels themselves are launched rebuilt
+    from their source: :mod:`attnlab.kernel_source`). With ``_probe`` (a
     :class:`attnlab.probe.MethodProbe`) the call runs under it, and a broken method rule fails the
     check after the call; a result the probe never saw being computed is flagged for review.
     ``_hooked`` is a probe that ``fn`` attaches and detaches itself (around one autograd node):
