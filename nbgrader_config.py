@@ -27,6 +27,14 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py"
 c.Execute.timeout = int(os.environ.get("ATTNLAB_CELL_TIMEOUT_S", 90))
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
+# A kernel outside the sandbox talks over TCP: encrypt it with CurveZMQ keys where jupyter_client (8.10
+# on) can hand them out and the kernel supports them (ipykernel 7, which otherwise warns at every start
+# that it runs "over TCP without encryption"). Sandboxed kernels use Unix sockets: nothing to encrypt.
+from jupyter_client.manager import KernelManager  # noqa: E402
+
+if "transport_encryption" in KernelManager.class_trait_names():
+    c.KernelManager.transport_encryption = "auto"
+    c.SandboxedKernelManager.transport_encryption = "disabled"
 # Learner output is capped in the autograded notebook and the feedback.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60

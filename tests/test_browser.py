@@ -62,7 +62,18 @@ def _chromium() -> str:
     if found is None:
         _unavailable("Chromium is not installed and could not be installed here "
                      "(as root: apt-get install -y chromium chromium-driver)")
-    return found
+    return _unwrapped(found)
+
+
+def _unwrapped(chromium: str) -> str:
+    """The browser Debian's /usr/bin/chromium starts, where it is one: that shell script only adds flags,
+    and its /dev/shm check breaks where findmnt lists /dev/shm twice (a container's stacked mount:
+    "/usr/bin/chromium: 9: [: N: unexpected operator"). CHROMIUM_FLAGS holds what the test needs
+    (--disable-dev-shm-usage included)."""
+    real = Path(chromium).resolve().parent.parent / "lib" / "chromium" / "chromium"
+    with open(chromium, "rb") as f:
+        script = f.read(2) == b"#!"
+    return str(real) if script and real.is_file() else chromium
 
 
 def _free_port() -> int:
@@ -279,3 +290,17 @@ def test_instructor_sees_autograded_samples_in_formgrader(lab, page, graded):
         points = sum(r.points for (s, _), r in mine.items() if s == student)
         row = frame.locator("tr").filter(has=frame.locator("td", has_text=re.compile(f"^{student}$"))).first.inner_text()
         assert re.search(rf"\b{points:g} / {max_total:g}\b", row), (student, points, max_total, row)
+
+
+def test_debians_chromium_wrapper_is_bypassed(tmp_path):
+    """The test starts the browser itself, not Debian's shell wrapper around it, whose /dev/shm check
+    prints "[: N: unexpected operator" on machines where findmnt lists /dev/shm twice."""
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "lib" / "chromium").mkdir(parents=True)
+    wrapper, real = tmp_path / "usr" / "bin" / "chromium", tmp_path / "usr" / "lib" / "chromium" / "chromium"
+    wrapper.write_text("#!/bin/sh\nexec /usr/lib/chromium/chromium $CHROMIUM_FLAGS \"$@\"\n")
+    real.write_bytes(b"\x7fELF")
+    assert _unwrapped(str(wrapper)) == str(real)
+    assert _unwrapped(str(real)) == str(real)  # a browser that is no script is used as it is
+    real.unlink()
+    assert _unwrapped(str(wrapper)) == str(wrapper)  # another layout: the wrapper, rather than nothing

@@ -306,6 +306,19 @@ def test_selfcheck_without_bwrap_says_so_in_one_line_before_preparing(no_bwrap, 
     assert calls == []
 
 
+def test_a_kernel_outside_the_sandbox_starts_without_the_tcp_warning(capfd):
+    """selfcheck without bubblewrap, and plain nbgrader commands, start kernels over TCP with the course's
+    nbgrader_config.py: encrypted where jupyter_client can, so ipykernel does not warn at every start."""
+    from nbclient import NotebookClient
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    NotebookClient(nb, kernel_name="python3", config=config, startup_timeout=120).execute()
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
+    assert "without encryption" not in capfd.readouterr().err
+
+
 def test_course_files_found_in_a_checkout_and_from_the_environment(monkeypatch, tmp_path):
     from attnlab import course_files
 

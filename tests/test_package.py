@@ -405,10 +405,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _run_in_kernel(base: str, token: str, kernel: str, code: str, timeout: float = 120) -> str:
+    """What ``code`` prints when run in JupyterLab's ``kernel`` through the server's websocket, as a
+    notebook runs it."""
+    import asyncio
+    import uuid
+
+    from tornado.websocket import websocket_connect
+
+    async def run() -> str:
+        url = f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel}/channels?token={token}"
+        ws = await websocket_connect(url)
+        msg_id, out = uuid.uuid4().hex, []
+        await ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex,
+                       "msg_type": "execute_request", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                        "allow_stdin": False}}))
+        while True:
+            msg = json.loads(await ws.read_message())
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                ws.close()
+                return "".join(out)
+
+    try:
+        return asyncio.run(asyncio.wait_for(run(), timeout))
+    except (TimeoutError, asyncio.TimeoutError):
+        return f"(no answer in {timeout:g} s)"
+
+
 def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     """The README's student command: a copy of the release in a folder of its own, JupyterLab serving it
     (as root too), and nothing in the server's log at ERROR level (nbgrader's "course directory is not
-    under the server root")."""
+    under the server root"); a kernel starts and talks to the server without ipykernel's warning about
+    TCP without encryption."""
+    import urllib.error
+    import urllib.request
+
     from attnlab import lab
 
     folder = tmp_path / "attention-lab"
@@ -420,12 +458,29 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.cli", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**clean_env(tmp_path, Path(sys.executable).parent.parent)})
-    log, deadline = [], time.time() + 120
+    log, deadline, state = [], time.time() + 120, None
     try:
         for line in proc.stdout:
             log.append(line)
             if f":{port}/lab" in line or time.time() > deadline:
                 break
+        token = re.search(rf"(http://[^/\s]+:{port})/lab\?token=(\w+)", "".join(log))
+
+        def api(method: str, path: str) -> dict:
+            req = urllib.request.Request(f"{token.group(1)}/api/kernels{path}", method=method,
+                                         headers={"Authorization": f"token {token.group(2)}"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read() or b"{}")
+
+        if token:
+            while time.time() < deadline:  # the URL is printed a moment before the server listens
+                try:
+                    kernel = api("POST", "")["id"]
+                    break
+                except urllib.error.URLError:
+                    time.sleep(0.5)
+            state = _run_in_kernel(token.group(1), token.group(2), kernel, "print(6 * 7)")
+            api("DELETE", f"/{kernel}")
     finally:
         proc.terminate()
         rest, _ = proc.communicate(timeout=60)
@@ -435,6 +490,8 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     errors = [ln for ln in text.splitlines() if re.match(r"\[E ", ln) or "ERROR" in ln or re.match(r"\[C .*root", ln)]
     assert not errors, errors
     assert "No nbgrader_config.py" not in text  # nbgrader found its settings, out of the listing
+    assert state == "42\n", text[-3000:]  # the kernel ran code through the server's (encrypted) channels
+    assert "without encryption" not in text, text[-3000:]
     assert mine.read_text() == "my work"
     # JupyterLab lists the assignments' folders only (hidden files are not listed)
     assert {p.name for p in folder.iterdir() if not p.name.startswith(".")} == set(ASSIGNMENTS)

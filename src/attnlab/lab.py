@@ -82,7 +82,20 @@ def lab_command(folder: Path, port: int | None = None, open_browser: bool = True
         cmd.append(f"--port={port}")
     if not open_browser:
         cmd.append("--no-browser")
+    cmd += encrypted_kernels()
     return cmd
+
+
+def encrypted_kernels() -> list[str]:
+    """Options that encrypt the kernels' TCP connections (CurveZMQ keys the kernel manager hands out,
+    jupyter_client 8.10 on) where the kernel supports it; ipykernel 7 otherwise warns at every kernel
+    start that it runs "over TCP without encryption". Empty where jupyter_client cannot."""
+    try:
+        from jupyter_client.manager import KernelManager
+    except ImportError:
+        return []
+    return (["--KernelManager.transport_encryption=auto"]
+            if "transport_encryption" in KernelManager.class_trait_names() else [])
 
 
 def _cmd(args) -> int:
