@@ -453,7 +453,7 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     (folder / "attention_kernels").mkdir(parents=True)
     mine = folder / "attention_kernels" / "01_online_softmax.ipynb"
     mine.write_text("my work")  # never overwritten
-    (folder / "nbgrader_config.py").write_text(lab._CONFIG)  # as an earlier attnlab lab wrote it: moved
+    (folder / "nbgrader_config.py").write_text(lab._OLD_CONFIG)  # as an earlier attnlab lab wrote it: moved
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.cli", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -25,8 +25,19 @@ DEFAULT_FOLDER = Path("~/attention-lab")
 #: Where nbgrader's settings file goes, inside the learner's folder: hidden, so that JupyterLab (which
 #: through jupytext opens a .py file as a notebook) does not list it among the notebooks.
 CONFIG_DIR = ".attnlab"
-_CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
-           "# a learner; the course's own configuration lives in the course repository.\n")
+_CONFIG = """\
+# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for a
+# learner; the course's own configuration lives in the course repository.
+c = get_config()  # noqa: F821
+# The Validate button's kernels: encrypted where jupyter_client can (see attnlab.lab.encrypted_kernels)
+from jupyter_client.manager import KernelManager  # noqa: E402
+
+if "transport_encryption" in KernelManager.class_trait_names():
+    c.KernelManager.transport_encryption = "auto"
+"""
+#: What earlier versions wrote beside the notebooks (removed when found as it was written).
+_OLD_CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
+               "# a learner; the course's own configuration lives in the course repository.\n")
 
 
 def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
@@ -58,7 +69,7 @@ def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(_CONFIG)
     old = folder / "nbgrader_config.py"  # where earlier versions wrote it, in the notebooks' listing
-    if old.is_file() and old.read_text() == _CONFIG:
+    if old.is_file() and old.read_text() == _OLD_CONFIG:
         old.unlink()
     return copied
 
