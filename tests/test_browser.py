@@ -33,7 +33,7 @@ import pytest
 from attnlab.grading.course import ASSIGNMENT
 from attnlab.grading.samples import reference_notebook
 
-from .conftest import ROOT, Course
+from .conftest import ROOT, Course, environment
 
 pytestmark = pytest.mark.browser
 
@@ -290,6 +290,28 @@ def test_instructor_sees_autograded_samples_in_formgrader(lab, page, graded):
         points = sum(r.points for (s, _), r in mine.items() if s == student)
         row = frame.locator("tr").filter(has=frame.locator("td", has_text=re.compile(f"^{student}$"))).first.inner_text()
         assert re.search(rf"\b{points:g} / {max_total:g}\b", row), (student, points, max_total, row)
+
+
+def test_leaderboard_page_renders_the_class_ranking(page, tmp_path):
+    """The page `attnlab leaderboard` writes, opened in the browser: one table per notebook, fastest
+    first, the student's own row marked on their feedback copy."""
+    import json
+
+    from attnlab.grading import leaderboard, speed
+    course = Course(tmp_path)
+    for student, ratio in (("s-1", 0.52), ("s-2", 1.01), ("s-3", 0.87)):
+        path = speed.timing_path(course, student, "05_triton_flash")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"student": student, "notebook": "05_triton_flash", "status": "timed",
+                                    "ratio": ratio, "rate": 360 * ratio, "unit": "TFLOP/s",
+                                    "device": "NVIDIA H200", "date": "2026-12-02T10:00:00+00:00"}))
+    with environment({leaderboard.SECRET_ENV: "browser-test"}):
+        leaderboard.write(course)
+    page.goto((tmp_path / "feedback" / "s-3" / "attention_kernels" / "speed.html").as_uri())
+    rows = page.locator("table tr").all_inner_texts()
+    assert [r.split("\t")[0] for r in rows[1:]] == ["1", "2", "3"], rows
+    assert "1.010" in rows[1] and "0.870" in page.locator("tr.you").inner_text()
+    page.screenshot(path=str(NOTES / "browser_leaderboard.png"), full_page=True)
 
 
 def test_debians_chromium_wrapper_is_bypassed(tmp_path):

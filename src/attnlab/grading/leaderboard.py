@@ -95,7 +95,8 @@ def render_html(course: Course, tables: dict[str, list[dict]], you: str | None =
                      f"<tr><th>rank</th><th>name</th><th>ratio</th><th>{html.escape(unit)}</th><th>date</th></tr>")
         for r in rows:
             mark = " class='you'" if you is not None and r["student"] == you else ""
-            parts.append(f"<tr{mark}><td>{r['rank']}</td><td>{html.escape(r['shown'])}</td>"
+            shown = html.escape(r["shown"]) + (" (you)" if mark else "")
+            parts.append(f"<tr{mark}><td>{r['rank']}</td><td>{shown}</td>"
                          f"<td>{r['ratio']:.3f}</td><td>{r['rate']:.1f}</td>"
                          f"<td>{html.escape(r['date'][:10])}</td></tr>")
         parts.append("</table>")
