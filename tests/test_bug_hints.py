@@ -494,3 +494,15 @@ def test_spread_places_many_layouts_in_one_process():
     for s in spreads:
         s.pieces[1].fill_(1.0)
         assert s.whole.data_ptr() + s.starts[1] * 4 == s.pieces[1].data_ptr()
+
+
+def test_07_end_to_end_names_the_head_offset():
+    from attnlab.launch_backward import attention_function
+    from attnlab.verify_backward import check_triton_attention
+
+    kernels = _bwd_kernels(_bwd_dkdv_kernel="07-head-offset-padded")
+    msg = _message(check_triton_attention, attention_function(lambda: kernels), T=37, causal=False)
+    assert "per-head offset is off" in msg and "NaN usually means" not in msg, msg
+    msg = _message(check_triton_attention, attention_function(lambda: _bwd_kernels(_bwd_dkdv_kernel="07-dk-scale-missing")),
+                   T=37, causal=False)
+    assert "per-head offset" not in msg, msg

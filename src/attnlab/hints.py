@@ -15,7 +15,7 @@ import torch
 from .reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
-           "diagnosed", "head_offset_hint", "int32_offset_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
+           "diagnosed", "head_offset_hint", "int32_offset_hint", "later_heads_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
            "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
 
 LOG2E = 1.4426950408889634
@@ -567,3 +567,17 @@ def head_offset_hint(n_heads: int, one_head_stays_inside) -> str:
             f"masked and the per-head offset is wrong: a head starts bh * stride_bh elements in (stride_bh = "
             f"T * HEAD_DIM, as the launcher passes it), not bh times a length padded to the tile such as "
             f"tl.cdiv(T, BLOCK_M) * BLOCK_M * HEAD_DIM")
+
+
+@_quiet
+def later_heads_hint(got, want: torch.Tensor, tol: float) -> str:
+    """``got`` (B, H, T, D) is right for the first (batch, head) and wrong for a later one: what a
+    per-head offset other than ``bh * stride_bh`` gives (the first head's offset is 0 either way)."""
+    if type(got) is not torch.Tensor or got.dim() != 4 or got.shape != want.shape or got.shape[0] * got.shape[1] < 2:
+        return ""
+    heads, wanted = got.detach().cpu().flatten(0, 1), want.flatten(0, 1)
+    if not _matches(heads[0], wanted[0], tol) or all(_matches(g, w, tol) for g, w in zip(heads[1:], wanted[1:])):
+        return ""
+    return ("The first (batch, head) is right and a later one is wrong, so the per-head offset is off: head bh starts "
+            "bh * stride_bh elements in (stride_bh = T * HEAD_DIM) and its LSE and Δ rows at bh * T, not at a "
+            "length padded to the tile.")

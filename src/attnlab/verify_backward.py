@@ -20,7 +20,7 @@ import torch
 
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
-from .hints import delta_hint, diagnosed, head_offset_hint, lse_base_hint, scale_factor_hint
+from .hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
 from .device import runtime
 from .loads import check_races, record
 from .poisoned import guarded, tail_room
@@ -270,7 +270,8 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
         diagnosed(lambda: assert_close(t.grad.cpu(), ref, name=gname, case=case, tol=tol),
                   lambda: scale_factor_hint(gname, t.grad.cpu(), ref, D ** -0.5, tol),
-                  lambda: lse_base_hint("d" + gname[0], t.grad.cpu(), *exact, causal=causal, tol=tol))
+                  lambda: lse_base_hint("d" + gname[0], t.grad.cpu(), *exact, causal=causal, tol=tol),
+                  lambda: later_heads_hint(t.grad, ref, tol))
 
 
 # ------------------------------------------------------------------------------ offsets past 2^31
