@@ -72,8 +72,9 @@ def spread(starts, length: int, dtype=torch.float32, *, span: int | None = None,
     size = torch.empty((), dtype=dtype).element_size()
     span_bytes = max(span or 0, starts[-1] + length) * size
     libc = _libc()
-    # a fresh mapping lands just below the others (the kernel hands out addresses top-down): the
-    # range below it is free, so the pieces go there, the last one just under the probe
+    # a fresh mapping lands just below the others (Linux hands out addresses top-down), so the range
+    # below it is free: the pieces go there, a layout that collides with earlier pieces further down.
+    # Pieces must lie pages apart (each is mapped whole pages at a time).
     probe = libc.mmap(None, _PAGE, _PROT, _FLAGS, -1, 0)
     if probe in (None, ctypes.c_void_p(-1).value):
         raise OSError(ctypes.get_errno(), "mmap failed")
