@@ -7,10 +7,11 @@ stream or the checker). Those definitions are written into a module of their own
 fresh process (:func:`run_worker`, sandboxed like a notebook's kernel when bubblewrap works), which
 never ran the notebook. There the course's given launcher runs the learner's kernels and the
 course's reference kernels (the instructor notebook's solution cells, extracted the same way) on one
-documented shape per notebook (:data:`BENCHMARKS`), alternating which goes first:
+documented shape per notebook (:data:`BENCHMARKS`):
 
 - fresh seeded inputs for every repetition (a secret seed mixed in while grading), so no result can
-  be cached from an earlier call;
+  be cached from an earlier call; the learner's kernels run first in each, before the right answer
+  for those inputs exists anywhere in memory;
 - the GPU's L2 cache flushed before each call; the time is what CUDA's activity records (the
   profiler's CUPTI) give for the learner's kernels alone, so the launcher's Python and its output
   allocations, the same for everyone, do not blur the comparison;
@@ -438,22 +439,28 @@ def run_worker(folder: Path) -> dict:
     for rep in range(warmup + config["reps"]):
         gen.manual_seed((config["seed"] + rep * 0x9E3779B97F4A7C15) % 2 ** 63)  # a new draw per repetition
         inputs = sides["learner"][0](gen)
-        target = sides["learner"][2](*inputs)  # before any kernel runs: a kernel may write into its inputs
-        order = ("learner", "reference") if rep % 2 == 0 else ("reference", "learner")
-        for side in order:
+        target = None
+        # The learner's kernels run first, while no right answer for these inputs exists anywhere in the
+        # GPU's memory (the caching allocator never clears freed blocks: a kernel reading past its
+        # buffers could find a result made before it); the target is made from untouched inputs after.
+        for side in ("learner", "reference"):
             make, run, expected, work, tol = sides[side]
             try:
                 ms, out = _time_one(run, tuple(t.clone() for t in inputs), flush, device, bench.cells)
             except Exception as exc:  # noqa: BLE001
                 return finish(status="failed", message=f"{side} kernels failed on repetition {rep}: "
                                                        f"{type(exc).__name__}: {str(exc)[:300]}")
+            if target is None:
+                target = expected(*inputs)
             err = _relative_error(out, target)
+            del out
             if not err <= tol:
                 what = "the learner's" if side == "learner" else "the reference"
                 return finish(status="wrong", message=f"{what} output of repetition {rep} is wrong (relative "
                                                       f"error {err:.2g} > {tol:g}): not timed", reps=rep)
             if rep >= warmup:
                 times[side].append(ms)
+        del inputs, target
     mine, ref = (statistics.median(times[s]) for s in ("learner", "reference"))
     work = sides["learner"][3]
     rate = work / (mine * 1e-3) / (1e12 if bench.unit == "TFLOP/s" else 1e9)
