@@ -312,7 +312,7 @@ def format_check(c: Check) -> str:
     """One check's line, with its advice below it when it is not OK."""
     lines = [f"  {c.status:<4}  {c.name:<26} {c.detail}"]
     if c.advice and c.status != OK:
-        lines += textwrap.wrap(c.advice, 100, initial_indent=" " * 34, subsequent_indent=" " * 34)
+        lines += textwrap.wrap(c.advice, 100, initial_indent=" " * 35, subsequent_indent=" " * 35)  # under the detail
     return "\n".join(lines)
 
 
