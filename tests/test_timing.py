@@ -96,3 +96,32 @@ def test_a_kernel_that_is_wrong_is_not_timed(tmp_path, edit, status):
 def test_a_notebook_without_a_stage():
     result = timing.time_notebook(ROOT / "source" / "attention_kernels" / "01_online_softmax.ipynb", SOFTMAX)
     assert result.status is timing.Status.NOT_TIMED
+
+
+#: The timer's known bypass families (GPU MODE's own security notes and issues), each written as a
+#: learner's cell would write it around the right kernel. None may reach the timed process: only the
+#: kernel's definition does, so each is timed as the honest kernel (here: checked, "needs GPU timing").
+_EXPLOITS = {
+    "timer-patched": "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-6\n",
+    "profiler-patched": "import torch.profiler\ntorch.profiler.profile = None\n",
+    "results-cached": ("import functools\n_orig = _softmax_kernel\n"
+                       "_softmax_kernel = functools.lru_cache(maxsize=None)(_orig)\n"),
+    "first-call-only": ("_calls = []\nclass _Once:\n    def __getitem__(self, grid):\n        _calls.append(1)\n"
+                        "        return (lambda *a, **k: None) if len(_calls) > 1 else _orig[grid]\n"
+                        "_orig = _softmax_kernel\n_softmax_kernel = _Once()\n"),
+    "other-stream": "import torch\n_s = torch.cuda.Stream() if torch.cuda.is_available() else None\n",
+    "warmup-detected": "import sys\n_WARM = 'attnlab.grading.timing' in sys.modules\n",
+    "reference-returned": ("import attnlab.launch as _l\n_l.launch_softmax = lambda k, x: __import__('torch')"
+                           ".softmax(x, -1)\n"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(_EXPLOITS))
+def test_timer_bypass_families_never_reach_the_timed_process(tmp_path, family):
+    path = _with_cell(tmp_path, lambda s: s + "\n\n" + _EXPLOITS[family])
+    cells = timing._cells_of(path, ("_softmax_kernel",))
+    src = timing.kernel_source(cells)
+    assert src.dropped, family  # every statement of the trick is left out ...
+    assert src.defined == ("_softmax_kernel",)  # ... and the kernel's definition is all that is kept
+    result = timing.time_notebook(path, SOFTMAX, reps=1, seed=4, sandbox=False, shape=SMALL)
+    assert result.status is timing.Status.NEEDS_GPU, result

@@ -151,6 +151,13 @@ def _literal(node: ast.expr) -> bool:
         return False
 
 
+def _number(node: ast.expr) -> bool:
+    """A literal int, float or bool (a sign allowed): what a kernel may read as a global."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
+
+
 def _plain_names(node: ast.expr | None) -> bool:
     """An annotation made of names and attributes only (``tl.constexpr``): evaluating it runs nothing."""
     return node is None or all(isinstance(n, (ast.Name, ast.Attribute, ast.Load)) for n in ast.walk(node))
@@ -164,12 +171,12 @@ def _definition_only(node: ast.stmt) -> bool:
                 and all(_literal(d) for d in [*a.defaults, *(d for d in a.kw_defaults if d is not None)])
                 and all(_plain_names(p.annotation) for p in params) and node.returns is None)
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-        value = node.value  # NAME = 1.4427 or NAME = tl.constexpr(1.4427)
+        value = node.value  # NAME = 1.4427 or NAME = tl.constexpr(1.4427): a number, nothing mutable
         if isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords:
             return (isinstance(value.func, ast.Attribute) and value.func.attr == "constexpr"
                     and isinstance(value.func.value, ast.Name) and value.func.value.id == "tl"
-                    and _literal(value.args[0]))
-        return _literal(value)
+                    and _number(value.args[0]))
+        return _number(value)
     return isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)) or (
         isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))  # imports: the prelude's
 
