@@ -22,10 +22,76 @@ from pathlib import Path
 from .course import Course
 from .timing import BENCHMARKS, Status, Timing, time_notebook
 
-__all__ = ["TIMINGS", "timing_path", "tests_passed", "time_student", "load_timings"]
+__all__ = ["TIMINGS", "SPEED_CELL", "SpeedPoints", "speed_points", "record_in_gradebook", "timing_path",
+           "tests_passed", "time_student", "load_timings"]
 
 #: The course-root folder the speed pass writes into.
 TIMINGS = "timings"
+#: The grade id of each timed notebook's speed cell: a task cell (graded by this pass, not by hand)
+#: whose points, 0 by default, the instructor sets in the notebook like any other cell's.
+SPEED_CELL = "speed"
+
+
+class SpeedPoints:
+    """How a timed kernel earns its speed cell's points, from ``nbgrader_config.py``::
+
+        c.SpeedPoints.floor = 0.5    # ratio to the reference kernel at or below which it earns nothing
+        c.SpeedPoints.target = 0.9   # ratio at or above which it earns every point (linear between)
+    """
+
+    floor: float = 0.5
+    target: float = 0.9
+
+    def __init__(self, floor: float = 0.5, target: float = 0.9):
+        if not 0 <= floor < target:
+            raise ValueError(f"SpeedPoints: need 0 <= floor < target, got floor={floor}, target={target}")
+        self.floor, self.target = float(floor), float(target)
+
+    @classmethod
+    def of(cls, course: Course) -> "SpeedPoints":
+        from traitlets.config.loader import PyFileConfigLoader
+
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course.root)).load_config()
+        section = config.get("SpeedPoints", {})
+        return cls(section.get("floor", cls.floor), section.get("target", cls.target))
+
+
+def speed_points(ratio: float, max_points: float, rule: SpeedPoints) -> float:
+    """Points for a kernel at ``ratio`` x the reference's speed: 0 up to the floor, all from the target
+    on, linear between (rounded to 0.01)."""
+    share = (ratio - rule.floor) / (rule.target - rule.floor)
+    return round(max_points * min(1.0, max(0.0, share)), 2)
+
+
+def record_in_gradebook(course: Course, student: str, timing: Timing, rule: SpeedPoints) -> str | None:
+    """Write a timing into the notebook's speed cell as formgrader writes a hand grade (score and
+    comment). Without a GPU the cell stays to be graded, its comment saying so. Returns the comment
+    written, or None when the notebook has no speed cell (an older release) or was not autograded."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from .gradebook import db_url
+
+    with Gradebook(db_url(course)) as gb:
+        try:
+            grade = gb.find_grade(SPEED_CELL, timing.notebook, course.assignment, student)
+            comment = gb.find_comment(SPEED_CELL, timing.notebook, course.assignment, student)
+        except MissingEntry:
+            return None
+        if timing.status is Status.TIMED:
+            grade.manual_score = speed_points(timing.ratio, grade.max_score, rule)
+            text = (f"Timed on {timing.device}: {timing.ratio:.3f}x the reference kernel, {timing.rate:.1f} "
+                    f"{timing.unit} (median of {timing.reps}); {grade.manual_score:g}/{grade.max_score:g} points "
+                    f"(all from {rule.target:g}x, none at or below {rule.floor:g}x).")
+        elif timing.status is Status.NEEDS_GPU:
+            grade.manual_score = None
+            text = "needs GPU timing: this grader has no GPU; the speed cell is graded on a GPU grader."
+        else:
+            grade.manual_score = 0.0
+            text = f"Not timed ({timing.status.value}): {timing.message}"
+        grade.needs_manual_grade = grade.manual_score is None
+        comment.manual_comment = text
+        gb.db.commit()
+        return text
 
 
 def timing_path(course: Course, student: str, notebook: str) -> Path:
@@ -55,6 +121,7 @@ def time_student(course: Course, student: str, *, reps: int = 30, sandbox: bool 
         (file written, outcome) per timed notebook of the assignment that the student submitted.
     """
     written = []
+    rule = SpeedPoints.of(course)
     folder = course.submitted / student / course.assignment
     for name in course.notebook_names():
         if name not in BENCHMARKS or not (folder / f"{name}.ipynb").is_file():
@@ -67,6 +134,8 @@ def time_student(course: Course, student: str, *, reps: int = 30, sandbox: bool 
         else:
             timing = time_notebook(folder / f"{name}.ipynb", course.source / f"{name}.ipynb", reps=reps,
                                    sandbox=sandbox)
+        if passed is not None:
+            record_in_gradebook(course, student, timing, rule)
         record = {"student": student, "assignment": course.assignment,
                   "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **timing.to_json()}
         path = timing_path(course, student, name)
