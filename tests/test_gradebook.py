@@ -282,6 +282,7 @@ class _HangUp:
 
     def __init__(self, path: Path):
         self.path, self.attempts, self.closed = path, 0, False
+        self.first: float | None = None  # time.monotonic() of the first attempt
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
         self.sock.listen(64)
@@ -298,6 +299,7 @@ class _HangUp:
             except OSError:
                 return
             self.attempts += 1
+            self.first = self.first or time.monotonic()
             conn.close()
 
     def close(self) -> None:
@@ -308,12 +310,12 @@ class _HangUp:
 
 
 def _outage(server: PostgresServer, until) -> int:
-    """Halt ``server`` until ``until(attempts, seconds)`` is true (5 minutes at most), then start it
+    """Halt ``server`` until ``until(stand_in, seconds)`` is true (5 minutes at most), then start it
     again; the number of connections the grading processes tried meanwhile."""
     server.halt()
     stand_in, start = _HangUp(server.socket), time.monotonic()
     try:
-        while not until(stand_in.attempts, time.monotonic() - start) and time.monotonic() - start < 300:
+        while not until(stand_in, time.monotonic() - start) and time.monotonic() - start < 300:
             time.sleep(0.1)
     finally:
         stand_in.close()
@@ -369,7 +371,7 @@ def test_a_gradebook_outage_mid_run_is_waited_out_or_named(postgres, tmp_path):
 
     # 1. two outages of a few seconds, each met by a grading process: waited out
     def short(lines):
-        return _outage(postgres, lambda attempts, seconds: attempts and seconds > 3)
+        return _outage(postgres, lambda stand_in, seconds: stand_in.attempts and seconds > 3)
 
     report = tmp_path / "waited.json"
     code, out, met = _autograde_with_outages(course, env, ["--report-json", str(report)], {-1: short, 1: short})
@@ -384,13 +386,14 @@ def test_a_gradebook_outage_mid_run_is_waited_out_or_named(postgres, tmp_path):
     assert len(waits) >= 2 and all("could not be reached" in w or "connection was lost" in w for w in waits), waits
     assert "Autograded points" in out and "Gradebook (" in out and "Traceback" not in out
 
-    # 2. a wait of 3 s, and the second outage lasts until the first student's result is in: that
-    #    notebook is NOT GRADED with the reason; the server is back for the other two
+    # 2. a wait of 5 s, and an outage from the start that lasts past it (6 s from the first connection
+    #    a grading process tried): that notebook is NOT GRADED with the reason; the server is back for
+    #    the other two
     def long(lines):
-        return _outage(postgres, lambda attempts, seconds: attempts and _graded_lines(lines) >= 1 or seconds > 60)
+        return _outage(postgres, lambda stand_in, seconds: stand_in.first and time.monotonic() - stand_in.first > 6)
 
     report = tmp_path / "not_graded.json"
-    env[gradebook.RETRY_ENV] = "3"
+    env[gradebook.RETRY_ENV] = "5"
     code, out, met = _autograde_with_outages(course, env, ["--report-json", str(report)], {-1: long})
     print(out, met)
     assert met[-1], out

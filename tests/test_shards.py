@@ -4,6 +4,7 @@ URL and its secrecy, and the deploy files. (Grading in shards into PostgreSQL: t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -228,6 +229,60 @@ def test_unreachable_gradebook_is_named_without_its_password(tmp_path):
     assert code == 1
     assert "cannot open the gradebook postgresql+psycopg://grader:***@/nowhere" in out
     assert "s3cret-pw" not in out
+
+
+def _lost(message: str = "server closed the connection unexpectedly"):
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("SELECT 1", {}, Exception(message))
+
+
+def test_a_lost_gradebook_connection_is_retried_then_named(monkeypatch):
+    """retrying(): a step that loses its connection runs again after a pause and the wait is reported;
+    an outage longer than the wait raises GradebookUnreachable with the error (no password); after
+    that, a step waits only the grace; errors that are not a lost connection are raised at once."""
+    import sqlite3
+    import time
+
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    monkeypatch.setattr(gradebook, "_down_since", None)
+    monkeypatch.setenv(gradebook.RETRY_ENV, "1.5")
+    gradebook.take_waits()
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise _lost()
+        return "grades"
+
+    assert gradebook.retrying(flaky) == "grades" and len(calls) == 3
+    waits = gradebook.take_waits()
+    assert len(waits) == 1 and re.fullmatch(r"the gradebook's server could not be reached for [0-9] s \(the grader "
+                                            r"waited for it and carried on\)", waits[0]), waits
+    start = time.monotonic()
+
+    def gone():
+        raise _lost(f"connection to {SECRET_URL} failed")
+
+    with pytest.raises(gradebook.GradebookUnreachable, match="the gradebook could not be reached for [12] s") as info:
+        gradebook.retrying(gone)
+    assert 1.2 < time.monotonic() - start < 4 and "s3cret-pw" not in str(info.value)
+    assert "grader:***@db.example.org" in str(info.value)
+    start = time.monotonic()
+    with pytest.raises(gradebook.GradebookUnreachable):
+        gradebook.retrying(gone)  # given up on already: the grace only (capped by the wait)
+    assert time.monotonic() - start < 2.5
+    for error in (ProgrammingError("SELECT x", {}, Exception("no such column")),
+                  OperationalError("SELECT 1", {}, sqlite3.OperationalError("database is locked")), KeyError("x")):
+        def wrong(error=error):
+            raise error
+        start = time.monotonic()
+        with pytest.raises(type(error)):
+            gradebook.retrying(wrong)
+        assert time.monotonic() - start < 0.5
+    assert gradebook.lost_connection(_lost()) and not gradebook.lost_connection(KeyError("x"))
 
 
 needs_bwrap = pytest.mark.skipif(not __import__("attnlab.grading.sandbox", fromlist=["_"]).check()[0],

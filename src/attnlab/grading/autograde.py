@@ -153,9 +153,9 @@ def _failure_reason(log: str) -> str:
 
 def _gradebook_text(text: str) -> str:
     """A database error's first line for the report, without a password."""
-    from .gradebook import redact
+    from .gradebook import redact_text
 
-    return redact(_first_line(text or "", 300))
+    return _first_line(redact_text(text or ""), 300)  # redacted before it is cut: no half URL
 
 
 def _zero_notebook(course: Course, student: str, notebook: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,6 +148,7 @@ GRACE_S = 5.0
 RETRY_ENV = "ATTNLAB_DB_RETRY_S"
 
 _down_since: float | None = None   # time.monotonic() of the first failure of the outage in progress
+_step = threading.local()          # depth: how many retrying() steps this thread is inside
 _waited: list[str] = []            # what was waited for since the last take_waits() (for the report)
 
 
@@ -179,9 +181,14 @@ def lost_connection(exc: BaseException) -> bool:
     return type(exc).__name__ in ("OperationalError", "InterfaceError") and "psycopg" in type(exc).__module__
 
 
+def redact_text(text: str) -> str:
+    """``text`` with every URL in it :func:`redact`-ed (a driver's message may quote the URL)."""
+    return re.sub(r"[a-z][a-z0-9+.-]*://\S+", lambda m: redact(m[0]), text, flags=re.IGNORECASE)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
-    return redact(text.splitlines()[0] if text else type(exc).__name__)[:300]
+    return redact_text(text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 def _pauses():
@@ -191,8 +198,9 @@ def _pauses():
     now = time.monotonic()
     if _down_since is None:
         _down_since = now
-    # past the wait, a short grace still: a server that just came back is not missed by a hair
-    deadline = max(_down_since + retry_seconds(), now + min(GRACE_S, retry_seconds()))
+    deadline = _down_since + retry_seconds()
+    if deadline <= now:  # an outage given up on before: a short grace, so a server that is back is used
+        deadline = now + min(GRACE_S, retry_seconds())
     pause = 0.5
     while (left := deadline - time.monotonic()) > 0:
         yield min(pause, left)
@@ -225,6 +233,7 @@ def retrying(step, what: str = "the gradebook"):
     """
     waits = None
     while True:
+        _step.depth = getattr(_step, "depth", 0) + 1  # the connections it opens do not wait: this does
         try:
             result = step()
         except Exception as exc:  # noqa: BLE001 (only lost connections are retried)
@@ -237,13 +246,18 @@ def retrying(step, what: str = "the gradebook"):
                 raise GradebookUnreachable(f"{what} could not be reached for {lasted:.0f} s: {_first_line(exc)}") from exc
             time.sleep(pause)
             continue
+        finally:
+            _step.depth -= 1
         _recovered()
         return result
 
 
 def _connect_patiently(dialect, _record, cargs, cparams):
     """SQLAlchemy's ``do_connect``: open the DBAPI connection, waiting (with backoff) for a server
-    that refuses it, up to :func:`retry_seconds` from the outage's start."""
+    that refuses it, up to :func:`retry_seconds` from the outage's start; inside a
+    :func:`retrying` step it tries once (the step waits, and one wait per step is enough)."""
+    if getattr(_step, "depth", 0):
+        return dialect.connect(*cargs, **cparams)
     waits = None
     while True:
         try:

@@ -125,7 +125,7 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
     from nbgrader.api import Gradebook
 
     from .gradebook import (GradebookUnreachable, answer_cells, hand_graded, has_tables, is_sqlite,
-                            keep_hand_grading, redact, retrying, take_waits)
+                            keep_hand_grading, redact_text, retrying, take_waits)
 
     take_waits()  # an earlier notebook's
     notes: list[str] = []
@@ -144,7 +144,7 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
     except Exception as exc:  # noqa: BLE001 (grading goes on; nbgrader then reopens every hand-graded answer)
         before = {}
         notes.append(f"the answers graded by hand could not be read before grading ({type(exc).__name__}: "
-                     f"{redact(str(exc))[:200]}): nbgrader marks them all as needing manual grading again")
+                     f"{redact_text(str(exc))[:200]}): nbgrader marks them all as needing manual grading again")
     old = answer_cells(out) if before else None
     for attempt in range(LOST_CONNECTION_RETRIES + 1):
         result = api.autograde(assignment, student, force=True, create=True)
@@ -166,7 +166,7 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
             notes += retrying(keep)
         except Exception as exc:  # noqa: BLE001 (the grades are saved; only the reviewed state is not restored)
             notes.append(f"the reviewed state of the answers graded by hand could not be restored "
-                         f"({type(exc).__name__}: {redact(str(exc))[:200]}): they need manual grading again")
+                         f"({type(exc).__name__}: {redact_text(str(exc))[:200]}): they need manual grading again")
     return success, log, take_waits() + notes
 
 
