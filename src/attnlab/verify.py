@@ -509,9 +509,11 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     one whole block, so an unmasked load or store stays inside memory the check owns. Every output
     element the kernel must not write holds a guard value; changing one fails the check.
 
-    Under Triton's interpreter the check also accounts every load and store
-    (:func:`attnlab.loads.check_softmax_reads`): program i must read row i only, each column once,
-    and nothing past it (notebook 04's method: one program per row, one read of the row).
+    Under Triton's interpreter the check also records every access in the work ledger, atomics as
+    reads (:func:`attnlab.loads.check_softmax_reads`, then the cost model
+    :func:`attnlab.work_models.softmax_model`): program i must read row i only, each column once,
+    nothing past it, and write only the output (notebook 04's method: one program per row, one read
+    of the row).
 
     Args:
         n_rows, n_cols: input shape; n_cols need not be a power of two.
@@ -632,9 +634,10 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     to write stays NaN, and a store past the last row (padded rows beyond T) changes a guard.
     The inputs too are followed by one tile of NaN: a kernel that reads K or V past the last key
     without a mask gets NaN in its output (0 * NaN is NaN), as it may get garbage on a GPU.
-    Under Triton's interpreter every load is accounted (:func:`attnlab.loads.check_flash_reads`):
+    Under Triton's interpreter every access is recorded in the work ledger, atomics as reads
+    (:func:`attnlab.loads.check_flash_reads`, then :func:`attnlab.work_models.flash_forward_model`):
     K and V in tiles of at most ``block_n`` keys, each key once per program, no causal tile past
-    the diagonal.
+    the diagonal, QKᵀ and PV through ``tl.dot``, no race.
 
     Args:
         growing: every score row grows along the keys (:func:`growing_scores`).

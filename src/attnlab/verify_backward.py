@@ -184,10 +184,18 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         T, B, H, D, causal, block_m, block_n, num_warps, num_stages: the case.
         dtype: of q, k, v, o, do; the float64 forward's O and LSE are rounded to it (LSE float32).
 
+    Under Triton's interpreter (CPU-sized cases, on every machine) the three launches are recorded
+    in the work ledger (:mod:`attnlab.loads`) and compared with notebook 07's cost model
+    (:func:`attnlab.work_models.backward_designs`: each program reads its own tile once and walks the
+    other side's tiles from its diagonal when causal, the work spread over the grid, the products
+    through ``tl.dot``; dQ by its own kernel or added with atomics by the dK/dV kernel).
+
     Raises:
         AssertionError: naming the case, the gradient and the first wrong index; also when a kernel
-        stores past the last row, writes into an input, or (a race on a GPU) the dK/dV kernel
-        accumulates dQ rows with a load and a store instead of ``tl.atomic_add``.
+        stores past the last row, writes into an input, breaks the cost model (naming the rule and
+        the figure measured), or races: two programs of one launch touch an element one of them
+        writes with a plain store (dQ rows added with a load and a store, however spelled, instead of
+        ``tl.atomic_add``).
         TypeError: a kernel is not a ``@triton.jit`` function.
     """
     device, accounted = _kernel_device(device, dtype=dtype, elements=B * H * T * T)

@@ -11,10 +11,11 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
 - the split kernel's checker can hand over a transposed cache (``kv_layout="bthd"``), so a kernel
   that assumes contiguous strides fails;
 - a top-left causal mask, and a merge that overflows exp(LSE_s), are named (:mod:`attnlab.hints`);
-- under Triton's interpreter the split kernel's loads are accounted
-  (:func:`attnlab.loads.check_decode_reads`): each program reads its own (sequence, KV head) and
-  slice, nothing at or past the sequence's length, and each K/V element once, for all query heads
-  of its GQA group. Only the split kernel's checker does this, so a kernel that reloads K/V per
+- under Triton's interpreter the split kernel's accesses are recorded in the work ledger, atomics
+  as reads (:func:`attnlab.loads.check_decode_reads`, then the cost model
+  :func:`attnlab.work_models.decode_partial_model`): each program reads its own (sequence, KV head)
+  and slice, nothing at or past the sequence's length, each K/V element once for all query heads
+  of its GQA group, in tiles of at most BLOCK_N keys, with the products through ``tl.dot``. Only the split kernel's checker does this, so a kernel that reloads K/V per
   query head loses that checker's points, not the end-to-end ones as well.
 """
 

@@ -14,7 +14,8 @@ model; a new trick breaks one of the figures, whatever code it is written with.
 The rules, in the order they are checked (the first broken one is reported):
 
 1. *reach*: a program reads only the elements its model allows (its rows, its head, its slice,
-   below the sequence's length), writes only the outputs; nothing unaccounted (:attr:`Launch.unaccounted`);
+   below the sequence's length), writes only the outputs; no lane outside every tensor, nothing
+   unaccounted (:attr:`attnlab.loads.Launch.unaccounted`);
 2. *balance*: every program with work to do reads its share (none idles while another does its work);
 3. *volume*: per program, the units read (keys, rows, columns; atomics count: they read) are at
    most ``factor`` times the need: a second pass, a reload per head, a tile past the diagonal all
@@ -143,6 +144,11 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
     dims = model.dims
     reads, writes = _reads_by_program(launch)
     inputs = {m.tensor: m for m in model.inputs}
+    for p, kind, n in launch.strays[:1]:
+        verb = {"load": "read", "store": "wrote"}.get(kind, "updated")
+        out.append(f"{_program(p, dims)} of {model.kernel} {verb} {n} element(s) outside every tensor it was given: "
+                   f"an address that is off, or an access without a mask (on a GPU, memory the kernel does not "
+                   f"own)")
     if launch.unaccounted:
         out.append(f"{model.kernel} used {sorted(set(launch.unaccounted))[0]}, a memory access the work ledger "
                    f"cannot measure; use tl.load and tl.store")
