@@ -9,7 +9,9 @@ sanitising step (:mod:`.repair`) fixes damaged cells; before grading, misnamed n
 matched back to the assignment's names (:mod:`.submissions`). Everything noticed on the way is a
 note in the report, beside the points and the reason for every loss; what a check could not rule
 out ("needs review: ...", :func:`attnlab.review.flag`) is listed apart. Every job comes back graded
-or with the reason it was not, even when a worker or a kernel is killed.
+or with the reason it was not, even when a worker or a kernel is killed or the gradebook's server
+goes away (waited for: :func:`.gradebook.retrying`); a re-grade keeps the hand grading of answers
+that did not change (:func:`.gradebook.keep_hand_grading`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ grades the jobs given instead). Loading nbgrader once for many
 notebooks instead of once per notebook saves ~3 s each; running each notebook separately
 (``CourseDirectory.notebook_id``) keeps a dead kernel from costing the other notebooks. Protocol
 on stdout, one JSON object per line: ``{"start": job}`` before a notebook,
-``{"done": job, "success": bool, "log": str}`` after it. The parent watches the clock and kills
-this process group if a notebook overruns. The protocol goes through a private, non-inheritable
+``{"done": job, "success": bool, "log": str, "gradebook": [str, ...]}`` after it (``gradebook``: hand
+grading kept or reopened, database outages waited out; :func:`autograde_one`). The parent watches
+the clock and kills this process group if a notebook overruns. The protocol goes through a private, non-inheritable
 copy of stdout (fd 1 itself is pointed at stderr): kernels never hold it, so they cannot write
 fake results into it, and the parent sees the pipe close the moment this process dies. The job
 pipe is private the same way (fd 0 is pointed at /dev/null): a kernel cannot read the next job,
