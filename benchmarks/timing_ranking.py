@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab.grading import timing  # noqa: E402
 
-_SRC = {"04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",
+_SRC = {"08": ROOT / "source/attention_kernels_beyond/08_flash_decoding.ipynb",
+        "04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",
         "05": ROOT / "source/attention_kernels/05_triton_flash.ipynb",
         "07": ROOT / "source/attention_kernels_beyond/07_triton_backward.ipynb"}
 
@@ -135,6 +136,7 @@ VARIANTS = {
     "07": [("reference", None, None),
            ("dq-no-causal-skip", "_bwd_dq_kernel", _replace(("hi = tl.minimum(start_m + BLOCK_M, T)", "hi = T"))),
            ("dkdv-no-causal-skip", "_bwd_dkdv_kernel", _replace(("lo = (start_n // BLOCK_M) * BLOCK_M", "lo = 0")))],
+    "08": [("reference", None, None)],
 }
 
 
