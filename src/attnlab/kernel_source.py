@@ -23,10 +23,12 @@ refused with a message naming it; a kernel with no readable source is refused to
 carried beyond its source (hooks, callbacks, swapped attributes) is reported for review
 (:func:`attnlab.review.flag`) and has no effect on the grade.
 
-Each launch of a rebuilt kernel runs under :class:`NoTorch`, a dispatch mode that refuses every
-torch operation except the copies Triton's interpreter itself makes of the arguments; Triton's
-launch and compile hooks (``triton.knobs.runtime.*_hook``) are emptied first, and a thread running
-notebook code during the launch is reported for review.
+While a check calls learner code (:func:`checking`, entered by ``attnlab.verify._call``), each launch
+of a rebuilt kernel runs under :class:`NoTorch`, a dispatch mode that refuses every torch operation
+except the copies Triton's interpreter itself makes of the arguments; Triton's launch and compile
+hooks (``triton.knobs.runtime.*_hook``) are emptied first, and a thread running notebook code during
+the launch is reported for review. Outside checks (a learner's own runs, benchmarks) a rebuilt kernel
+launches as Triton launches it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import __future__
 import ast
 import builtins
+import contextlib
 import dis
 import inspect
 import operator
@@ -44,7 +47,8 @@ import textwrap
 import threading
 import types
 
-__all__ = ["from_source", "is_rebuilt", "carried", "KernelSourceError", "NoTorch", "clear_triton_hooks"]
+__all__ = ["from_source", "is_rebuilt", "carried", "KernelSourceError", "NoTorch", "NoTorchError", "checking",
+           "in_check", "clear_triton_hooks", "triton_patches", "watch"]
 
 #: Python's builtins a kernel may name: those Triton's code generator resolves (its builtin namespace).
 ALLOWED_BUILTINS = ("len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print", "min",
@@ -121,13 +125,28 @@ def from_source(kernel):
         return kernel
     hit = _BUILT.get(id(kernel))
     if hit is not None and hit.original is kernel and hit.valid():
-        _report(kernel, carried(kernel))
+        _report_changes(kernel)
         return hit.kernel
     deps: list = []
     rebuilt = _rebuild(kernel, deps, {})
     _BUILT[id(kernel)] = _Built(kernel, kernel.fn, kernel.fn.__code__, tuple(deps), rebuilt)
-    _report(kernel, carried(kernel))
+    _report_changes(kernel)
     return rebuilt
+
+
+#: id(kernel) -> (kernel, the identities of its attributes and its hook count) when last looked at.
+_LOOKED: dict[int, tuple] = {}
+
+
+def _report_changes(kernel) -> None:
+    """Report what the kernel carries, looking again only when one of its attributes changed."""
+    attrs = vars(kernel)
+    now = (tuple((k, id(v)) for k, v in attrs.items()), len(attrs.get("pre_run_hooks") or ()))
+    seen = _LOOKED.get(id(kernel))
+    if seen is not None and seen[0] is kernel and seen[1] == now:
+        return
+    _LOOKED[id(kernel)] = (kernel, now)
+    _report(kernel, carried(kernel))
 
 
 def _source(fn, what: str) -> tuple[str, int, str]:
@@ -343,6 +362,9 @@ def _report(kernel, found: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------------- Triton's hooks
+_HOOK_NAMES: list[tuple] = []  # (the knobs class, its hook attributes), found once
+
+
 def clear_triton_hooks() -> list[str]:
     """Empty the hooks of ``triton.knobs.runtime`` (launch, compile and load hooks), which Triton runs
     at a launch or a compile with access to the caller's frames; returns their names (reported for
@@ -352,10 +374,11 @@ def clear_triton_hooks() -> list[str]:
     except ImportError:
         return []
     runtime = knobs.runtime
+    if not _HOOK_NAMES or _HOOK_NAMES[0][0] is not type(runtime):
+        _HOOK_NAMES[:] = [(type(runtime), tuple(n for n in dir(type(runtime))
+                                                 if n.endswith("_hook") and not n.startswith("__")))]
     cleared = []
-    for name in dir(type(runtime)):
-        if not name.endswith("_hook") or name.startswith("__"):
-            continue
+    for name in _HOOK_NAMES[0][1]:
         value = getattr(runtime, name, None)
         calls = getattr(value, "calls", None)
         if isinstance(calls, list):
@@ -478,9 +501,29 @@ def _foreign_threads() -> list[str]:
     return found
 
 
+#: How many checks are calling learner code now (:func:`checking`); a list, filled in place.
+_CHECKING = [0]
+
+
+@contextlib.contextmanager
+def checking():
+    """While a check calls learner code (``attnlab.verify._call``): launches of rebuilt kernels are watched."""
+    _CHECKING[0] += 1
+    try:
+        yield
+    finally:
+        _CHECKING[0] -= 1
+
+
+def in_check() -> bool:
+    """True while a check calls learner code."""
+    return _CHECKING[0] > 0
+
+
 def watch(kernel) -> None:
-    """Make every launch of ``kernel`` (one of ours) run under :class:`NoTorch`, with Triton's hooks
-    emptied; a warmup (the compile gate's compile) runs with the hooks emptied only.
+    """Make every launch of ``kernel`` (one of ours) inside a check (:func:`checking`) run under
+    :class:`NoTorch`, with Triton's hooks emptied; a warmup (the compile gate's compile) runs with the
+    hooks emptied only. Outside checks (a learner's own launches, benchmarks) it launches as Triton does.
 
     Implemented as an instance ``run`` (what ``kernel[grid](...)`` and ``kernel.warmup`` call), so the
     kernel stays exactly Triton's type for the compile gate and the load accounting."""
@@ -489,6 +532,8 @@ def watch(kernel) -> None:
     run = type(kernel).run  # Triton's own, looked up now (the guard restores a patched class)
 
     def watched_run(*args, grid, warmup, **kwargs):
+        if not _CHECKING[0]:  # a learner's own launch, a benchmark: nothing is graded, no overhead
+            return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
         clear_triton_hooks()
         if warmup:
             return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
