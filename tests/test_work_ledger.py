@@ -187,3 +187,29 @@ def test_decoding_passes_with_any_split_count(num_splits):
 def test_flash_forward_passes_with_tiles_of_32():
     for causal in (False, True):
         check_flash_kernel(flash_kernel(), T=70, H=1, D=16, causal=causal, block_m=32, block_n=32)
+
+
+def test_tiles_past_the_diagonal_loaded_masked_and_multiplied_fail(tmp_path):
+    """Every key tile visited when causal, the loads masked at the tile's last row: nothing extra is
+    read, but the products of the skipped tiles are computed; the FLOP cap of the model sees them."""
+    import importlib.util
+
+    from .test_triton_method import notebook_code
+
+    code = notebook_code("05_triton_flash")
+    for old, new in (("hi = tl.minimum(start_m + BLOCK_M, T)     # keys after the last row are never needed",
+                      "hi = T"),
+                     ("        key_ok = offs_n < T\n",
+                      "        key_ok = offs_n < T\n        if CAUSAL:\n"
+                      "            key_ok = key_ok & (offs_n < start_m + BLOCK_M)  # nothing past the tile read\n")):
+        assert code.count(old) == 1
+        code = code.replace(old, new)
+    path = tmp_path / "masked_tiles.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    check_flash_kernel(mod._flash_fwd_kernel, T=37, D=16, causal=False)  # right, and the same work
+    with pytest.raises(AssertionError, match=r"only on the tiles its method visits: program \(0, 0\) multiplied "
+                                             r"3\.0x their FLOPs"):
+        check_flash_kernel(mod._flash_fwd_kernel, T=37, D=16, causal=True)

@@ -21,7 +21,9 @@ The rules, in the order they are checked (the first broken one is reported):
    most ``factor`` times the need: a second pass, a reload per head, a tile past the diagonal all
    raise the figure;
 4. *tiles*: no access reads more than ``tile`` units at once (a whole row of keys as one block);
-5. *tensor cores*: the ``tl.dot`` FLOPs are at least ``dot_share`` of the products the case needs;
+5. *tensor cores*: the ``tl.dot`` FLOPs are at least ``dot_share`` of the products the case needs,
+   and at most ``dot_slack`` times those of the tiles the method visits (tiles past the diagonal
+   loaded fully masked, and multiplied, are work the method skips);
 6. *iterations*: at most ``loads_per_tile`` read calls per tile needed (one key per loop iteration).
 
 A launch may have alternatives (:func:`check_work` takes a tuple of designs, e.g. notebook 07's dQ
@@ -88,6 +90,8 @@ class KernelModel:
         dot_flops: int array of the grid's shape: the FLOPs of the products each program needs
             (the visible (query, key) pairs times 2·D per product), None when no product is asked for.
         dot_share: the least fraction of ``dot_flops`` that must go through ``tl.dot``.
+        dot_cap: int array of the grid's shape: the ``tl.dot`` FLOPs of the tiles the method visits
+            (whole tiles, padding included), None for no upper bound; ``dot_slack`` the factor allowed.
         dot_rule: what the notebook asks of the products, completing "asks <role> to ...".
     """
 
@@ -98,6 +102,8 @@ class KernelModel:
     outputs: tuple[str, ...]
     dot_flops: np.ndarray | None = None
     dot_share: float = 0.9
+    dot_cap: np.ndarray | None = None
+    dot_slack: float = 1.5
     dot_rule: str = "multiply tiles with tl.dot"
     dims: int = 2
     ignore: tuple[str, ...] = field(default=())  # tensors it may read without a model (e.g. a scalar)
@@ -234,6 +240,13 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"{model.dot_share:.0%}). Element-wise products summed with tl.sum take no tensor core: "
                            f"multiply whole tiles with tl.dot")
                 break
+        for p in launch.programs() if model.dot_cap is not None else ():
+            cap = int(model.dot_cap[p])
+            if done.get(p, 0) > model.dot_slack * cap:
+                out.append(f"{asks} to {model.dot_rule}, only on the tiles its method visits: {_program(p, dims)} "
+                           f"multiplied {done.get(p, 0) / max(cap, 1):.1f}x their FLOPs ({done.get(p, 0)} against "
+                           f"{cap}): tiles loaded masked and multiplied anyway are work to skip")
+                break
     # 6. iterations
     for m in model.inputs:
         if m.loads_per_tile is None or m.tile is None:
@@ -329,6 +342,7 @@ def flash_forward_model(*, B: int, H: int, T: int, D: int, causal: bool, block_m
     BH, n_m = B * H, _cdiv(T, block_m)
     lo_q, hi_q, need_q = _grid((n_m, BH)), _grid((n_m, BH)), _grid((n_m, BH))
     lo_k, hi_k, need_k, flops = _grid((n_m, BH)), _grid((n_m, BH)), _grid((n_m, BH)), _grid((n_m, BH))
+    cap = _grid((n_m, BH))
     vis = _visible(T, causal)
     for m in range(n_m):
         start, stop = m * block_m, min((m + 1) * block_m, T)
@@ -338,6 +352,7 @@ def flash_forward_model(*, B: int, H: int, T: int, D: int, causal: bool, block_m
             lo_q[m, bh], hi_q[m, bh], need_q[m, bh] = bh * T + start, bh * T + stop, stop - start
             lo_k[m, bh], hi_k[m, bh], need_k[m, bh] = bh * T, bh * T + T, keys
             flops[m, bh] = 4 * D * pairs  # S = Q Kᵀ and P V, 2·D FLOPs per visible (query, key) pair each
+            cap[m, bh] = 4 * D * block_m * _cdiv(keys, block_n) * block_n
     unit_of = _rows(BH * T, D, buffer_len)
     skip = " and skip the key tiles past the diagonal" if causal else ""
     kv = dict(factor=1.0, tile=block_n, loads_per_tile=2.0, rule=f"read each K/V tile once{skip}",
@@ -347,7 +362,8 @@ def flash_forward_model(*, B: int, H: int, T: int, D: int, causal: bool, block_m
               InputModel("K", "key", D, unit_of, lo_k, hi_k, need_k, **kv),
               InputModel("V", "key", D, unit_of, lo_k, hi_k, need_k, **kv))
     return (KernelModel("05", "_flash_fwd_kernel", "each program (one per query tile and head)", inputs,
-                        ("O", "LSE"), dot_flops=flops, dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile"),)
+                        ("O", "LSE"), dot_flops=flops, dot_cap=cap,
+                        dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile"),)
 
 
 def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: int, block_n: int,
@@ -369,6 +385,7 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
     head_lo, head_hi = g(), g()
     walk_q, walk_k = g(), g()                    # query rows the dK/dV program walks; keys the dQ program walks
     pairs_k, pairs_q = g(), g()                  # visible pairs of the key tile; of the query tile
+    tiles_k, tiles_q = g(), g()                  # FLOPs of one product over the tiles each program visits
     for n in range(n_t):
         start, stop = n * block_n, min((n + 1) * block_n, T)
         first_q = (start // block_m) * block_m if causal else 0
@@ -377,6 +394,9 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
             own_lo[n, bh], own_hi[n, bh], own[n, bh] = bh * T + start, bh * T + stop, stop - start
             head_lo[n, bh], head_hi[n, bh] = bh * T, bh * T + T
             walk_q[n, bh], walk_k[n, bh] = T - first_q, keys
+            # the tiles visited, whole: (own tile) x (steps of block_m) x D, per product
+            tiles_k[n, bh] = 2 * D * block_n * _cdiv(T - first_q, block_m) * block_m
+            tiles_q[n, bh] = 2 * D * block_n * _cdiv(keys, block_m) * block_m
             pairs_k[n, bh], pairs_q[n, bh] = int(vis[:, start:stop].sum()), int(vis[start:stop].sum())
     skip_q = " from the one holding its first key (the tiles above the diagonal skipped)" if causal else ""
     skip_k = " up to its diagonal (the tiles past it skipped)" if causal else ""
@@ -399,7 +419,7 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
     role_kv = "the dK/dV program (one per key tile and head)"
     dot_rule = "compute its products (S, dP, and dV, dK, dQ sums) with tl.dot, tile by tile"
     dkdv = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs, ("DK", "DV"),
-                       dot_flops=8 * D * pairs_k, dot_rule=dot_rule)   # S, dV, dP, dK: four products
+                       dot_flops=8 * D * pairs_k, dot_cap=4 * tiles_k, dot_rule=dot_rule)  # S, dV, dP, dK
     dq_rule = f"walk the key tiles{skip_k}, each once"
     dq = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                      (*(tile(t, rows_d, D, "query row") for t in ("Q", "DO")),
@@ -407,12 +427,12 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
                       *(walked(t, rows_d, D, "key", walk_k, dq_rule,
                                "a causal query tile needs" if causal else "of its head (each once)")
                         for t in ("K", "V"))),
-                     ("DQ",), dot_flops=6 * D * pairs_q, dot_rule=dot_rule)  # S, dP, dQ: three products
+                     ("DQ",), dot_flops=6 * D * pairs_q, dot_cap=3 * tiles_q, dot_rule=dot_rule)  # S, dP, dQ
     # dQ by atomics: the dK/dV program also forms dS K for each query tile it walks and adds it into
     # DQ_ACC (an atomic reads and writes those rows); the dQ program only scales its rows of DQ_ACC
     acc = walked("DQ_ACC", rows_d, D, "query row", walk_q, dkdv_rule, dkdv_what)
     dkdv_atomic = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs + (acc,), ("DK", "DV", "DQ_ACC"),
-                              dot_flops=10 * D * pairs_k, dot_rule=dot_rule)
+                              dot_flops=10 * D * pairs_k, dot_cap=5 * tiles_k, dot_rule=dot_rule)
     dq_copy = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                           (tile("DQ_ACC", rows_d, D, "query row"),), ("DQ",))
     return (pre, dkdv, dq), (pre, dkdv_atomic, dq_copy)
@@ -436,7 +456,7 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
     q_rows = _rows(B * H_q * T_q, D, q_len)
     lo_k, hi_k, need_k = _grid(shape), _grid(shape), _grid(shape)
     lo_q, hi_q, need_q, flops = _grid(shape), _grid(shape), _grid(shape), _grid(shape)
-    lo_s, hi_s = _grid(shape), _grid(shape)
+    lo_s, hi_s, cap = _grid(shape), _grid(shape), _grid(shape)
     for bkv in range(B * H_kv):
         seq, kvh = divmod(bkv, H_kv)
         n = int(seqlens[seq])
@@ -452,6 +472,7 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
                 qi = np.arange(r0, r1) % T_q
                 last = n - T_q + qi if causal else np.full(qi.shape, n - 1)   # each row's last visible key
                 flops[bkv, s, rb] = 4 * D * int(np.clip(np.minimum(last + 1, end) - first, 0, None).sum())
+                cap[bkv, s, rb] = 4 * D * block_m * _cdiv(max(0, end - first), block_n) * block_n
     kv = dict(factor=1.0, tile=block_n, loads_per_tile=2.0,
               rule="read each K/V tile of its slice once for the whole GQA group, never at or past the "
                    "sequence's length", need_what=f"of its slice (each once for the group's {g} head(s))")
@@ -462,5 +483,5 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
               InputModel("SEQLENS", "length", 1, np.arange(B, dtype=np.int64), lo_s, hi_s, _grid(shape) + 1,
                          factor=None, rule="read its sequence's length"))
     return (KernelModel("08", "_decode_partial_kernel", "each program (one per sequence and KV head, slice "
-                        "and block of rows)", inputs, ("O_PART", "LSE_PART"), dot_flops=flops, dims=3,
+                        "and block of rows)", inputs, ("O_PART", "LSE_PART"), dot_flops=flops, dot_cap=cap, dims=3,
                         dot_rule="compute QKᵀ and PV with tl.dot, one K/V tile at a time"),)
