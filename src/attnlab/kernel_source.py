@@ -484,9 +484,12 @@ def NoTorch(what: str):  # noqa: N802 (used like a class: ``with NoTorch(what) a
 
 
 def _foreign_threads() -> list[str]:
-    """Other threads whose stack holds code from outside Python, its packages and this package: code
-    a notebook started (a thread can write a kernel's output while the launch runs, unseen)."""
-    roots = {os.path.dirname(os.__file__)} | {p for p in sys.path if p.endswith("-packages")}
+    """Other threads whose stack holds code from outside Python's library and the import path (the
+    working folder left out): code a notebook started (a thread can write a kernel's output while the
+    launch runs, unseen by this thread's dispatch mode)."""
+    here = os.getcwd()
+    roots = {os.path.dirname(os.__file__) + os.sep} | {os.path.abspath(p) + os.sep for p in sys.path
+                                                        if p and os.path.abspath(p) != here and os.path.isdir(p)}
     found = []
     me = threading.get_ident()
     for ident, frame in sys._current_frames().items():
