@@ -412,3 +412,15 @@ else:
 # of notebook 01 (running max and rescaled sum) in one pass, then a second pass to write
 # $e^{x - m}/\ell$; or split one row over several programs and merge their $(m, \ell)$ pairs with the
 # same rescaling rule.
+
+# %% [markdown] nbgrader={"grade_id": "speed", "task": true, "locked": true, "points": 0}
+# ## Speed, as the grader measures it
+#
+# Nothing to write here. On a GPU grader, once every test above passes, your `_softmax_kernel` is timed against
+# the course's own kernels on one fixed problem (4096 rows of 8192 float32 values, through `triton_softmax`). The timing runs in a separate process that
+# loads only the `@triton.jit` definitions of your solution cells (no other code of this notebook),
+# with fresh random inputs and a cold L2 cache for every repetition, and every repetition's result is
+# checked. You see your ratio to the course's kernel and your GB/s here after grading, and your place
+# on the class leaderboard. If your instructor gives this cell points, a ratio of 0.5 or less earns none
+# and 0.9 or more earns all of them, linearly in between (the instructor may change both marks).
+# A grader without a GPU leaves this cell for later, marked "needs GPU timing".

@@ -598,3 +598,15 @@ else:
 # from the diagonal backwards with `block_n` < `block_m`: the first row of the query tile meets a
 # fully masked key tile first. With the guard such a part ends with $\ell = 0$, acc $= 0$, and the
 # merge can treat it as empty.
+
+# %% [markdown] nbgrader={"grade_id": "speed", "task": true, "locked": true, "points": 0}
+# ## Speed, as the grader measures it
+#
+# Nothing to write here. On a GPU grader, once every test above passes, your `_flash_fwd_kernel` is timed against
+# the course's own kernels on one fixed problem (B=8, H=16, T=4096, D=64, causal, bfloat16, through `triton_flash_attention` with its default tiles). The timing runs in a separate process that
+# loads only the `@triton.jit` definitions of your solution cells (no other code of this notebook),
+# with fresh random inputs and a cold L2 cache for every repetition, and every repetition's result is
+# checked. You see your ratio to the course's kernel and your TFLOP/s here after grading, and your place
+# on the class leaderboard. If your instructor gives this cell points, a ratio of 0.5 or less earns none
+# and 0.9 or more earns all of them, linearly in between (the instructor may change both marks).
+# A grader without a GPU leaves this cell for later, marked "needs GPU timing".

@@ -731,3 +731,15 @@ if your_forward is not None:
 # `block_n` with more warps for dK/dV (more reuse of each loaded $Q$, $dO$ tile), and on Hopper
 # warp-specialised pipelines (TMA loads, `wgmma`); then fusing dQ into dK/dV with atomics, which
 # removes the recomputation at the cost of atomic traffic.
+
+# %% [markdown] nbgrader={"grade_id": "speed", "task": true, "locked": true, "points": 0}
+# ## Speed, as the grader measures it
+#
+# Nothing to write here. On a GPU grader, once every test above passes, your three backward kernels are timed against
+# the course's own kernels on one fixed problem (B=8, H=16, T=4096, D=64, causal, bfloat16, through `triton_flash_attention_backward` with its default tiles). The timing runs in a separate process that
+# loads only the `@triton.jit` definitions of your solution cells (no other code of this notebook),
+# with fresh random inputs and a cold L2 cache for every repetition, and every repetition's result is
+# checked. You see your ratio to the course's kernel and your TFLOP/s (2.5 times the forward's FLOPs) here after grading, and your place
+# on the class leaderboard. If your instructor gives this cell points, a ratio of 0.5 or less earns none
+# and 0.9 or more earns all of them, linearly in between (the instructor may change both marks).
+# A grader without a GPU leaves this cell for later, marked "needs GPU timing".

@@ -669,3 +669,15 @@ else:
 # slices also leave too few tiles to pipeline loads within a program. I would time the step for
 # split counts 1, 2, 4, ... at that shape and pick the fastest, then check it against the rule
 # "about four programs per SM, at least 256 keys per slice".
+
+# %% [markdown] nbgrader={"grade_id": "speed", "task": true, "locked": true, "points": 0}
+# ## Speed, as the grader measures it
+#
+# Nothing to write here. On a GPU grader, once every test above passes, your two decoding kernels are timed against
+# the course's own kernels on one fixed problem (one sequence, 32 query heads over 8 KV heads, 32,768 cached keys, D=128, bfloat16, through `flash_decode`). The timing runs in a separate process that
+# loads only the `@triton.jit` definitions of your solution cells (no other code of this notebook),
+# with fresh random inputs and a cold L2 cache for every repetition, and every repetition's result is
+# checked. You see your ratio to the course's kernel and your GB/s of K and V read here after grading, and your place
+# on the class leaderboard. If your instructor gives this cell points, a ratio of 0.5 or less earns none
+# and 0.9 or more earns all of them, linearly in between (the instructor may change both marks).
+# A grader without a GPU leaves this cell for later, marked "needs GPU timing".

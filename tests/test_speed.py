@@ -9,6 +9,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from attnlab.grading import leaderboard, speed
 from attnlab.grading.course import BEYOND, Course
 from attnlab.grading.timing import Status
@@ -25,6 +27,17 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     for nb in ("04_triton_softmax", "05_triton_flash"):
         assert done[("reference", nb)].status is Status.NEEDS_GPU, done[("reference", nb)]
         assert done[("blank", nb)].status is Status.NOT_TIMED and "did not all pass" in done[("blank", nb)].message
+    # the speed cell (a task cell, 0 points by default) says so in the gradebook, left for a GPU grader
+    from nbgrader.api import Gradebook
+
+    from attnlab.grading.gradebook import db_url
+
+    with Gradebook(db_url(course)) as gb:
+        for student, note in (("reference", "needs GPU timing"), ("blank", "did not all pass")):
+            comment = gb.find_comment(speed.SPEED_CELL, "05_triton_flash", course.assignment, student)
+            grade = gb.find_grade(speed.SPEED_CELL, "05_triton_flash", course.assignment, student)
+            assert note in comment.manual_comment, (student, comment.manual_comment)
+            assert (grade.manual_score is None) == (student == "reference") and grade.max_score == 0
     records = speed.load_timings(course)
     assert {(r["student"], r["notebook"]) for r in records} >= set(done)
     beyond = speed.time_student(course.for_assignment(BEYOND), "reference")
@@ -70,3 +83,10 @@ def test_leaderboard_ranks_hides_ids_and_shows_each_student_their_place(tmp_path
     own = (tmp_path / "feedback" / "carol-9" / "attention_kernels" / "speed.html").read_text()
     assert own.count("class='you'") == 1
     assert not (tmp_path / "feedback" / "dan-4").exists()  # nothing timed: no standing
+
+
+def test_speed_points_between_floor_and_target():
+    rule = speed.SpeedPoints(0.5, 0.9)
+    assert [speed.speed_points(r, 2, rule) for r in (0.2, 0.5, 0.7, 0.9, 1.3)] == [0, 0, 1.0, 2, 2]
+    with pytest.raises(ValueError, match="floor < target"):
+        speed.SpeedPoints(0.9, 0.5)
