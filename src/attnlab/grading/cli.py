@@ -80,6 +80,14 @@ def _cmd_samples(args) -> int:
     return 0
 
 
+def _shown(path: Path) -> str:
+    """``path`` as printed: relative to the working folder when inside it (grades.csv, not /home/...)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _grade_and_report(course: Course, students, notebooks, export: Path | None, report_csv: Path | None,
                       report_json: Path | None = None, allow_unsafe: bool = False, jobs: int | None = 1):
     from .autograde import autograde, export_grades, format_report, write_report_csv, write_report_json
@@ -108,14 +116,14 @@ def _grade_and_report(course: Course, students, notebooks, export: Path | None, 
           f"({elapsed / max(n_sub, 1):.0f} s per submission)")
     if report_csv:
         write_report_csv(results, report_csv)
-        print(f"per-notebook report: {report_csv}")
+        print(f"per-notebook report: {_shown(report_csv)}")
     if report_json:
         write_report_json(results, report_json)
-        print(f"per-notebook report (JSON): {report_json}")
+        print(f"per-notebook report (JSON): {_shown(report_json)}")
     if export:
         try:
             export_grades(course, export)
-            print(f"gradebook exported by nbgrader: {export}")
+            print(f"gradebook exported by nbgrader: {_shown(export)}")
         except RuntimeError as exc:  # the grades are in the gradebook: `attnlab export` writes the CSV later
             print(f"NOT EXPORTED: {exc}; run `attnlab export --to {export}` once the gradebook is back")
     return results
