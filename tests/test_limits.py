@@ -94,10 +94,6 @@ def _sandboxed():
         pytest.skip(sandbox.check()[1])
 
 
-def _left_in_temp() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("attnlab-run-")}
-
-
 def _run(code: str, fork_server: bool = False, after=None, timeout: float = 120) -> tuple[str, object]:
     out, _, extra = asyncio.run(in_kernel(code, fork_server=fork_server, after=after, timeout=timeout,
                                           memory_bytes=KERNEL_MEMORY, scratch_size=SCRATCH))
@@ -129,22 +125,29 @@ print("WRITTEN", written >> 20)
 """
 
 
-def test_the_scratch_folder_has_a_size_and_leaves_nothing_behind():
+def _recording_folders(monkeypatch) -> list[str]:
+    """The folders of the kernel managers made from now on (the temporary folder is shared with other
+    graders: only these are judged, and removed)."""
+    folders = []
+    made = sandbox.SandboxedKernelManager.__init__
+    monkeypatch.setattr(sandbox.SandboxedKernelManager, "__init__",
+                        lambda self, *a, **kw: (made(self, *a, **kw), folders.append(self.folder))[0])
+    return folders
+
+
+def test_the_scratch_folder_has_a_size_and_leaves_nothing_behind(monkeypatch):
     """Past its size the kernel's writes fail (ENOSPC) and nothing reaches the grader's disk: the folders it
     nested 2,500 deep are gone with the sandbox, and the grader's temporary folder holds nothing of it."""
     _sandboxed()
-    before = _left_in_temp()
-
-    async def folder(km):
-        return km.folder
-
+    folders = _recording_folders(monkeypatch)
     try:
-        out, folder = _run(DEEP_AND_FULL, after=folder)
+        out, _ = _run(DEEP_AND_FULL)
     finally:
-        for name in _left_in_temp() - before:  # today's failure would leave 2,500 folders and 256 MiB
-            subprocess.run(["rm", "-rf", os.path.join(tempfile.gettempdir(), name)])
+        left = [f for f in folders if os.path.exists(f)]
+        for folder in left:  # today's failure leaves 2,500 folders and 256 MiB
+            subprocess.run(["rm", "-rf", folder])
     assert "REFUSED OSError" in out and int(out.split("WRITTEN")[1]) < SCRATCH // MIB, out
-    assert not os.path.exists(folder)
+    assert folders and left == []
 
 
 def _may_lower_oom_scores() -> bool:
@@ -301,3 +304,46 @@ def test_without_a_memory_controller_doctor_and_grading_say_so(monkeypatch):
             assert check.status == doctor.NOTE and line in check.detail
     finally:
         tasks.describe_memory.cache_clear()
+
+
+#: Through the grader: the files handed in were copied into the scratch tmpfs; the grader's copies and the
+#: socket folder (on the grader's disk) take no write; /dev/shm is the sandbox's own.
+THROUGH_THE_GRADER = r"""
+import json, os
+def attempt(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        return "WRITTEN"
+    except OSError as exc:
+        return type(exc).__name__
+here = os.getcwd()
+print(json.dumps({"copied": open("03_flash_backward.ipynb").read(), "given": attempt(os.path.join(here, ".given", "x")),
+                  "ipc": attempt(os.path.join(os.path.dirname(here), "ipc", "x")),
+                  "scratch": attempt("x"), "shm": attempt("/dev/shm/x")}))
+"""
+
+
+def test_through_the_grader_only_the_sandboxs_own_memory_folders_take_writes(tmp_path, monkeypatch):
+    _sandboxed()
+    folders = _recording_folders(monkeypatch)
+    import json
+
+    import nbformat
+
+    from attnlab.grading import execute
+
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "03_flash_backward.ipynb").write_text("{}")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells.append(nbformat.v4.new_code_cell(THROUGH_THE_GRADER))
+    grader = execute.GradingExecute(timeout=60, prewarm=False, guard=True)
+    out, _ = grader.preprocess(nb, {"unique_key": "03_flash_backward", "metadata": {"path": str(folder)}})
+    seen = json.loads(out.cells[-1].outputs[0]["text"])
+    assert seen["copied"] == "{}" and seen["scratch"] == seen["shm"] == "WRITTEN", seen
+    assert seen["given"] == "OSError", seen  # EROFS: a read-only bind
+    if os.geteuid() == 0 and not sandbox.kernel_accounts():  # the socket folder is taken back from the account
+        assert seen["ipc"] == "PermissionError", seen
+    assert folders and not any(os.path.exists(f) for f in folders)
