@@ -329,7 +329,8 @@ def races(ledger: Ledger) -> list[Race]:
             if not racy.size:
                 continue
             element = int(racy[0])
-            who = tuple(p for p, n in ids.items() if element * len(ids) + n in set(keys[keys // len(ids) == element].tolist()))
+            mine = set((keys[keys // len(ids) == element] % len(ids)).tolist())  # the programs touching it
+            who = tuple(p for p, n in ids.items() if n in mine)
             loaded = {a.program for a in accesses if a.kind == "load" and element in a.index}
             storing = {a.program for a in accesses if a.kind == "store" and element in a.index}
             found.append(Race(i, launch.kernel, tensor, element, who[:4], bool(storing & loaded)))

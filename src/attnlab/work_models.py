@@ -33,7 +33,7 @@ design holds; otherwise the design with the fewest broken rules is reported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -93,6 +93,7 @@ class KernelModel:
         dot_cap: int array of the grid's shape: the ``tl.dot`` FLOPs of the tiles the method visits
             (whole tiles, padding included), None for no upper bound; ``dot_slack`` the factor allowed.
         dot_rule: what the notebook asks of the products, completing "asks <role> to ...".
+        dims: how many grid axes name a program in messages.
     """
 
     notebook: str
@@ -106,7 +107,6 @@ class KernelModel:
     dot_slack: float = 1.5
     dot_rule: str = "multiply tiles with tl.dot"
     dims: int = 2
-    ignore: tuple[str, ...] = field(default=())  # tensors it may read without a model (e.g. a scalar)
 
 
 class _Found(list):
@@ -169,8 +169,6 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
     for (p, tensor), accs in reads.items():
         m = inputs.get(tensor)
         if m is None:
-            if tensor in model.ignore:
-                continue
             out.append(f"{_program(p, dims)} of {model.kernel} read {tensor}, which its method never reads "
                        f"(it reads {', '.join(inputs) or 'nothing'})")
             break
