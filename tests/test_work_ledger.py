@@ -213,3 +213,23 @@ def test_tiles_past_the_diagonal_loaded_masked_and_multiplied_fail(tmp_path):
     with pytest.raises(AssertionError, match=r"only on the tiles its method visits: program \(0, 0\) multiplied "
                                              r"3\.0x their FLOPs"):
         check_flash_kernel(mod._flash_fwd_kernel, T=37, D=16, causal=True)
+
+
+def test_a_dq_kernel_that_also_adds_dq_acc_passes(tmp_path):
+    """A dQ kernel written for both designs (it starts from DQ_ACC, zeros unless the dK/dV kernel added
+    into it) reads only its own rows of DQ_ACC: honest, and it keeps its points."""
+    import importlib.util
+
+    from .test_triton_method import notebook_code
+
+    old = "    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)\n"
+    code = notebook_code("07_triton_backward")
+    assert code.count(old) == 1
+    code = code.replace(old, "    dq = tl.load(DQ_ACC + bh * stride_bh + q_offs, mask=row_ok[:, None], other=0.0)\n")
+    path = tmp_path / "dq_from_acc.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    check_flash_backward_kernels((mod._bwd_preprocess_kernel, mod._bwd_dkdv_kernel, mod._bwd_dq_kernel),
+                                 T=37, D=16, causal=True)

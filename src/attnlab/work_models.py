@@ -420,7 +420,7 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
                        dot_flops=8 * D * pairs_k, dot_cap=4 * tiles_k, dot_rule=dot_rule)  # S, dV, dP, dK
     dq_rule = f"walk the key tiles{skip_k}, each once"
     dq = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
-                     (*(tile(t, rows_d, D, "query row") for t in ("Q", "DO")),
+                     (*(tile(t, rows_d, D, "query row") for t in ("Q", "DO", "DQ_ACC")),  # DQ_ACC: zeros here
                       *(tile(t, rows_1, 1, "query row") for t in ("LSE", "DELTA")),
                       *(walked(t, rows_d, D, "key", walk_k, dq_rule,
                                "a causal query tile needs" if causal else "of its head (each once)")
