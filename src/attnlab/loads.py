@@ -53,8 +53,9 @@ _ROUTED = frozenset({"create_load", "create_store", "create_atomic_load", "creat
 _REGISTERS = frozenset({"create_gather"})
 #: Builder method names that suggest a memory access: any not known above is recorded as unaccounted.
 _MEMORY_NAME = re.compile(r"load|store|atomic|descriptor|gather|scatter|prefetch|tma|copy")
-#: The other methods :func:`record` wraps: launch boundaries and matrix products.
-_EXTRA = ("set_grid_dim", "create_dot", "create_dot_scaled")
+#: The other methods :func:`record` needs: launch boundaries and matrix products (``create_dot_scaled``,
+#: Triton's FP8/FP4 product, is wrapped too where it exists).
+_EXTRA = ("set_grid_dim", "create_dot")
 #: Access kinds that read memory, and those that write it (an atomic does both).
 READS, WRITES = ("load", "atomic"), ("store", "atomic")
 
@@ -179,7 +180,7 @@ def available() -> bool:
     except ImportError:
         return False
     builder = getattr(ti, "interpreter_builder", None)
-    return builder is not None and all(callable(getattr(builder, name, None)) for name in _PRIMITIVES + _EXTRA[:2])
+    return builder is not None and all(callable(getattr(builder, name, None)) for name in _PRIMITIVES + _EXTRA)
 
 
 def _memory_methods(builder) -> list[str]:
