@@ -51,8 +51,9 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
 :class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
 way (a root grader's kernels are forked into the sandbox by :mod:`.forkserver` instead of started by
 bwrap: bwrap builds the same sandbox around a placeholder, and the forked kernel drops to its account
-with :data:`DROP_FUNCTION`, as bwrap's kernels do), each with a fresh scratch folder (:attr:`SandboxedKernelManager.scratch`), removed when the
-kernel is cleaned up (:func:`remove_tree`: no depth, closed folder or link stops it). :func:`check` says whether bwrap works here; :func:`require` refuses to go
+with :data:`DROP_FUNCTION`, as bwrap's kernels do), each with a fresh scratch folder
+(:attr:`SandboxedKernelManager.scratch`), removed when the kernel is cleaned up (:func:`remove_tree`:
+no depth, closed folder or link stops it). :func:`check` says whether bwrap works here; :func:`require` refuses to go
 on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 """
 
