@@ -213,20 +213,15 @@ def _softmax_hook(y, x, x_stride, y_stride, n_cols, **launch):
 _softmax_kernel.add_pre_run_hook(_softmax_hook)
 '''
 # a global marked as a Triton builtin: a GPU compile calls it with its code generator (an honest no-op
-# there), the interpreter calls it with the row itself, which NumPy turns into the softmax
-_BUILTIN_HELPER = '''import ctypes
-
-import numpy as np
+# there), the interpreter calls it with the row itself, which NumPy turns into the softmax in place
+_BUILTIN_HELPER = '''import numpy as np
 
 
-def _finish(ptrs, x, _semantic=None):
-    if _semantic is not None:
-        return x
-    data = x.handle.data.astype(np.float64)
-    keep = np.isfinite(data)
-    e = np.exp(data[keep] - data[keep].max())
-    for address, value in zip(ptrs.handle.data[keep], e / e.sum()):
-        ctypes.c_float.from_address(int(address)).value = float(value)
+def _finish(x, _semantic=None):
+    if _semantic is None:
+        data = x.handle.data
+        e = np.exp(data - data.max())
+        data[...] = e / e.sum()
     return x
 
 
@@ -246,10 +241,10 @@ MISTAKES += [
     Mistake(
         id="04-builtin-marked-helper", notebook=_NB, cell=_CELL,
         edits=(("@triton.jit\ndef _softmax_kernel(", _BUILTIN_HELPER),
-               (_STORE_LINE, "    _finish(output_ptr + row * output_row_stride + cols, x)\n")),
+               (_STORE_LINE, "    tl.store(output_ptr + row * output_row_stride + cols, _finish(x), mask=in_row)\n")),
         fails=_ALL,
-        why="calls a plain Python function marked as a Triton builtin: under the interpreter it computes "
-            "the softmax in NumPy and writes it through raw pointers",
+        why="stores what a plain Python function marked as a Triton builtin returns: under the interpreter "
+            "it computes the softmax of the row in NumPy",
     ),
     Mistake(
         id="04-ok-constexpr-global", notebook=_NB, cell=_CELL,
