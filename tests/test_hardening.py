@@ -465,12 +465,14 @@ TRITON_SCRIPT = """
 """
 
 
-def test_a_hanging_triton_kernel_under_the_interpreter_times_out():
-    proc = _run(TRITON_SCRIPT, env={"ATTNLAB_CALL_LIMIT_S": "1", "TRITON_INTERPRET": "1"})
+def test_a_hanging_triton_kernel_under_the_interpreter_times_out(tmp_path):
+    # from a file: a kernel is graded rebuilt from its source (attnlab.kernel_source), and `python -c` has none
+    script = tmp_path / "hangs.py"
+    script.write_text(textwrap.dedent(TRITON_SCRIPT))
+    proc = _run(f"exec(compile(open({str(script)!r}).read(), {str(script)!r}, 'exec'))",
+                env={"ATTNLAB_CALL_LIMIT_S": "1", "TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # kernels made by `python -c` have no source file: the GPU compile gate cannot compile them and says so
-    assert "needs review: could not check that _softmax_kernel compiles" in proc.stdout
-    first, second, last = [ln for ln in proc.stdout.strip().splitlines() if not ln.startswith("[grader]")][-3:]
+    first, second, last = [ln for ln in proc.stdout.strip().splitlines() if not ln.startswith("[")][-3:]
     assert "did not finish within 1 s" in first and float(first.split()[0]) < 5
     assert "not run again" in second and float(second.split()[0]) < 0.5
     assert last == "works"
