@@ -353,3 +353,19 @@ def test_a_python_builtin_a_gpu_compiler_refuses_is_named(tmp_path, flags):
     mod = _module(tmp_path, "ks_abs", _HONEST.replace("num / tl.sum(num, axis=0)", "abs(num / tl.sum(num, axis=0))"))
     with pytest.raises(TypeError, match="Python's 'abs'.*tl.abs"):
         _check(mod._softmax_kernel)
+
+
+def test_a_compiled_mode_kernel_launched_before_carries_nothing_extra(tmp_path, monkeypatch):
+    # what Triton itself sets at a compiled kernel's first launch is not "carried" (no false review note)
+    from triton.runtime.jit import JITFunction
+
+    mod = _module(tmp_path, "ks_jit", _HONEST)
+    kernel = JITFunction(mod._softmax_kernel.fn)
+    assert kernel_source.carried(kernel) == []
+    for name in ("CompiledKernel", "compile", "ASTSource"):  # JITFunction.create_binder's
+        setattr(kernel, name, object())
+    assert kernel_source.carried(kernel) == []
+    kernel.launch_metadata = lambda grid, kernel, args: {}
+    kernel.extra = 1
+    found = kernel_source.carried(kernel)
+    assert any("launch_metadata callback" in f for f in found) and any("extra" in f for f in found), found

@@ -300,6 +300,8 @@ def _admit(what: str, name: str, value, deps: list, building: dict):
 
 # ----------------------------------------------------------------------------- what was carried
 _STANDARD_ATTRS: dict[type, frozenset] = {}
+#: What Triton sets on a compiled-mode kernel at its first launch (``JITFunction.create_binder``).
+_LAZY_ATTRS = frozenset({"CompiledKernel", "compile", "ASTSource"})
 
 
 def _standard_attrs(kind) -> frozenset:
@@ -308,7 +310,7 @@ def _standard_attrs(kind) -> frozenset:
         def _probe_kernel(x):  # a def with source: Triton reads it
             return x
 
-        _STANDARD_ATTRS[kind] = frozenset(vars(kind(_probe_kernel)))
+        _STANDARD_ATTRS[kind] = frozenset(vars(kind(_probe_kernel))) | _LAZY_ATTRS
     return _STANDARD_ATTRS[kind]
 
 
