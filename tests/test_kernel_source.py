@@ -369,3 +369,15 @@ def test_a_compiled_mode_kernel_launched_before_carries_nothing_extra(tmp_path, 
     kernel.extra = 1
     found = kernel_source.carried(kernel)
     assert any("launch_metadata callback" in f for f in found) and any("extra" in f for f in found), found
+
+
+def test_the_releases_placeholder_body_says_not_implemented_yet(tmp_path):
+    """The blank release's kernels raise NotImplementedError: a learner who runs the tests first is
+    told the kernel is not written yet, not that a GPU compiler refuses a Python builtin."""
+    blank = _module(tmp_path, "blank_kernel", '''
+@triton.jit
+def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    raise NotImplementedError()
+''')
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        check_softmax_kernel(blank._softmax_kernel, n_rows=2, n_cols=8)
