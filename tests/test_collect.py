@@ -75,3 +75,14 @@ def test_collect_keeps_students_of_one_name_apart_and_reports_what_it_leaves_out
     assert code == 0, out
     rows = dict(re.findall(r"^(\S+) +\d+/\d+ +(\d+/\d+)$", out, re.MULTILINE))  # the table: student, 01, total
     assert rows == {"李明-1001": "6/6", "王芳-1002": "0/6", "wei_zhang-1004": "0/6"}, out
+
+
+@pytest.mark.parametrize("layout", ["auto", "moodle", "folders"])
+def test_a_folder_inside_a_submission_never_files_work_under_another_student(layout):
+    """A student's upload may hold folders of its own; one named like another student's LMS folder
+    must not file its notebook as theirs (red team, 2026-12-02): the LMS's outermost folder decides."""
+    planted = ("export/Alice Smith_1001_assignsubmission_file_/Bob Jones_1002_assignsubmission_file_/"
+               "04_triton_softmax.ipynb")
+    if layout == "folders":
+        planted = "export/alice/bob/04_triton_softmax.ipynb"
+    assert parse(planted, layout)["student_id"] in ("alice_smith-1001", "alice")

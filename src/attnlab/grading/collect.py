@@ -64,8 +64,10 @@ def parse(rel_path: str, layout: str = "auto") -> dict | None:
     """
     parts = rel_path.replace(os.sep, "/").split("/")
     dirs, name = parts[:-1], parts[-1]
+    # The outermost folder names the student: the LMS made it; anything below came from the student's
+    # own upload, and a folder named like another student's there must not file work under their name.
     if layout in ("auto", "moodle"):
-        for d in reversed(dirs):
+        for d in dirs:
             m = _MOODLE.match(d)
             if m:
                 return {"student_id": _with_id(m["name"], m["id"]), "file_id": name}
@@ -77,8 +79,8 @@ def parse(rel_path: str, layout: str = "auto") -> dict | None:
             return {"student_id": _with_id(m["login"], m["uid"]), "file_id": m["file"]}
         if layout == "canvas":
             return None
-    # folders: the nearest folder above the file that is not the archive's own or a generic name
-    for d in reversed(dirs[1:]):
+    # folders: the outermost folder below the archive's own that is not a generic name
+    for d in dirs[1:]:
         if d.lower() not in _SKIP_DIRS and not d.startswith("."):
             return {"student_id": slug(d), "file_id": name}
     return None
