@@ -27,6 +27,9 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py"
 c.Execute.timeout = int(os.environ.get("ATTNLAB_CELL_TIMEOUT_S", 90))
 c.Execute.interrupt_on_timeout = True
 c.Execute.startup_timeout = 120
+# Widgets' state is neither kept in memory nor written into the autograded notebook: no check reads it,
+# and a cell could send gigabytes of it past every output cap (red team, 2026-12-02: 400 MB per notebook).
+c.Execute.store_widget_state = False
 # A kernel outside the sandbox talks over TCP: encrypt it with CurveZMQ keys where jupyter_client (8.10
 # on) can hand them out and the kernel supports them (ipykernel 7, which otherwise warns at every start
 # that it runs "over TCP without encryption"). Sandboxed kernels use Unix sockets: nothing to encrypt.

@@ -1182,3 +1182,15 @@ def test_plain_nbgrader_never_hands_the_kernel_a_linked_files_target(tmp_path):
     ep._submission_folder = lambda resources: str(submitted)
     ep._fill_run_dir(str(run), {"metadata": {"path": str(autograded)}})
     assert sorted(os.listdir(run)) == ["data.txt"]
+
+
+def test_widget_state_is_never_kept_by_the_grader():
+    """A cell's widgets can carry any amount of state outside every output cap (a red team sent 400 MB
+    per notebook through ten Textareas): the grader's executor, as nbgrader_config.py sets it up,
+    neither keeps it nor writes it into the autograded notebook."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from attnlab.grading.execute import GradingExecute
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    assert GradingExecute(config=config).store_widget_state is False
