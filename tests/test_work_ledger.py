@@ -66,6 +66,31 @@ def test_an_atomic_is_a_read_and_a_write():
     assert ledger.of("x", loads.READS) == [access] == ledger.of("x", loads.WRITES)
 
 
+def test_a_wide_load_reads_every_element_it_covers():
+    """A float32 row read through an int64 pointer: each lane reads two elements (a red team read a
+    row twice, the second pass shifted by one column, and every column counted once)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle, interpreter_builder
+
+    buf = torch.arange(8, dtype=torch.float32)
+    with loads.record({"x": buf}) as ledger:
+        interpreter_builder.set_grid_dim(1, 1, 1)
+        interpreter_builder.set_grid_idx(0, 0, 0)
+        ptrs = TensorHandle(np.array([buf.data_ptr() + 8 * i for i in range(3)], dtype=np.uint64),
+                            tl.pointer_type(tl.int64))
+        mask = TensorHandle(np.array([True, True, True]), tl.int1)
+        interpreter_builder.create_masked_load(ptrs, mask, None, None, None)
+    (access,) = ledger.accesses
+    assert sorted(access.index.tolist()) == [0, 1, 2, 3, 4, 5]
+    # a wide lane that runs past the tensor's end is outside it: switched off, not half-counted
+    with loads.record({"x": buf}) as ledger:
+        interpreter_builder.set_grid_dim(1, 1, 1)
+        interpreter_builder.set_grid_idx(0, 0, 0)
+        ptrs = TensorHandle(np.array([buf.data_ptr() + 28], dtype=np.uint64), tl.pointer_type(tl.int64))
+        interpreter_builder.create_masked_load(ptrs, TensorHandle(np.array([True]), tl.int1), None, None, None)
+    assert not ledger.accesses and ledger.current.strays
+
+
 def test_launches_programs_and_products_are_recorded():
     """Per launch: the kernel's name and grid; per program: its accesses, load calls and tl.dot shapes."""
     kernels = backward()

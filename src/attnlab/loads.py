@@ -151,11 +151,16 @@ class Ledger:
         lanes = addr[active].astype(np.int64)
         known = np.zeros(lanes.shape, dtype=bool)
         program = tuple(program) if program is not None else (0, 0, 0)
+        width = _width(ptrs)  # bytes one lane touches: a pointer cast to a wider type reads several elements
         for name, base, nbytes, size in self.regions:
-            inside = (lanes >= base) & (lanes < base + nbytes)
+            inside = (lanes >= base) & (lanes + width <= base + nbytes)
             if inside.any():
-                launch.accesses.append(Access(program, name, kind, (lanes[inside] - base) // size,
-                                              tuple(addr.shape), launch.calls))
+                first = (lanes[inside] - base) // size
+                last = (lanes[inside] + width - 1 - base) // size
+                span = int((last - first).max()) + 1
+                index = first if span == 1 else \
+                    (first[:, None] + np.arange(span)[None, :])[first[:, None] + np.arange(span)[None, :] <= last[:, None]]
+                launch.accesses.append(Access(program, name, kind, index, tuple(addr.shape), launch.calls))
                 known |= inside
         if known.all():
             return mask
@@ -171,6 +176,14 @@ class Ledger:
         batch = int(np.prod(sa[:-2])) if len(sa) > 2 else 1
         self.current.dots.append(Dot(tuple(program) if program is not None else (0, 0, 0),
                                      int(sa[-2]), int(sb[-1]), int(sa[-1]), batch))
+
+
+def _width(ptrs) -> int:
+    """Bytes each lane of a pointer block touches (its pointee's size; 1 for int1)."""
+    try:
+        return max(1, ptrs.dtype.element_ty.primitive_bitwidth // 8)
+    except AttributeError:
+        return 1
 
 
 def available() -> bool:
