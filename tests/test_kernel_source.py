@@ -381,3 +381,29 @@ def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, 
 ''')
     with pytest.raises(NotImplementedError, match="not implemented yet"):
         check_softmax_kernel(blank._softmax_kernel, n_rows=2, n_cols=8)
+
+
+def test_a_kernel_reaching_the_interpreters_machinery_is_refused(tmp_path):
+    """A helper whose interpreter-only branch (pruned by a GPU compile) loads through the interpreter's
+    builder class found with getattr on split strings read rows the ledger never saw, with full marks
+    (red team, 2026-12-02). Handles, private attributes, reflection and triton's runtime are refused."""
+    sneaky = _module(tmp_path, "sneaky_kernel", '''
+@triton.jit
+def _load(ptrs, mask):
+    x = tl.load(ptrs, mask=mask, other=float("-inf"))
+    if hasattr(ptrs.handle, "data"):
+        x.handle = getattr(getattr(triton, "run" "time"), "interp" "reter").InterpreterBuilder.create_masked_load(
+            None, ptrs.handle, mask.handle, x.handle, None)
+    return x
+
+
+@triton.jit
+def _softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    x = _load(input_ptr + row * input_row_stride + cols, cols < n_cols)
+    num = tl.exp(x - tl.max(x, axis=0))
+    tl.store(output_ptr + row * output_row_stride + cols, num / tl.sum(num, axis=0), mask=cols < n_cols)
+''')
+    with pytest.raises(kernel_source.KernelSourceError, match="machinery"):
+        check_softmax_kernel(sneaky._softmax_kernel, n_rows=2, n_cols=8)

@@ -177,6 +177,35 @@ def _names(code) -> list[str]:
     return list(seen)
 
 
+#: Names that reach Python's machinery rather than a tensor's values: under the interpreter they can
+#: touch memory past the work ledger (a red team read rows through the interpreter's builder class,
+#: found with getattr on split strings, from a branch a GPU compile prunes); a GPU kernel has no use for them.
+_REFLECTION = frozenset({"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec",
+                         "compile", "__import__", "type", "object", "super", "open", "id"})
+#: The parts of triton a kernel may name (``triton.language`` is ``tl``).
+_TRITON_PUBLIC = frozenset({"language", "jit", "cdiv", "next_power_of_2"})
+
+
+def _refuse_reflection(tree: ast.AST, what: str) -> None:
+    """Raise KernelSourceError where a learner's kernel names interpreter handles, private attributes,
+    reflection builtins or Triton's runtime: code that runs only under the interpreter, beside the
+    ledger, and that no GPU compiler takes."""
+    for node in ast.walk(tree):
+        bad = None
+        if isinstance(node, ast.Attribute) and (node.attr == "handle" or node.attr.startswith("_")):
+            bad = f".{node.attr}"
+        elif isinstance(node, ast.Name) and node.id in _REFLECTION:
+            bad = node.id
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "triton"
+              and node.attr not in _TRITON_PUBLIC):
+            bad = f"triton.{node.attr}"
+        if bad is not None:
+            raise KernelSourceError(
+                f"{what}: the kernel uses {bad!r} (line {node.lineno}), which reaches Python's or Triton's "
+                f"machinery instead of values: a GPU kernel computes with triton.language only (tl.load, "
+                f"tl.dot, tl.where...)")
+
+
 def _rebuild(kernel, deps: list, building: dict):
     jit_cls, interpreted_cls = _jit_types()
     fn = kernel.fn
@@ -184,6 +213,8 @@ def _rebuild(kernel, deps: list, building: dict):
     text, first, filename = _source(fn, what)
     tree = ast.parse(text)
     ast.increment_lineno(tree, first - 1)  # tracebacks and Triton's messages point at the cell's lines
+    if not str(fn.__globals__.get("__name__", "")).startswith("triton"):
+        _refuse_reflection(tree, what)
     flags = fn.__code__.co_flags & __future__.annotations.compiler_flag
     module_code = compile(tree, filename, "exec", flags=flags, dont_inherit=True)
     scopes = [fn.__globals__]

@@ -350,7 +350,7 @@ def _parser() -> argparse.ArgumentParser:
     course.add_argument("--course", default=argparse.SUPPRESS,
                         help="the course directory (default: the one holding the working directory)")
     # The docstring lists the commands, grouped: argparse's own list (in another order) is left out.
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="attnlab")
 
     def command(name: str, help: str, func):
         p = sub.add_parser(name, help=help, description=_DESCRIPTIONS[name], parents=[course])

@@ -58,11 +58,12 @@ def _names(course: Course) -> dict[str, str]:
 
 def rank(course: Course) -> dict[str, list[dict]]:
     """notebook -> its timed outcomes, fastest first, each with ``rank`` and ``shown`` (the name shown)."""
+    timed = [r for r in load_timings(course) if r.get("status") == Status.TIMED.value]
+    if not timed:
+        return {}
     secret, names = course_secret(course), _names(course)
     tables: dict[str, list[dict]] = {}
-    for record in load_timings(course):
-        if record.get("status") != Status.TIMED.value:
-            continue
+    for record in timed:
         record = {**record, "shown": names.get(record["student"]) or anonymous_id(record["student"], secret)}
         tables.setdefault(record["notebook"], []).append(record)
     for rows in tables.values():
@@ -156,5 +157,6 @@ def _cmd_leaderboard(args) -> int:
     course = Course.find(args.course, args.assignment)
     page, table = write(course, args.out, feedback=not args.no_feedback)
     ranked = sum(len(rows) for rows in rank(course).values())
-    print(f"wrote {page} and {table}: {ranked} timed kernels ranked")
+    print(f"wrote {page} and {table}: {ranked} timed kernels ranked"
+          + ("" if ranked else f" (`attnlab speed --assignment {course.assignment}` times them, on a GPU grader)"))
     return 0

@@ -130,7 +130,7 @@ def time_student(course: Course, student: str, *, reps: int = 30, sandbox: bool 
         if passed is None:
             timing = Timing(name, Status.NOT_TIMED, "not autograded yet: run attnlab autograde first")
         elif not passed:
-            timing = Timing(name, Status.NOT_TIMED, "not timed: its autograded tests did not all pass")
+            timing = Timing(name, Status.NOT_TIMED, "its autograded tests did not all pass")
         else:
             timing = time_notebook(folder / f"{name}.ipynb", course.source / f"{name}.ipynb", reps=reps,
                                    sandbox=sandbox)
@@ -188,11 +188,16 @@ def _cmd_speed(args) -> int:
         print(f"attnlab speed: {exc}", file=sys.stderr)
         return 2
     students = students_to_grade(course, args.shard, None, args.student) or submitted_students(course)
-    failed = 0
+    counts: dict[Status, int] = {}
     for student in students:
-        for path, timing in time_student(course, student, reps=args.reps, sandbox=not args.unsafe_no_sandbox):
+        done = time_student(course, student, reps=args.reps, sandbox=not args.unsafe_no_sandbox)
+        if not done:
+            print(f"  {student:24s} (no timed notebook in this submission)", flush=True)
+        for path, timing in done:
             print(f"  {student:24s} {timing.notebook:22s} {timing.status.value}: {timing.message}", flush=True)
-            failed += timing.status in (Status.FAILED, Status.WRONG)
-    print(f"timed {len(students)} students' kernels into {TIMINGS}/{course.assignment}/ "
-          f"({failed} failed or wrong); `attnlab leaderboard --assignment {course.assignment}` ranks them")
+            counts[timing.status] = counts.get(timing.status, 0) + 1
+    summary = ", ".join(f"{n} {status.value}" for status, n in counts.items()) or "nothing to time"
+    print(f"{len(students)} students: {summary}; outcomes in {TIMINGS}/{course.assignment}/"
+          + (f"; `attnlab leaderboard --assignment {course.assignment}` ranks them" if counts.get(Status.TIMED)
+             else ""))
     return 0
