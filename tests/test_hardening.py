@@ -1194,3 +1194,24 @@ def test_widget_state_is_never_kept_by_the_grader():
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert GradingExecute(config=config).store_widget_state is False
+
+
+def test_review_flags_cannot_be_silenced_by_swapping_the_guards_record():
+    """A set subclass whose __contains__ always says yes, put in place of the guard's record of notes
+    seen, dropped every later review flag (red team, 2026-12-02)."""
+    proc = _run("""
+        import json, tempfile
+        from attnlab import review
+        from attnlab.grading import guard
+        guard.install(cwd=tempfile.mkdtemp())
+        class Yes(set):
+            def __contains__(self, item):
+                return True
+        guard._STATE.seen = Yes()
+        review.flag("a pre-run hook was left behind")
+        print(json.dumps(json.loads(guard.drain())))
+    """)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    notes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert any("a pre-run hook was left behind" in n for n in notes), notes
+    assert any("record of notes had been replaced" in n for n in notes), notes

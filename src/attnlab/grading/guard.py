@@ -219,7 +219,16 @@ def _limit_memory(gb: float) -> float:
 
 
 def _note(text: str) -> None:
-    if _STATE is not None and text not in _STATE.seen:
+    if _STATE is None:
+        return
+    # exactly the built-in types: a set subclass whose __contains__ says yes dropped every later review
+    # flag (red team, 2026-12-02); a swapped container is replaced, and the swap is itself reported
+    if type(_STATE.seen) is not set or type(_STATE.notes) is not list:
+        _STATE.seen = set()
+        if type(_STATE.notes) is not list:
+            _STATE.notes = []
+        _note("needs review: the grader's record of notes had been replaced by notebook code")
+    if text not in _STATE.seen:
         _STATE.seen.add(text)
         _STATE.notes.append(text)
 
