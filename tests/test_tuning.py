@@ -449,6 +449,23 @@ def test_while_autograding_code_outside_the_package_cannot_call_a_reference(monk
     vt.check_quantize_fp8(_quantize, draw=2)  # the checkers, in the package, still use their models
 
 
+def test_while_autograding_another_module_of_the_package_cannot_call_a_reference_for_a_cell(monkeypatch):
+    """A cell had hints.diagnosed call a reference through functools.partial, read the value off the
+    error's text and built a table of every drawable case (red team, 2026-12-02)."""
+    import functools
+
+    from attnlab import hints
+    from attnlab import verify_tuning as vt
+    from attnlab.grading import guard
+
+    def fail():
+        raise AssertionError("x")
+
+    monkeypatch.setattr(guard, "active", lambda: True)
+    with pytest.raises(vt.ReferenceRefused):
+        hints.diagnosed(fail, functools.partial(vt.expected_smem, 64, 64, 2, 64, 2))
+
+
 def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
     """While autograding, a solution cell that rebinds the models (to grade against its own values), the
     replay number or the random source (to draw cases it knows) has it undone before the next test cell,
