@@ -11,7 +11,7 @@ Instructors (run in the course repository, or name it with --course):
     attnlab grade-samples          the main job: build, samples, autograde both assignments, grades.csv
     attnlab synthetic-class N      N made-up submissions in submitted/, with their expected totals
 
-Grading learners' submissions (README, "Instructor: grading submissions"):
+Grading learners' submissions (docs/grading.md in the course repository):
     attnlab collect EXPORT.zip     an LMS export -> submitted/<student>/ (nbgrader zip_collect)
     attnlab autograde [options]    grade submitted/ (--jobs N workers side by side), print the report
                                    (--shard I/N: one shard of the class, for several machines)
@@ -165,7 +165,7 @@ def _shard_plan(course: Course, args) -> list[str] | None:
               f"{', '.join(students) or '(none)'}")
         if n > 1 and is_sqlite(db_url(course)):
             print("note: a SQLite gradebook serves shards on this machine only (it must not live on NFS); "
-                  "shards on several machines need a PostgreSQL gradebook (--db-url, README)")
+                  "shards on several machines need a PostgreSQL gradebook (--db-url; docs/grading.md)")
     return students
 
 
