@@ -19,7 +19,7 @@
 # On a GPU partition, add: #SBATCH --gres=gpu:1  (the hidden GPU cases then run)
 set -euo pipefail
 : "${SHARDS:?set SHARDS to the array size, e.g. sbatch --array=0-7 --export=ALL,SHARDS=8}"
-: "${ATTNLAB_DB_URL:?set ATTNLAB_DB_URL to the PostgreSQL gradebook (README: a class on a cluster)}"
+: "${ATTNLAB_DB_URL:?set ATTNLAB_DB_URL to the PostgreSQL gradebook (docs/grading.md: a class on a cluster)}"
 cd "${SLURM_SUBMIT_DIR:-$(dirname "$0")/..}"
 export PATH="$PWD/.venv/bin:$PATH"
 exec attnlab autograde --shard "${SLURM_ARRAY_TASK_ID}/${SHARDS}"
