@@ -160,7 +160,7 @@ def events_ms(nb: str, path: Path, reps: int = 50) -> float:
     import torch
 
     bench = timing.BENCHMARKS[_SRC[nb].stem]
-    src = timing.kernel_source(timing._cells_of(path, bench.cells))
+    src = timing.kernel_source(timing.cells_of(path, bench.cells))
     file = path.parent / "kernels_direct.py"
     file.write_text(src.text)
     spec = importlib.util.spec_from_file_location(f"direct_{path.parent.name}_{nb}", file)

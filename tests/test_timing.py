@@ -119,7 +119,7 @@ _EXPLOITS = {
 @pytest.mark.parametrize("family", sorted(_EXPLOITS))
 def test_timer_bypass_families_never_reach_the_timed_process(tmp_path, family):
     path = _with_cell(tmp_path, lambda s: s + "\n\n" + _EXPLOITS[family])
-    cells = timing._cells_of(path, ("_softmax_kernel",))
+    cells = timing.cells_of(path, ("_softmax_kernel",))
     src = timing.kernel_source(cells)
     assert src.dropped, family  # every statement of the trick is left out ...
     assert src.defined == ("_softmax_kernel",)  # ... and the kernel's definition is all that is kept

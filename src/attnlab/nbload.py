@@ -17,14 +17,14 @@ from types import ModuleType
 
 from .device import quiet_init
 
-__all__ = ["load_notebook_module", "load_earlier_kernel", "NotebookLoadError"]
+__all__ = ["load_notebook_module", "load_earlier_kernel", "NotebookLoadError", "read_cells"]
 
 
 class NotebookLoadError(RuntimeError):
     """The notebook is missing, unreadable, or its code raised while loading."""
 
 
-def _read_cells(path: Path) -> list[dict]:
+def read_cells(path: Path) -> list[dict]:
     """The notebook's cells as dicts with ``cell_type``, ``metadata`` and ``source`` (one string).
 
     A current-format notebook (nbformat 4) is read as plain JSON: importing nbformat costs a fresh
@@ -82,7 +82,7 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
         raise NotebookLoadError(f"{path.name} not found in {path.resolve().parent}: keep your notebooks "
                                 f"together in one folder (as the release is laid out)")
     try:
-        code = _code_cells(_read_cells(path), cells)
+        code = _code_cells(read_cells(path), cells)
     except Exception as exc:  # unreadable JSON, wrong format
         raise NotebookLoadError(f"{path.name} could not be read as a notebook: {exc}") from None
     folder = Path(tempfile.mkdtemp(prefix="attnlab-nb-"))

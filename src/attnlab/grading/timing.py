@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "time_notebook",
+__all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "cells_of", "time_notebook",
            "run_worker"]
 
 
@@ -204,19 +204,17 @@ def kernel_source(cells: list[str]) -> KernelSource:
     return KernelSource(_PRELUDE + "\n\n\n".join(kept) + "\n", tuple(defined), tuple(dropped))
 
 
-def _cells_of(notebook: Path, grade_ids: tuple[str, ...]) -> list[str]:
-    """The sources of the cells with these nbgrader grade ids, in that order.
+def cells_of(notebook: Path, grade_ids: tuple[str, ...]) -> list[str]:
+    """The sources of the code cells with these nbgrader grade ids, in that order (read as plain JSON
+    by :func:`attnlab.nbload.read_cells`: the GPU host's Python may have no nbformat).
 
     Raises:
         LookupError: a cell is missing.
     """
-    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])  # plain JSON: no nbformat needed
-    by_id = {}
-    for c in cells:
-        grade_id = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if c.get("cell_type") == "code" and grade_id:
-            source = c.get("source", "")
-            by_id[grade_id] = "".join(source) if isinstance(source, list) else source
+    from ..nbload import read_cells
+
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]
+             for c in read_cells(notebook) if c["cell_type"] == "code"}
     missing = [g for g in grade_ids if g not in by_id]
     if missing:
         raise LookupError(f"{notebook.name} has no cell {', '.join(missing)}")
@@ -246,8 +244,8 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int
         return Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader only",
                       unit=bench.unit)
     try:
-        mine = kernel_source(_cells_of(submitted, bench.cells))
-        ref = kernel_source(_cells_of(reference, bench.cells))
+        mine = kernel_source(cells_of(submitted, bench.cells))
+        ref = kernel_source(cells_of(reference, bench.cells))
     except (LookupError, SyntaxError) as exc:
         return Timing(name, Status.FAILED, f"could not read the kernels: {exc}", unit=bench.unit)
     folder = tempfile.mkdtemp(prefix="attnlab-timing-")
