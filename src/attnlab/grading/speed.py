@@ -187,7 +187,9 @@ def _cmd_speed(args) -> int:
     except sandbox.SandboxUnavailable as exc:
         print(f"attnlab speed: {exc}", file=sys.stderr)
         return 2
-    students = students_to_grade(course, args.shard, None, args.student) or submitted_students(course)
+    students = students_to_grade(course, args.shard, None, args.student)
+    if students is None:  # an empty shard stays empty
+        students = submitted_students(course)
     counts: dict[Status, int] = {}
     for student in students:
         done = time_student(course, student, reps=args.reps, sandbox=not args.unsafe_no_sandbox)

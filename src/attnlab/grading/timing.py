@@ -177,8 +177,7 @@ def _definition_only(node: ast.stmt) -> bool:
                     and isinstance(value.func.value, ast.Name) and value.func.value.id == "tl"
                     and _number(value.args[0]))
         return _number(value)
-    return isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)) or (
-        isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))  # imports: the prelude's
+    return False
 
 
 def kernel_source(cells: list[str]) -> KernelSource:
