@@ -8,11 +8,11 @@ c.CourseDirectory.course_id = "attention-kernels"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 # The gradebook: SQLite beside the course (gradebook.db) unless ATTNLAB_DB_URL names another
 # database, e.g. a PostgreSQL server shared by shards on several machines
-# (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.gradebook). Never seen by a notebook's kernel.
+# (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.host.gradebook). Never seen by a notebook's kernel.
 if os.environ.get("ATTNLAB_DB_URL"):
     c.CourseDirectory.db_url = os.environ["ATTNLAB_DB_URL"]
     # Every nbgrader command and formgrader wait for a server that restarts instead of failing.
-    from attnlab.grading.gradebook import reconnect_on_loss  # noqa: E402
+    from attnlab.grading.host.gradebook import reconnect_on_loss  # noqa: E402
 
     reconnect_on_loss()
 # Never copied into release/ nor over a student's files at autograde.
@@ -48,7 +48,7 @@ c.LimitOutput.max_traceback = 60
 # notebook's time, isolates the kernel's working directory, caps its memory and output, and
 # guards the tests' references. The rest is nbgrader's own list, unchanged.
 c.Autograde.sanitize_preprocessors = [
-    "attnlab.grading.repair.RepairSubmission",
+    "attnlab.grading.worker.repair.RepairSubmission",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
@@ -56,7 +56,7 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    "attnlab.grading.execute.GradingExecute",
+    "attnlab.grading.worker.execute.GradingExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -68,9 +68,9 @@ c.GradingExecute.max_restarts = 3
 c.GradingExecute.notebook_budget = float(os.environ.get("ATTNLAB_NOTEBOOK_BUDGET_S", 420))
 c.GradingExecute.memory_limit_gb = float(os.environ.get("ATTNLAB_KERNEL_MEMORY_GB", 8))
 c.GradingExecute.max_output_chars = 100_000
-# Processes and threads per kernel (attnlab.grading.tasks, ATTNLAB_KERNEL_TASKS): a fork bomb stalls only
+# Processes and threads per kernel (attnlab.grading.sandbox.tasks, ATTNLAB_KERNEL_TASKS): a fork bomb stalls only
 # its own notebook.
-from attnlab.grading.tasks import max_tasks  # noqa: E402
+from attnlab.grading.sandbox.tasks import max_tasks  # noqa: E402
 
 c.GradingExecute.max_tasks = max_tasks()
 # One CPU thread per pool in each kernel (torch's intra-op pool, BLAS): the tests' tensors are tiny and
@@ -83,9 +83,9 @@ c.GradingExecute.sandbox = os.environ.get("ATTNLAB_UNSAFE_NO_SANDBOX") != "1"
 
 # Feedback marks the answers still to be graded by hand (not a score of 0) and gives the autograded
 # score apart; export writes a row per graded submission only, with the points still to be graded
-# (attnlab.grading.feedback).
-c.GenerateFeedback.exporter_class = "attnlab.grading.feedback.FeedbackExporter"
-c.ExportApp.plugin_class = "attnlab.grading.feedback.GradesExport"
+# (attnlab.grading.host.feedback).
+c.GenerateFeedback.exporter_class = "attnlab.grading.host.feedback.FeedbackExporter"
+c.ExportApp.plugin_class = "attnlab.grading.host.feedback.GradesExport"
 
 # Restore test cells a learner deleted, from the gradebook's copy of the source.
 c.OverwriteCells.add_missing_cells = True

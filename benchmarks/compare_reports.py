@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from attnlab.grading.autograde import read_report_json  # noqa: E402
+from attnlab.grading.host.autograde import read_report_json  # noqa: E402
 
 
 def comparable(r) -> dict:

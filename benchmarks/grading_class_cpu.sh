@@ -23,7 +23,7 @@ export PATH=$R/.venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=$M/src
 for i in 1 2 3 4 5; do /usr/bin/time -f "import torch: %e s wall, %U s user" python -c "import torch" 2>> $OUTD/summary.txt; done
 ( while true; do echo "$(date +%T) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 30; done ) > $OUTD/load.txt &
 LOADPID=$!
-python -c "from attnlab.grading.build import generate_assignment; from attnlab.grading.course import Course; generate_assignment(Course.find())"
+python -c "from attnlab.grading.host.build import generate_assignment; from attnlab.grading.course import Course; generate_assignment(Course.find())"
 attnlab synthetic-class $CLASS --kinds $KINDS > $OUTD/synthetic.txt
 echo "j$JOBS: start $(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >> $OUTD/summary.txt
 $R/benchmarks/cpu_seconds.sh $OUTD/j$JOBS.cpu attnlab autograde --jobs $JOBS --report-json $M/j$JOBS.json > $M/j$JOBS.log 2>&1

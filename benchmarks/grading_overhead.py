@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import attnlab
-from attnlab.grading.autograde import autograde_submission
-from attnlab.grading.build import generate_assignment
+from attnlab.grading.host.autograde import autograde_submission
+from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course
 from attnlab.grading.samples import write_main_samples
 

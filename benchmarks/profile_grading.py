@@ -4,7 +4,7 @@
 
 COURSE is a course folder with a gradebook and ``submitted/STUDENT/`` (e.g. made by ``attnlab
 synthetic-class``). Grades the student's notebooks one at a time in this process, as
-``attnlab.grading.worker`` does, with the course's Execute step subclassed to take readings (the
+``attnlab.grading.worker.jobs`` does, with the course's Execute step subclassed to take readings (the
 grading itself is unchanged). For each notebook it prints wall seconds and CPU seconds (user + sys)
 of
 
@@ -33,8 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from attnlab.grading import proctree
-from attnlab.grading.execute import GradingExecute
+from attnlab.grading.sandbox import proctree
+from attnlab.grading.worker.execute import GradingExecute
 
 READINGS: list[dict] = []
 
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
     pre = list(config.Autograde.autograde_preprocessors)
-    pre[pre.index("attnlab.grading.execute.GradingExecute")] = "profile_grading.ProfiledExecute"
+    pre[pre.index("attnlab.grading.worker.execute.GradingExecute")] = "profile_grading.ProfiledExecute"
     config.Autograde.autograde_preprocessors = pre
     config.ProfiledExecute.prewarm = args.prewarm
     if args.no_guard:

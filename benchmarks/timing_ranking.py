@@ -2,7 +2,7 @@
 
 Writes variant submissions of notebooks 04, 05 and 07 (the reference kernel edited into honest but
 slower kernels: no causal skipping, one masked loop, two passes over K, one key per iteration
-without ``tl.dot``, the output read back), times each with :func:`attnlab.grading.timing.time_notebook`
+without ``tl.dot``, the output read back), times each with :func:`attnlab.grading.worker.timing.time_notebook`
 (a fresh process per submission, the reference timed beside it), times the reference submission
 ``--reruns`` times for the ratio's spread, and measures each variant's launcher call independently
 in this process by CUDA events (:func:`events_ms`): the stage's ranking must match that order.
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.grading import timing  # noqa: E402
+from attnlab.grading.worker import timing  # noqa: E402
 
 _SRC = {"08": ROOT / "source/attention_kernels_beyond/08_flash_decoding.ipynb",
         "04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",

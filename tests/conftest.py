@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading import cli
+from attnlab.grading.host import cli
 from attnlab.grading.abuse import Abuse, build_submission, load_cases
-from attnlab.grading.autograde import NotebookResult, autograde_jobs, read_report_json
-from attnlab.grading.build import build_source, generate_assignment
+from attnlab.grading.host.autograde import NotebookResult, autograde_jobs, read_report_json
+from attnlab.grading.host.build import build_source, generate_assignment
 from attnlab.grading.course import Course
 from attnlab.grading.samples import (apply_mistake, load_mistakes, reference_notebook, release_notebook,
                                      write_main_samples, write_submission)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from attnlab.grading import sandbox
-from attnlab.grading.parallel import THREAD_VARS
+from attnlab.grading.host.parallel import THREAD_VARS
 
 
 def kernel_env(**extra: str) -> dict:

@@ -73,7 +73,7 @@ def run_cells(cells, given=("setup",), edits_cell=None, edits=(), only=None, kee
     kernel goes on after it; it is then in the result under its grade_id, or ``cell N``)."""
     import torch
 
-    from attnlab.grading import guard
+    from attnlab.grading.kernel import guard
 
     ns: dict = {"__name__": "__main__"}
     failed = {}

@@ -242,7 +242,7 @@ def test_the_kernel_cannot_mount_the_file_system_again(abused):
 def test_a_fork_bomb_stays_in_its_own_kernel(abused):
     """The thread bomb gets at most the per-kernel bound of tasks (the reference beside it keeps full
     marks: test_reference_keeps_full_marks_beside_the_abusers)."""
-    from attnlab.grading.tasks import describe, max_tasks
+    from attnlab.grading.sandbox.tasks import describe, max_tasks
 
     bounded, line = describe()
     if not bounded:
@@ -288,7 +288,7 @@ def test_deep_folders_and_a_full_scratch_folder_stay_in_the_sandbox(abused):
 def test_a_memory_hog_ends_its_kernel_only(abused):
     """Memory in a memfd counts for the kernel: past the limit its kernel dies, is restarted, and grading goes
     on (every student and notebook reported: test_batch_finishes_and_every_notebook_is_accounted_for)."""
-    from attnlab.grading.tasks import describe_memory
+    from attnlab.grading.sandbox.tasks import describe_memory
 
     if not describe_memory()[0]:
         pytest.skip(describe_memory()[1])

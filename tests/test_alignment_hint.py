@@ -7,7 +7,7 @@ bottom-right alignment failed a hidden check with "relative error 0.9" and nothi
 import pytest
 import torch
 
-from attnlab.hints import causal_alignment_hint, causal_attention_aligned
+from attnlab.checking.hints import causal_alignment_hint, causal_attention_aligned
 from attnlab.reference import naive_attention
 from attnlab.verify import check_flash_forward
 

@@ -97,7 +97,7 @@ def test_selfcheck_grades_a_second_assignment_notebook_beside_a_first(tmp_path):
     import nbformat
 
     from attnlab.grading.samples import apply_mistake, reference_notebook
-    from attnlab.selfcheck import selfcheck
+    from attnlab.tools.selfcheck import selfcheck
 
     course = Course(ROOT)
     mistake = {m.id: m for m in load_mistakes(course)[0]}["07-dq-scale-missing"]

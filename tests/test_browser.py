@@ -297,7 +297,7 @@ def test_leaderboard_page_renders_the_class_ranking(page, tmp_path):
     first, the student's own row marked on their feedback copy."""
     import json
 
-    from attnlab.grading import leaderboard, speed
+    from attnlab.grading.host import leaderboard, speed
     course = Course(tmp_path)
     for student, ratio in (("s-1", 0.52), ("s-2", 1.01), ("s-3", 0.87)):
         path = speed.timing_path(course, student, "05_triton_flash")

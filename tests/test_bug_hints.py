@@ -1,4 +1,4 @@
-"""Wrong results that a common mistake explains get a sentence naming it (attnlab.hints).
+"""Wrong results that a common mistake explains get a sentence naming it (attnlab.checking.hints).
 
 Found by a tester working through notebooks 01-07: the row term D dropped or summed per key tile
 (03, 07), exp against exp2 without log2(e) (05), padding loaded as 0 (04), a row stride of n_cols
@@ -20,9 +20,9 @@ import jupytext
 import pytest
 import torch
 
-from attnlab import device
+from attnlab.runtime import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
-from attnlab.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
+from attnlab.checking.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
                            scale_factor_hint, sum_not_rescaled_hint, zero_max_hint)
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import check_flash_backward, check_flash_forward, check_flash_kernel, check_softmax_kernel
@@ -304,7 +304,7 @@ def test_08_running_sum_or_accumulator_not_rescaled_is_named(edits, what):
 
 def test_08_rescale_hint_needs_a_match_and_several_tiles():
     from attnlab import reference_decode
-    from attnlab.hints import rescale_hint
+    from attnlab.checking.hints import rescale_hint
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 1, 8, dtype=torch.float64, generator=gen) if i == 0 else
@@ -316,7 +316,7 @@ def test_08_rescale_hint_needs_a_match_and_several_tiles():
     o_ref, _ = reference_decode.decode_partials_reference(q, k, v, lens, causal=True, num_splits=2, keys_per_split=32)
     kw = dict(num_splits=2, keys_per_split=32, tol=1e-9)
     assert rescale_hint(o_ref, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # right: no hint
-    from attnlab.hints import _tiled_partials
+    from attnlab.checking.hints import _tiled_partials
     l_kept, _ = _tiled_partials(q, k, v, visible, valid, num_splits=2, keys_per_split=32, block_n=16,
                                 rescale_l=False, rescale_acc=True)
     assert "when l is not rescaled" in rescale_hint(l_kept, "o", q, k, v, visible, valid, block_n=16, **kw)
@@ -325,7 +325,7 @@ def test_08_rescale_hint_needs_a_match_and_several_tiles():
 
 
 def test_08_merge_without_the_max_is_named_as_overflow():
-    from attnlab.hints import merge_overflow_hint
+    from attnlab.checking.hints import merge_overflow_hint
     from attnlab.verify_decode import check_decode_merge_kernel
 
     msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-no-max"), num_splits=7,
@@ -343,7 +343,7 @@ def test_08_merge_without_the_max_is_named_as_overflow():
 
 def test_08_merge_weights_mistakes_are_named():
     """Equal weights (a sample mistake, through the kernel), and base-2 or unnormalised weights."""
-    from attnlab.hints import merge_weights_hint
+    from attnlab.checking.hints import merge_weights_hint
     from attnlab.verify_decode import check_decode_merge_kernel
 
     msg = _message(check_decode_merge_kernel, _dec("_decode_merge_kernel", "08-merge-equal-weights"), num_splits=5,
@@ -487,7 +487,7 @@ def test_bh_offset_in_32_bits_is_named_past_two_to_the_31(mistake):
 
 def test_spread_places_many_layouts_in_one_process():
     """Each layout is mapped once and reused; new ones keep finding room below the others."""
-    from attnlab import sparse
+    from attnlab.checking import sparse
 
     spreads = [sparse.spread([0, 2**30 + 64 * i], 64) for i in range(70)]
     assert sparse.spread([0, 2**30], 64) is spreads[0]

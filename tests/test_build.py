@@ -8,7 +8,7 @@ import re
 
 import nbformat
 
-from attnlab.grading.build import stale_files
+from attnlab.grading.host.build import stale_files
 
 from .conftest import ROOT, Course
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading.autograde import notebook_points
+from attnlab.grading.host.autograde import notebook_points
 from attnlab.grading.samples import reference_notebook, release_notebook
 
 from .conftest import ROOT, Course, Venv, clean_env, pip_in

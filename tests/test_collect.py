@@ -9,8 +9,8 @@ import zipfile
 import nbformat
 import pytest
 
-from attnlab.grading.build import generate_assignment
-from attnlab.grading.collect import parse, slug
+from attnlab.grading.host.build import generate_assignment
+from attnlab.grading.host.collect import parse, slug
 from attnlab.grading.samples import reference_notebook, release_notebook
 
 from .conftest import copy_course, run_cli

@@ -1,4 +1,4 @@
-"""The fork server (attnlab.grading.forkserver): a kernel it starts is confined exactly as one bwrap
+"""The fork server (attnlab.grading.sandbox.forkserver): a kernel it starts is confined exactly as one bwrap
 starts, it ends with its sandbox, and anything that goes wrong falls back to bwrap's own start."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from attnlab.grading import forkserver, sandbox
-from attnlab.grading.parallel import THREAD_VARS
+from attnlab.grading.sandbox import forkserver
+from attnlab.grading import sandbox
+from attnlab.grading.host.parallel import THREAD_VARS
 
 from .kernel_runner import in_kernel as _in_kernel
 from .kernel_runner import kernel_env as _kernel_env

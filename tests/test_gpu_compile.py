@@ -306,7 +306,7 @@ def test_reference_kernels_compile_and_report_resources(tmp_path):
 def test_selfcheck_lists_the_gates_advice(tmp_path):
     import nbformat
 
-    from attnlab.selfcheck import NotebookReport, TestReport, _advice_of, format_report
+    from attnlab.tools.selfcheck import NotebookReport, TestReport, _advice_of, format_report
 
     cell = nbformat.v4.new_code_cell("launch()")
     line = "_softmax_kernel compiles for sm_75 (Colab's T4). With *fp32 pointers: 15 registers/thread"

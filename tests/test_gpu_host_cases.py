@@ -2,7 +2,7 @@
 
 A GPU machine grades a Triton notebook's CPU-sized cases (float32, small) on the CPU through the
 interpreter, with the load accounting, in the same process that compiles the GPU-sized cases for
-the GPU (attnlab.verify._kernel_device, attnlab.device.interpreted_twin). No GPU here: each test runs
+the GPU (attnlab.verify._kernel_device, attnlab.runtime.device.interpreted_twin). No GPU here: each test runs
 a script in a fresh Python whose Triton is in compiled mode and whose attnlab believes it has a GPU
 (the launch of a CPU case never touches it), then compiles the same kernel for sm_90 afterwards to
 show that Triton was left as it was.

@@ -24,9 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading import gradebook, shards
-from attnlab.grading.autograde import read_report_json
-from attnlab.grading.build import generate_assignment
+from attnlab.grading.host import gradebook, shards
+from attnlab.grading.host.autograde import read_report_json
+from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course, tool_env
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook, write_submission
 
@@ -92,7 +92,7 @@ def _cells(report: Path) -> dict:
 
 def _shard_cmd(course: Course, shard: str) -> list[str]:
     # one worker: the killed-shard test stops after the first graded line, which must be its first student
-    return [sys.executable, "-m", "attnlab.grading.cli", "--course", str(course.root), "autograde",
+    return [sys.executable, "-m", "attnlab.grading.host.cli", "--course", str(course.root), "autograde",
             "--shard", shard, "--notebook", NB, "--jobs", "1"]
 
 
@@ -331,7 +331,7 @@ def _autograde_with_outages(course: Course, env: dict, args: list[str], outages:
     """``attnlab autograde`` in a process of its own; ``outages`` maps a number of notebooks graded so
     far (-1: as soon as grading starts) to a function that halts the server and brings it back;
     (exit status, output, {when: connection attempts met during that outage})."""
-    cmd = [sys.executable, "-m", "attnlab.grading.cli", "--course", str(course.root), "autograde", "--notebook", NB,
+    cmd = [sys.executable, "-m", "attnlab.grading.host.cli", "--course", str(course.root), "autograde", "--notebook", NB,
            "--jobs", "1", *args]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
@@ -360,7 +360,7 @@ def test_a_gradebook_outage_mid_run_is_waited_out_or_named(postgres, tmp_path):
     waits for it and grades everyone, and its report says it waited. With a short wait, an outage
     that outlasts it leaves the notebook graded meanwhile NOT GRADED with the reason, the rest of the
     class graded, and the table and report written."""
-    from attnlab.grading.autograde import read_report_json
+    from attnlab.grading.host.autograde import read_report_json
 
     course = copy_course(tmp_path)
     _write_class(course, OUTAGE_CLASS)
@@ -536,7 +536,7 @@ class _FlakyApi:
 def test_a_notebook_whose_gradebook_step_lost_its_connection_is_graded_again(postgres, tmp_path):
     from nbgrader.api import Gradebook
 
-    from attnlab.grading import worker
+    from attnlab.grading.worker import jobs as worker
 
     url = postgres.create_database("flaky")
     with environment({"PATH": tool_env()["PATH"]}):  # nbgrader shells out to alembic when it creates its tables

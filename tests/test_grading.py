@@ -115,7 +115,7 @@ def _tiny_gradebook(tmp_path):
 
 
 def test_keep_hand_grading_restores_unchanged_answers_and_names_the_others(tmp_path):
-    from attnlab.grading.gradebook import hand_graded, keep_hand_grading
+    from attnlab.grading.host.gradebook import hand_graded, keep_hand_grading
 
     gb, grades = _tiny_gradebook(tmp_path)
     try:
@@ -147,7 +147,7 @@ def test_keep_hand_grading_restores_unchanged_answers_and_names_the_others(tmp_p
 def test_export_rows_are_graded_submissions_with_what_waits_for_hand_grading(tmp_path):
     import csv
 
-    from attnlab.grading.feedback import GradesExport, grade_rows
+    from attnlab.grading.host.feedback import GradesExport, grade_rows
 
     gb, grades = _tiny_gradebook(tmp_path)
     try:
@@ -180,7 +180,7 @@ def test_feedback_page_marks_answers_to_be_graded_in_nbgraders_template():
     from nbgrader.server_extensions.formgrader import handlers
     from traitlets.config import Config
 
-    from attnlab.grading.feedback import mark_to_be_graded
+    from attnlab.grading.host.feedback import mark_to_be_graded
 
     def cell(kind, gid, score, points, solution):
         meta = {"grade": True, "grade_id": gid, "solution": solution, "points": points, "score": score}

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from attnlab import checks
-from attnlab.grading.autograde import CellResult, NotebookResult, _failure_reason, format_report
-from attnlab.grading.collect import parse, slug
-from attnlab.grading.repair import align, repair, scan
+from attnlab.grading.host.autograde import CellResult, NotebookResult, _failure_reason, format_report
+from attnlab.grading.host.collect import parse, slug
+from attnlab.grading.worker.repair import align, repair, scan
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook
-from attnlab.grading.submissions import NOTES_FILE, WHOLE, canonical, normalize_submission
+from attnlab.grading.host.submissions import NOTES_FILE, WHOLE, canonical, normalize_submission
 
 from .conftest import ROOT, Course
 
@@ -301,7 +301,7 @@ def test_report_lists_notes():
 def test_learner_text_cannot_drive_the_instructors_terminal_or_spreadsheet(tmp_path):
     """Red team 9 forged a row's points in the printed report with cursor moves in an exception's message,
     and hid everything after it with an unclosed OSC sequence."""
-    from attnlab.grading.autograde import write_report_csv
+    from attnlab.grading.host.autograde import write_report_csv
 
     forged = "\x1b[G\x1b[2K\x1b[5Aforged  6/6\x9b2K\r\x1b]2;title"
     r = NotebookResult("s", "01_online_softmax", "graded", 1, 6, cells=[CellResult("t", 0, 5, "ValueError: " + forged)],
@@ -481,7 +481,7 @@ def test_a_hanging_triton_kernel_under_the_interpreter_times_out(tmp_path):
 # ------------------------------------------------------------------------------------ GradingExecute
 def _execute(cells, tmp_path, **config):
     """Run ``cells`` (source, is_test) through GradingExecute as nbgrader would, without a gradebook."""
-    from attnlab.grading.execute import GradingExecute
+    from attnlab.grading.worker.execute import GradingExecute
 
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
@@ -535,7 +535,7 @@ def test_a_cell_that_computed_until_its_limit_is_not_graded_again_but_one_that_w
     autograde does not grade its notebook again alone; a cell that waited (sleep: starved looks the
     same) may have been slowed by other workers, and is."""
     from attnlab.checks import RAN_ALL_ALONG
-    from attnlab.grading.autograde import NotebookResult, contended
+    from attnlab.grading.host.autograde import NotebookResult, contended
 
     nb = _execute([(_SPIN, False), ("import time; time.sleep(60)", False), ("x = 1", True)], tmp_path, timeout=3)
     spin, sleep, _ = [c for c in nb.cells if c.cell_type == "code"]
@@ -670,7 +670,7 @@ for job in (line.strip() for line in sys.stdin):  # jobs come one a line on stdi
 
 def test_a_dying_worker_never_loses_a_job_silently(monkeypatch, tmp_path):
     """Workers that die while grading or between notebooks: every job still gets an outcome."""
-    from attnlab.grading import autograde
+    from attnlab.grading.host import autograde
 
     real = subprocess.Popen
     monkeypatch.setattr(autograde.subprocess, "Popen",
@@ -686,7 +686,7 @@ def test_a_dying_worker_never_loses_a_job_silently(monkeypatch, tmp_path):
 
 
 def test_report_lists_needs_review_apart(tmp_path):
-    from attnlab.grading.autograde import not_graded, write_report_csv
+    from attnlab.grading.host.autograde import not_graded, write_report_csv
 
     flagged = NotebookResult("s", "02_flash_forward", "graded", 10, 10, notes=["restored x"],
                              needs_review=["needs review: a dispatcher override could not be undone"])
@@ -705,7 +705,7 @@ def test_report_lists_needs_review_apart(tmp_path):
 def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     """A notebook that leaves files, module state and a daemon behind; the next notebook runs in the
     spare kernel, which saw none of it; a check's needs-review note is listed apart."""
-    from attnlab.grading import execute
+    from attnlab.grading.worker import execute
 
     def notebook(cells):
         nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
@@ -720,7 +720,7 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
                        "open(os.path.expanduser('~/home.txt'), 'w').write('x')\n"
                        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # spare-test-daemon'],"
                        " start_new_session=True)", False),
-                      ("import attnlab.review\nattnlab.review.flag('an override could not be undone')", True)])
+                      ("import attnlab.runtime.review\nattnlab.review.flag('an override could not be undone')", True)])
     second = notebook([("import attnlab, os, sys\nassert not hasattr(attnlab, 'LEAK')\n"
                         "assert not os.path.exists('left.txt') and not os.path.exists(os.path.expanduser('~/home.txt'))\n"
                         "assert os.getpid() <= 4 and os.getppid() == 1, (os.getpid(), os.getppid())\nassert os.getcwd() not in sys.path", True)])
@@ -748,7 +748,8 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
     files and the scratch folder are its own, a link in the submission is not followed, the account
     has a name (pwd, USER), and RLIMIT_NPROC binds its tasks; ATTNLAB_KERNEL_ACCOUNT=root keeps uid 0
     (and can read it)."""
-    from attnlab.grading import execute, sandbox
+    from attnlab.grading.worker import execute
+    from attnlab.grading import sandbox
 
     secret = tmp_path / "visible" / "root-only.txt"  # bound in read-only, as /etc/shadow is visible
     secret.parent.mkdir()
@@ -787,7 +788,7 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
 def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_follows(tmp_path, monkeypatch):
     """03's kernel has no CUDA device; the spare started meanwhile is 04's kind (GPU shown) and is
     taken by 04; the one started during 04 is the next student's 01 kind (GPU hidden)."""
-    from attnlab.grading import execute
+    from attnlab.grading.worker import execute
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # what a GPU host's worker passes on (none here)
     monkeypatch.delenv("ATTNLAB_DEVICE", raising=False)
@@ -833,7 +834,7 @@ def _processes_with(text: bytes) -> list[int]:
 
 
 def test_doctor_reports_the_sandbox(monkeypatch):
-    from attnlab import doctor
+    from attnlab.tools import doctor
     from attnlab.grading import sandbox
 
     monkeypatch.setattr(sandbox, "check", lambda: (True, "bubblewrap 0.8.0 at /usr/bin/bwrap"))
@@ -847,12 +848,12 @@ def test_doctor_reports_the_sandbox(monkeypatch):
 def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path):
     import tempfile
 
-    from attnlab.grading.autograde import _kill_kernels
+    from attnlab.grading.host.autograde import _kill_kernels
 
     scratch = tempfile.mkdtemp(prefix="attnlab-run-")
     keep = tmp_path / "not-a-scratch-folder"
     keep.mkdir()
-    from attnlab.grading.execute import process_start
+    from attnlab.grading.worker.execute import process_start
 
     sleeper, bystander = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
                                            start_new_session=True) for _ in range(2))
@@ -884,7 +885,7 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
     ("fine <script>fetch('/api/contents')</script>", True),
 ])
 def test_written_answers_with_script_are_graded_as_a_cleaned_copy(answer, cleaned):
-    from attnlab.grading.untrusted_html import clean_markdown
+    from attnlab.grading.worker.untrusted_html import clean_markdown
 
     out = clean_markdown(answer)
     assert (out is not None) is cleaned, out
@@ -893,7 +894,7 @@ def test_written_answers_with_script_are_graded_as_a_cleaned_copy(answer, cleane
 
 
 def test_outputs_that_could_run_script_are_dropped_or_cleaned():
-    from attnlab.grading.untrusted_html import clean_data
+    from attnlab.grading.worker.untrusted_html import clean_data
 
     png = {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
     assert clean_data(png) == (png, False)
@@ -918,7 +919,7 @@ def _figure(metadata: dict):
 ])
 def test_image_metadata_cannot_add_attributes_in_formgrader(metadata):
     """nbconvert's classic template writes width={{ width }} unquoted: metadata must not carry markup."""
-    from attnlab.grading.untrusted_html import clean_outputs
+    from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import event_attributes, formgrade_html
 
@@ -929,7 +930,7 @@ def test_image_metadata_cannot_add_attributes_in_formgrader(metadata):
 
 
 def test_honest_figure_metadata_is_kept_and_not_flagged():
-    from attnlab.grading.untrusted_html import clean_outputs
+    from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import formgrade_html
 
@@ -947,8 +948,8 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     Markdown heading (its id is its text) with that id, before the box, would take the lookup over."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from attnlab.grading.repair import _clean_answers
-    from attnlab.grading.untrusted_html import clean_outputs
+    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import first_with_id, formgrade_html
 
@@ -992,7 +993,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     the learner deleted (from the release), and formgrader's classes are covered too."""
     from nbformat.v4 import new_markdown_cell, new_notebook, new_raw_cell
 
-    from attnlab.grading.repair import _clean_answers
+    from attnlab.grading.worker.repair import _clean_answers
 
     from .formgrade import event_attributes, first_with_id, formgrade_html
 
@@ -1016,7 +1017,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
 def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from attnlab.grading.repair import _clean_answers
+    from attnlab.grading.worker.repair import _clean_answers
 
     from .formgrade import formgrade_html
 
@@ -1037,7 +1038,7 @@ def test_outputs_rewritten_behind_the_output_hook_are_cleaned():
     the executor's output hook: the final pass cleans what it left."""
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from attnlab.grading.untrusted_html import clean_outputs
+    from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import event_attributes, formgrade_html
 
@@ -1068,7 +1069,7 @@ def test_sandbox_check_says_when_only_the_kernel_account_cannot_start(monkeypatc
 def test_links_and_special_files_in_a_submission_are_found(tmp_path):
     """Links (to files or folders), FIFOs and a linked assignment folder are named; plain files and
     folders are not; a linked folder is not walked into."""
-    from attnlab.grading.submissions import not_plain_files
+    from attnlab.grading.host.submissions import not_plain_files
 
     folder = tmp_path / "alice" / "attention_kernels"
     (folder / "sub").mkdir(parents=True)
@@ -1165,7 +1166,7 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
 def test_plain_nbgrader_never_hands_the_kernel_a_linked_files_target(tmp_path):
     """Plain `nbgrader autograde` copies a submission's files into autograded/ following links, before
     any preprocessor runs: the grader copies into scratch only what was handed in as a plain file."""
-    from attnlab.grading import execute
+    from attnlab.grading.worker import execute
 
     secret = tmp_path / "root-only.txt"
     secret.write_text("root's secret")
@@ -1190,7 +1191,7 @@ def test_widget_state_is_never_kept_by_the_grader():
     neither keeps it nor writes it into the autograded notebook."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from attnlab.grading.execute import GradingExecute
+    from attnlab.grading.worker.execute import GradingExecute
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert GradingExecute(config=config).store_widget_state is False

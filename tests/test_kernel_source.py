@@ -19,7 +19,8 @@ import time
 import pytest
 import torch
 
-from attnlab import device, kernel_source, review
+from attnlab.runtime import device, review
+from attnlab import kernel_source
 from attnlab.verify import check_softmax_kernel
 
 RT = device.init(verbose=False)

@@ -135,7 +135,7 @@ def test_no_ipywidgets_means_a_static_figure(monkeypatch):
 
 
 def test_under_the_autograder_widgets_print_a_note_and_draw_nothing(monkeypatch, capsys):
-    from attnlab.grading import guard
+    from attnlab.grading.kernel import guard
 
     drawn = []
     monkeypatch.setattr(W, "_show_static", lambda fig: drawn.append(fig))
@@ -204,7 +204,7 @@ def learner_folder(tmp_path_factory):
 
 
 def _attnlab(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "attnlab.grading.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "attnlab.grading.host.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=900, env=env)
 
 
@@ -232,7 +232,7 @@ def test_selfcheck_reports_each_test_with_hidden_and_visible_failures(learner_fo
 
 def test_selfcheck_recognises_notebooks_by_name_or_cells(learner_folder):
     from attnlab.course_files import source_notebooks
-    from attnlab.selfcheck import identify_notebook
+    from attnlab.tools.selfcheck import identify_notebook
 
     sources = source_notebooks()
     assert identify_notebook(learner_folder / "Copy of 01_online_softmax.ipynb", sources) == "01_online_softmax"
@@ -242,7 +242,7 @@ def test_selfcheck_recognises_notebooks_by_name_or_cells(learner_folder):
 def test_selfcheck_report_of_full_marks():
     from pathlib import Path
 
-    from attnlab.selfcheck import NotebookReport, TestReport, format_report
+    from attnlab.tools.selfcheck import NotebookReport, TestReport, format_report
 
     rep = NotebookReport(Path("mine.ipynb"), "02_flash_forward", "graded", seconds=3.0, tests=[
         TestReport("test_a", 3.0, 3.0, "test"), TestReport("answer-b", None, 1.0, "written answer", answered=True),
@@ -268,7 +268,7 @@ def test_selfcheck_refuses_what_it_cannot_grade(tmp_path):
 def test_selfcheck_without_nbgrader_says_how_to_get_it(monkeypatch, tmp_path):
     import importlib.util
 
-    from attnlab import selfcheck
+    from attnlab.tools import selfcheck
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nbgrader" else real(name, *a))
@@ -290,7 +290,7 @@ def no_bwrap(monkeypatch, tmp_path):
 def test_selfcheck_without_bwrap_says_so_in_one_line_before_preparing(no_bwrap, monkeypatch, learner_folder):
     """A learner without bubblewrap (Colab): told at once, in one line, that their notebook runs unsandboxed
     with time limits, and graded; with --sandbox, refused before any preparation, in the learner's terms."""
-    from attnlab import selfcheck
+    from attnlab.tools import selfcheck
 
     calls = []
     monkeypatch.setattr(selfcheck, "_selfcheck_assignment",
@@ -349,7 +349,7 @@ def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, cap
     import threading
     import time
 
-    from attnlab import doctor
+    from attnlab.tools import doctor
 
     release = threading.Event()
 
@@ -377,7 +377,7 @@ def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, cap
 
 
 def test_doctor_gives_advice_for_problems(monkeypatch):
-    from attnlab import doctor
+    from attnlab.tools import doctor
 
     monkeypatch.setattr(doctor, "_version", lambda dist: {"nbgrader": "0.9.5", "jupyterlab": "3.6.0",
                                                           "triton": "3.9.0", "ipywidgets": "7.8.0",
@@ -397,7 +397,7 @@ def test_doctor_gives_advice_for_problems(monkeypatch):
 # ------------------------------------------------------------------------------------------- README
 def test_readme_colab_badges_match_the_configured_repository(course):
     """The README's badge table is built from the same [tool.attnlab] as the notebooks' own badges."""
-    from attnlab.grading.build import colab_url, course_settings
+    from attnlab.grading.host.build import colab_url, course_settings
 
     readme = (ROOT / "README.md").read_text()
     settings = course_settings(ROOT)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading import sandbox, tasks
+from attnlab.grading import sandbox
+from attnlab.grading.sandbox import tasks
 
 from .kernel_runner import in_kernel
 
@@ -319,7 +320,7 @@ def test_memory_cgroups_on_v1_and_v2(tmp_path, monkeypatch):
 
 
 def test_without_a_memory_controller_doctor_and_grading_say_so(monkeypatch):
-    from attnlab import doctor
+    from attnlab.tools import doctor
 
     monkeypatch.setattr(tasks, "create_memory", lambda limit, shared=None, candidates=None: None)
     monkeypatch.setattr(tasks, "_own_v2_cgroup", lambda root=None: None)
@@ -359,7 +360,7 @@ def test_through_the_grader_only_the_sandboxs_own_memory_folders_take_writes(tmp
 
     import nbformat
 
-    from attnlab.grading import execute
+    from attnlab.grading.worker import execute
 
     folder = tmp_path / "submission"
     folder.mkdir()

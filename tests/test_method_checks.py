@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import integrity, probe, verify
+from attnlab.checking import integrity, probe
+from attnlab import verify
 from attnlab.checks import assert_number, require_number
 from attnlab.reference import naive_attention
 
@@ -608,7 +609,7 @@ def test_prediction_answers_accept_plain_numbers_only():
 def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
     import nbformat
 
-    from attnlab.grading.repair import scan
+    from attnlab.grading.worker.repair import scan
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
     assert bool(scan(nb)) is flagged, scan(nb)

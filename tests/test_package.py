@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from attnlab import course_files
-from attnlab.grading.autograde import notebook_points
+from attnlab.grading.host.autograde import notebook_points
 from attnlab.grading.samples import load_mistakes, apply_mistake, reference_notebook, release_notebook
 
 from .conftest import ROOT, Course, clean_env
@@ -229,7 +229,7 @@ def test_selfcheck_from_an_installed_wheel_grades_the_reference_full_and_the_bla
 def test_selfcheck_without_hidden_tests_runs_the_visible_ones_and_says_so(tmp_path, monkeypatch):
     """An instructor's package built with ATTNLAB_PACKAGE_HIDDEN_TESTS=0: a bug only the hidden tests
     catch goes unnoticed, and the report says the hidden tests were not available."""
-    from attnlab import selfcheck
+    from attnlab.tools import selfcheck
 
     assert not course_files.hidden_tests_wanted({course_files.HIDDEN_TESTS_ENV: "0"})
     assert course_files.hidden_tests_wanted({})
@@ -283,7 +283,7 @@ _TEST_CELL = ("for n_cols in (37, 128, 1000):\n    check_softmax_kernel(_softmax
 ])
 def test_selfcheck_names_the_check_that_failed(traceback, count, hidden):
     """case02b: an error raised inside a kernel defined in another cell was called a hidden failure."""
-    from attnlab.selfcheck import _error_of
+    from attnlab.tools.selfcheck import _error_of
 
     cell = nbformat.v4.new_code_cell(_TEST_CELL, execution_count=count)
     cell.outputs = [nbformat.v4.new_output("error", ename=traceback[-1].split(":")[0], evalue="x",
@@ -293,7 +293,7 @@ def test_selfcheck_names_the_check_that_failed(traceback, count, hidden):
 
 # ------------------------------------------------------------------------------ command line
 def _help(*args: str) -> str:
-    p = subprocess.run([sys.executable, "-m", "attnlab.grading.cli", *args], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "attnlab.grading.host.cli", *args], capture_output=True, text=True,
                        timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     return p.stdout
@@ -304,7 +304,7 @@ COMMANDS = ("build", "samples", "autograde", "collect", "export", "feedback", "g
 
 
 def test_help_is_plain_text_and_every_command_has_a_description():
-    from attnlab.grading import cli
+    from attnlab.grading.host import cli
 
     bare = _help()
     assert bare.startswith("usage: attnlab") and "selfcheck" in bare  # a bare `attnlab` prints its help
@@ -326,7 +326,7 @@ def test_help_is_plain_text_and_every_command_has_a_description():
 def test_help_lists_each_command_once_names_no_internals_and_says_which_take_assignment():
     """`attnlab --help` lists every command once (argparse's own list left out); no command's help shows
     the code's internal names; the commands said to take --assignment are exactly those that do."""
-    from attnlab.grading import cli
+    from attnlab.grading.host import cli
 
     top = _help("--help")
     sub = next(a for a in cli._parser()._actions if a.dest == "command")
@@ -447,7 +447,7 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     import urllib.error
     import urllib.request
 
-    from attnlab import lab
+    from attnlab.tools import lab
 
     folder = tmp_path / "attention-lab"
     (folder / "attention_kernels").mkdir(parents=True)
@@ -455,7 +455,7 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     mine.write_text("my work")  # never overwritten
     (folder / "nbgrader_config.py").write_text(lab._OLD_CONFIG)  # as an earlier attnlab lab wrote it: moved
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.cli", "lab", str(folder), "--no-browser",
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.host.cli", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**clean_env(tmp_path, Path(sys.executable).parent.parent)})
     log, deadline, state = [], time.time() + 120, None

@@ -11,10 +11,10 @@ from dataclasses import asdict
 
 import pytest
 
-from attnlab.grading import autograde, gradebook, parallel
-from attnlab.grading.build import generate_assignment
+from attnlab.grading.host import autograde, gradebook, parallel
+from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course, tool_env
-from attnlab.grading.synthetic import KINDS, format_class, plan_class, write_class
+from attnlab.grading.host.synthetic import KINDS, format_class, plan_class, write_class
 
 from .conftest import copy_course
 
@@ -36,7 +36,7 @@ def test_kernels_get_one_thread_per_pool_whatever_the_worker_has(monkeypatch):
     share of the cores (a second thread only spin-waits: notes/grading/2026-12-01/profile.md)."""
     from traitlets.config import Config
 
-    from attnlab.grading.execute import GradingExecute
+    from attnlab.grading.worker.execute import GradingExecute
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     env = GradingExecute()._kernel_env()
@@ -51,7 +51,7 @@ def test_grading_byte_compiles_the_package_for_the_kernels():
     import importlib.util
 
     import attnlab.verify
-    from attnlab.grading.bytecode import compile_package
+    from attnlab.grading.host.bytecode import compile_package
 
     pyc = importlib.util.cache_from_source(attnlab.verify.__file__)
     if os.path.exists(pyc):
@@ -66,7 +66,7 @@ def test_grading_byte_compiles_kernel_imports_installed_without_byte_code(tmp_pa
     import importlib.util
     import sys
 
-    from attnlab.grading.bytecode import compile_kernel_imports
+    from attnlab.grading.host.bytecode import compile_kernel_imports
 
     for name in ("nopyc_pkg", "readonly_pkg"):
         (tmp_path / name).mkdir()
@@ -158,7 +158,8 @@ def test_mig_instances_are_the_cuda_devices_named_by_their_uuid(tmp_path):
 def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path, monkeypatch):
     """01-03 and 06 check everything on the CPU: their sandbox binds no GPU node and their environment
     names no CUDA device, so they grade as on a CPU host; the spare follows the submission's next notebook."""
-    from attnlab.grading import execute, sandbox
+    from attnlab.grading.worker import execute
+    from attnlab.grading import sandbox
     from attnlab.grading.course import uses_gpu
 
     assert [uses_gpu(n) for n in ("01_online_softmax", "02_flash_forward", "03_flash_backward",
@@ -287,7 +288,8 @@ def test_a_broken_slot_retires_and_the_others_grade_its_students(tmp_path, fake_
 def test_a_timeout_beside_other_slots_is_graded_again_alone(tmp_path, fake_worker, monkeypatch):
     """The notebook that timed out while another slot ran is graded again on its own; that result
     counts and says so; with one worker nothing is graded twice."""
-    from attnlab.grading import sandbox, submissions
+    from attnlab.grading import sandbox
+    from attnlab.grading.host import submissions
 
     course = Course(tmp_path)
     for s, n in (("slow", "hang-once"), ("quick", "ok")):
@@ -437,7 +439,7 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
 
 def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(monkeypatch):
     from attnlab.checks import RAN_ALL_ALONG
-    from attnlab.grading.autograde import CellResult, NotebookResult, contended, overlapped
+    from attnlab.grading.host.autograde import CellResult, NotebookResult, contended, overlapped
 
     cell = lambda reason: CellResult("t", 0.0, 1.0, reason)  # noqa: E731
     graded = lambda **kw: NotebookResult("s", "n", "graded", max_points=1.0, **kw)  # noqa: E731
@@ -454,7 +456,7 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(mon
     assert not contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
                                             f"60.2 s, 60.1 s of CPU{RAN_ALL_ALONG}): an endless loop, or ...")]))
     # a full process table: another slot's doing only where no per-kernel task bound is in force
-    from attnlab.grading import tasks
+    from attnlab.grading.sandbox import tasks
 
     full = graded(cells=[cell("RuntimeError: can't start new thread")])
     for bounded in (True, False):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading import gradebook, shards
-from attnlab.grading.autograde import CellResult, NotebookResult, write_report_json
+from attnlab.grading.host import gradebook, shards
+from attnlab.grading.host.autograde import CellResult, NotebookResult, write_report_json
 from attnlab.grading.course import Course
 
 from .conftest import environment, run_cli
@@ -57,7 +57,7 @@ def test_partition_is_the_documented_crc32_and_depends_on_the_student_only():
 
 def test_the_same_shard_in_another_process_gets_the_same_students():
     """Python's str hash is salted per process: the partition must not use it."""
-    code = ("import sys; from attnlab.grading.shards import select; "
+    code = ("import sys; from attnlab.grading.host.shards import select; "
             "print(','.join(select(sys.argv[1].split(','), 2, 5)))")
     outs = {subprocess.run([sys.executable, "-c", code, ",".join(NAMES)], capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout.strip()
@@ -176,7 +176,7 @@ def test_report_command_writes_the_class_report_and_fails_on_a_problem(tmp_path)
     code, out = run_cli(course, "report")
     assert code == 0, out
     assert "every submitted student was graded by exactly one shard" in out
-    assert sorted(r.student for r in __import__("attnlab.grading.autograde", fromlist=["_"]).read_report_json(
+    assert sorted(r.student for r in __import__("attnlab.grading.host.autograde", fromlist=["_"]).read_report_json(
         tmp_path / "grading_report.json")) == names
     assert (tmp_path / "grading_report.csv").read_text().count("\n") == 1 + len(names)
     (course.submitted / "zoe" / course.assignment).mkdir(parents=True)  # submitted late, graded by no shard
@@ -212,7 +212,7 @@ def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
 
 
 def test_db_url_option_reaches_nbgrader_config(monkeypatch):
-    from attnlab.grading import cli
+    from attnlab.grading.host import cli
 
     monkeypatch.setenv(gradebook.DB_URL_ENV, "")  # restored after the test
     args = cli._parser().parse_args(["export", "--db-url", SECRET_URL])
@@ -346,7 +346,7 @@ def test_make_test_installs_postgres_and_make_install_does_not():
 
 def test_the_scratch_build_registers_in_its_own_sqlite_even_with_a_shared_gradebook(tmp_path, monkeypatch):
     """`attnlab build` must never register a scratch build in the course's PostgreSQL gradebook."""
-    from attnlab.grading import build
+    from attnlab.grading.host import build
 
     calls = []
     monkeypatch.setattr(build, "build_source", lambda course: None)

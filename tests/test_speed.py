@@ -1,4 +1,4 @@
-"""The class speed pass and the leaderboard (attnlab.grading.speed, .leaderboard) on a CPU grader:
+"""The class speed pass and the leaderboard (attnlab.grading.host.speed, .leaderboard) on a CPU grader:
 kernels whose tests passed are sent to timing (here: "needs GPU timing"), the others are not; the
 leaderboard ranks timed outcomes, hides ids behind the course secret or shows chosen names, and
 gives each student their own standing. Timings themselves come from the H200 (notes/gpu/)."""
@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from attnlab.grading import leaderboard, speed
+from attnlab.grading.host import leaderboard, speed
 from attnlab.grading.course import BEYOND, Course
-from attnlab.grading.timing import Status
+from attnlab.grading.worker.timing import Status
 
 from .conftest import run_cli
 
@@ -30,7 +30,7 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     # the speed cell (a task cell, 0 points by default) says so in the gradebook, left for a GPU grader
     from nbgrader.api import Gradebook
 
-    from attnlab.grading.gradebook import db_url
+    from attnlab.grading.host.gradebook import db_url
 
     with Gradebook(db_url(course)) as gb:
         for student, note in (("reference", "needs GPU timing"), ("blank", "did not all pass")):

@@ -1,4 +1,4 @@
-"""A kernel's processes and threads are bounded (attnlab.grading.tasks), so a fork bomb in one notebook
+"""A kernel's processes and threads are bounded (attnlab.grading.sandbox.tasks), so a fork bomb in one notebook
 cannot starve the kernels of the other grading slots: the cgroup path (root), the RLIMIT_NPROC path
 (an account other than root, one user namespace per sandbox) and where each is chosen."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading import tasks
+from attnlab.grading.sandbox import tasks
 
 BOMB = """
 import threading

@@ -1,4 +1,4 @@
-"""The timing stage (attnlab.grading.timing) on a CPU: what is timed is the kernels' definitions and
+"""The timing stage (attnlab.grading.worker.timing) on a CPU: what is timed is the kernels' definitions and
 nothing else of the notebook; every repetition is checked; no GPU means "needs GPU timing".
 The speeds themselves are measured on the H200 (notes/gpu/), never asserted here."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from attnlab.grading import timing
+from attnlab.grading.worker import timing
 
 from .conftest import ROOT
 
@@ -110,7 +110,7 @@ _EXPLOITS = {
                         "        return (lambda *a, **k: None) if len(_calls) > 1 else _orig[grid]\n"
                         "_orig = _softmax_kernel\n_softmax_kernel = _Once()\n"),
     "other-stream": "import torch\n_s = torch.cuda.Stream() if torch.cuda.is_available() else None\n",
-    "warmup-detected": "import sys\n_WARM = 'attnlab.grading.timing' in sys.modules\n",
+    "warmup-detected": "import sys\n_WARM = 'attnlab.grading.worker.timing' in sys.modules\n",
     "reference-returned": ("import attnlab.launch as _l\n_l.launch_softmax = lambda k, x: __import__('torch')"
                            ".softmax(x, -1)\n"),
 }

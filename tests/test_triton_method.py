@@ -24,7 +24,8 @@ import jupytext
 import pytest
 import torch
 
-from attnlab import device, launch
+from attnlab.runtime import device
+from attnlab import launch
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
 from attnlab.checks import assert_close
 from attnlab.reference import naive_attention, reference_gradients
@@ -242,7 +243,7 @@ def test_ledger_counts_each_lane_once_per_access():
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle, interpreter_builder
 
-    from attnlab import loads
+    from attnlab.checking import loads
 
     buf = torch.zeros(16)
     with loads.record({"x": buf}) as ledger:

@@ -440,7 +440,7 @@ def test_hiding_the_call_does_not_help(how):
 
 def test_while_autograding_code_outside_the_package_cannot_call_a_reference(monkeypatch):
     from attnlab import verify_tuning as vt
-    from attnlab.grading import guard
+    from attnlab.grading.kernel import guard
 
     monkeypatch.setattr(guard, "active", lambda: True)
     with pytest.raises(vt.ReferenceRefused):
@@ -454,9 +454,9 @@ def test_while_autograding_another_module_of_the_package_cannot_call_a_reference
     error's text and built a table of every drawable case (red team, 2026-12-02)."""
     import functools
 
-    from attnlab import hints
+    from attnlab.checking import hints
     from attnlab import verify_tuning as vt
-    from attnlab.grading import guard
+    from attnlab.grading.kernel import guard
 
     def fail():
         raise AssertionError("x")

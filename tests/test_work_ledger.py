@@ -1,4 +1,4 @@
-"""The work ledger (attnlab.loads) and the cost models the notebooks declare (attnlab.work_models), issue 30.
+"""The work ledger (attnlab.checking.loads) and the cost models the notebooks declare (attnlab.checking.work_models), issue 30.
 
 - The ledger counts every way a kernel reads memory (tl.load, atomics, which read and write) per
   launch and per program, records tl.dot shapes and FLOPs, and knows every memory method of the
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import device, loads
+from attnlab.runtime import device
+from attnlab.checking import loads
 from attnlab.verify import check_flash_kernel, check_softmax_kernel
 from attnlab.verify_backward import check_flash_backward_kernels
 from attnlab.verify_decode import check_decode_partial_kernel

@@ -154,7 +154,7 @@ def kernel_resources(launcher, *args, **kwargs) -> str:
         why there is none (the kernel does not compile, or the figures are skipped while grading).
     """
     from . import gpu_compile
-    from .grading import guard
+    from .grading.kernel import guard
 
     if guard.active() and _on_cpu():
         return "(not compiled while autograding on a CPU: run the notebook to see it)"
@@ -172,7 +172,7 @@ def kernel_resources(launcher, *args, **kwargs) -> str:
 
 
 def _on_cpu() -> bool:
-    from .device import runtime
+    from .runtime.device import runtime
 
     return runtime().interpret
 
@@ -207,11 +207,11 @@ def show_recorded_plot(filename: str, what: str) -> None:
 
 
 def autograding() -> bool:
-    """True while a notebook is being autograded (:func:`attnlab.grading.guard.active`). The notebooks'
+    """True while a notebook is being autograded (:func:`attnlab.grading.kernel.guard.active`). The notebooks'
     measurement cells (timings, sweeps, compiling many tile configs) and figures are not graded; under
     the grader they skip with a note (or show the figures recorded on an H200 instead, 08 and 09), so
     that grading a class costs minutes, not hours, and the autograded notebook holds no shrunken
     stand-in for the learner's own measurements."""
-    from .grading import guard
+    from .grading.kernel import guard
 
     return guard.active()

@@ -217,7 +217,7 @@ def _real(value, name: str) -> float:
             return float(np.ndarray.item(np.asarray(value)))
     if kind is torch.Tensor and value.numel() == 1 and (value.is_floating_point() or
                                                          value.dtype in _TORCH_INTS):
-        from . import integrity
+        from .checking import integrity
 
         integrity.check(name)  # .tolist() of a CPU tensor reads memory, but .cpu() dispatches
         item = value.detach().cpu().reshape(()).tolist()

@@ -14,19 +14,20 @@ from types import MappingProxyType
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from . import integrity, kernel_source, launch, review
+from .checking import integrity
+from . import kernel_source, launch
+from .runtime import review
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
                      tolerance)
-from .device import require_interpreter, runtime
-from .grading import guard as _guard
-from .hints import (causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint,
-                    head_offset_hint, unmasked_keys_hint, zero_max_hint)
-from .loads import available as loads_available
-from .loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
-from .review import flag as _flag
-from .probe import MethodProbe, reduce_rule, row_rule, tile_rule
+from .runtime.device import require_interpreter, runtime
+from .grading.kernel import guard as _guard
+from .checking.hints import causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint, head_offset_hint, unmasked_keys_hint, zero_max_hint
+from .checking.loads import available as loads_available
+from .checking.loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
+from .runtime.review import flag as _flag
+from .checking.probe import MethodProbe, reduce_rule, row_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
-from .work_models import check_work, flash_forward_model, softmax_model
+from .checking.work_models import check_work, flash_forward_model, softmax_model
 
 __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
@@ -60,14 +61,14 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
     ``_key`` is the learner's object when ``fn`` is a course launcher around it (a kernel): a
     timeout marks that object as hung, so later checks of it fail at once, and checks of another
     kernel still run. Gradient mode and the default dtype are put back as they were; while
-    autograding, the grader's guard (:mod:`attnlab.grading.guard`) also restores the references and
+    autograding, the grader's guard (:mod:`attnlab.grading.kernel.guard`) also restores the references and
     helpers the checks use, so the comparison that follows uses the course's code, not a replacement.
 
-    Before and after the call, :func:`attnlab.integrity.check` refuses to go on while torch's
+    Before and after the call, :func:`attnlab.checking.integrity.check` refuses to go on while torch's
     operators are altered (a ``torch.library`` kernel, an active mode), and before it :func:`_triton_intact`
     refuses to go on while Triton's own code holds a notebook's (kernels themselves are launched rebuilt
     from their source: :mod:`attnlab.kernel_source`). With ``_probe`` (a
-    :class:`attnlab.probe.MethodProbe`) the call runs under it, and a broken method rule fails the
+    :class:`attnlab.checking.probe.MethodProbe`) the call runs under it, and a broken method rule fails the
     check after the call; a result the probe never saw being computed is flagged for review.
     ``_hooked`` is a probe that ``fn`` attaches and detaches itself (around one autograd node):
     it is detached here if the call left it attached, then judged like ``_probe``.
@@ -189,7 +190,7 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
     """Check ``fn(x, block_size) -> (m, l)``: m is the row max and m + log(l) the logsumexp.
 
     A row with no finite entry (all -inf) must give m = -inf and l = 0. The call runs under a
-    :class:`~attnlab.probe.MethodProbe`: when the rows are longer than one block of every row
+    :class:`~attnlab.checking.probe.MethodProbe`: when the rows are longer than one block of every row
     (N > rows * block_size), no operation may combine more than that many elements per result,
     so a whole-row max, sum or logsumexp fails the check even when its numbers are right.
 
@@ -233,7 +234,7 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
         keep = ~empty
         m, l, m_ref, lse_ref = m[keep], l[keep], m_ref[keep], lse_ref[keep]
     assert_close(m, m_ref, name="m (the running max)", case=case)
-    from .hints import sum_not_rescaled_hint
+    from .checking.hints import sum_not_rescaled_hint
 
     diagnosed(lambda: assert_close(m + torch.log(l.to(torch.float64)), lse_ref, name="m + log(l) (the logsumexp)",
                                    case=case, tol=1e-10 if x.dtype == torch.float64 else 1e-5),
@@ -277,7 +278,7 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
     Inputs are float64 by default (tolerance 1e-10). ``growing=True`` makes every score row grow
     along the keys (see :func:`growing_scores`); ``regime`` imposes one of :data:`REGIMES`
     (see :func:`shift_scores`). ``scale`` is passed only when given, so the default ``D ** -0.5``
-    is exercised too. The call runs under a :class:`~attnlab.probe.MethodProbe`: no fused attention
+    is exercised too. The call runs under a :class:`~attnlab.checking.probe.MethodProbe`: no fused attention
     operator, and no intermediate as large as one head's T_q x T_k score matrix (when this case's
     tiles, inputs and outputs are all smaller than that).
     """
@@ -327,7 +328,7 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
     do are float32, the LSE float32, and the tolerance 1e-5. The gradients must come back in q's dtype.
     ``scale`` is passed only when given, so the default ``D ** -0.5`` is exercised too; ``regime``
     imposes one of :data:`REGIMES` on the scores. The call runs under a
-    :class:`~attnlab.probe.MethodProbe`: no autograd backward, no fused attention operator, no
+    :class:`~attnlab.checking.probe.MethodProbe`: no autograd backward, no fused attention operator, no
     intermediate as large as one head's score matrix (when the case can tell).
     """
     T_k = T_q if T_k is None else T_k
@@ -363,7 +364,7 @@ def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int =
                              causal: bool = False, seed: int = 0, block: int = 16, name: str = "attention"):
     """Check ``attn(q, k, v, causal) -> o`` end to end: o, and q/k/v .grad after ``o.backward(do)``.
 
-    The backward runs under a :class:`~attnlab.probe.MethodProbe` (autograd's own nodes refused,
+    The backward runs under a :class:`~attnlab.checking.probe.MethodProbe` (autograd's own nodes refused,
     no score-sized intermediate for tiles of ``block``, the default block size of ``attn``). The
     references are computed after the calls, from copies taken before, so nothing the learner's
     code does (to the inputs, or by reading this function's frame) can reach them.
@@ -452,11 +453,11 @@ def _kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, bo
 
     ``device=None`` picks the CPU for a CPU-sized case (float32, at most :data:`CPU_CASE_ELEMENTS`
     ``elements``) and on a machine without a GPU, the GPU otherwise. A case on the CPU runs through
-    Triton's interpreter, on a GPU machine too (:func:`attnlab.device.interpreted_twin`).
+    Triton's interpreter, on a GPU machine too (:func:`attnlab.runtime.device.interpreted_twin`).
 
     Raises:
         RuntimeError: interpreter mode is needed but cannot work in this process (see
-            :func:`attnlab.device.require_interpreter`).
+            :func:`attnlab.runtime.device.require_interpreter`).
         ValueError: a CUDA device under the interpreter, where the checks account loads on the CPU.
     """
     rt = runtime()
@@ -510,8 +511,8 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     element the kernel must not write holds a guard value; changing one fails the check.
 
     Under Triton's interpreter the check also records every access in the work ledger, atomics as
-    reads (:func:`attnlab.loads.check_softmax_reads`, then the cost model
-    :func:`attnlab.work_models.softmax_model`): program i must read row i only, each column once,
+    reads (:func:`attnlab.checking.loads.check_softmax_reads`, then the cost model
+    :func:`attnlab.checking.work_models.softmax_model`): program i must read row i only, each column once,
     nothing past it, and write only the output (notebook 04's method: one program per row, one read
     of the row).
 
@@ -612,8 +613,8 @@ def shift_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: floa
 
 def _one_head_stays_inside(kernel, inputs, *, causal, block_m, block_n) -> bool:
     """``kernel`` on the first head of ``inputs`` (q, k, v) alone stores nothing past its last row of O
-    and LSE (for :func:`attnlab.hints.head_offset_hint`)."""
-    from .poisoned import guarded  # it imports this module
+    and LSE (for :func:`attnlab.checking.hints.head_offset_hint`)."""
+    from .checking.poisoned import guarded  # it imports this module
 
     D, T = inputs[0].shape[-1], inputs[0].shape[2]
     q, k, v = (_tail_room(t[:1, :1], max(block_m, block_n) * D)[0] for t in inputs)
@@ -635,7 +636,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     The inputs too are followed by one tile of NaN: a kernel that reads K or V past the last key
     without a mask gets NaN in its output (0 * NaN is NaN), as it may get garbage on a GPU.
     Under Triton's interpreter every access is recorded in the work ledger, atomics as reads
-    (:func:`attnlab.loads.check_flash_reads`, then :func:`attnlab.work_models.flash_forward_model`):
+    (:func:`attnlab.checking.loads.check_flash_reads`, then :func:`attnlab.checking.work_models.flash_forward_model`):
     K and V in tiles of at most ``block_n`` keys, each key once per program, no causal tile past
     the diagonal, QKᵀ and PV through ``tl.dot``, no race.
 
@@ -718,7 +719,7 @@ def check_flash_kernel_large_offsets(kernel, *, D: int = 16, block_m: int = 16, 
 
     Three heads of T = 2³⁰ / D rows each, so stride_bh = T·D = 2³⁰ and head 2 starts at 2³¹: computed in
     32 bits its offset wraps around. Causal, and only the first query tile of every head is launched
-    (grid (1, 3)): it needs the keys of that tile only, so only those rows exist (:mod:`attnlab.sparse`).
+    (grid (1, 3)): it needs the keys of that tile only, so only those rows exist (:mod:`attnlab.checking.sparse`).
     Runs on the CPU through Triton's interpreter on every machine, under the load accounting, which
     switches off every lane outside those rows (a wrapped offset reads nothing instead of crashing).
     Where the memory cannot be placed (not Linux) it prints why and checks nothing.
@@ -727,8 +728,8 @@ def check_flash_kernel_large_offsets(kernel, *, D: int = 16, block_m: int = 16, 
         AssertionError: O or LSE of the launched rows wrong; when the heads below 2³¹ are right and the
             one past it is wrong, saying to widen ``bh`` to 64 bits.
     """
-    from . import sparse
-    from .hints import int32_offset_hint
+    from .checking import sparse
+    from .checking.hints import int32_offset_hint
 
     heads, T, rows = 3, 2**30 // D, max(block_m, block_n)
     try:

@@ -20,13 +20,13 @@ import torch
 
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
-from .hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
-from .device import runtime
-from .loads import check_races, record
-from .poisoned import guarded, tail_room
+from .checking.hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
+from .runtime.device import runtime
+from .checking.loads import check_races, record
+from .checking.poisoned import guarded, tail_room
 from .reference import naive_attention, reference_gradients
 from .verify import _GUARD, _call, _flag_internals, _kernel_device
-from .work_models import backward_designs, check_work
+from .checking.work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
            "stores_through_argument", "check_bwd_preprocess_large_offsets", "check_bwd_dq_large_offsets"]
@@ -66,7 +66,7 @@ def _inputs(B, H, T, D, *, causal, seed, dtype, device, tail):
 
 
 def _whole(t: torch.Tensor) -> torch.Tensor:
-    """The whole flat buffer behind ``t`` (a view from :func:`attnlab.poisoned.tail_room`), tail included."""
+    """The whole flat buffer behind ``t`` (a view from :func:`attnlab.checking.poisoned.tail_room`), tail included."""
     storage = t.untyped_storage()
     return t.new_empty(0).set_(storage, 0, (storage.nbytes() // t.element_size(),))
 
@@ -161,7 +161,7 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
 
 def _one_head_stays_inside(kernels, inputs, *, causal, block_m, block_n) -> bool:
     """The backward kernels on the first head of ``inputs`` (q, k, v, o, lse, do) alone store nothing past
-    its last row (for :func:`attnlab.hints.head_offset_hint`)."""
+    its last row (for :func:`attnlab.checking.hints.head_offset_hint`)."""
     tail = max(block_m, block_n) * inputs[0].shape[-1]
     q, k, v, o, lse, do = (tail_room(t[:1, :1], tail) for t in inputs)
     outs, bufs = zip(*(guarded(q.shape, tail, q.dtype, q.device) for _ in range(3)))
@@ -185,8 +185,8 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         dtype: of q, k, v, o, do; the float64 forward's O and LSE are rounded to it (LSE float32).
 
     Under Triton's interpreter (CPU-sized cases, on every machine) the three launches are recorded
-    in the work ledger (:mod:`attnlab.loads`) and compared with notebook 07's cost model
-    (:func:`attnlab.work_models.backward_designs`: each program reads its own tile once and walks the
+    in the work ledger (:mod:`attnlab.checking.loads`) and compared with notebook 07's cost model
+    (:func:`attnlab.checking.work_models.backward_designs`: each program reads its own tile once and walks the
     other side's tiles from its diagonal when causal, the work spread over the grid, the products
     through ``tl.dot``; dQ by its own kernel or added with atomics by the dK/dV kernel).
 
@@ -292,11 +292,12 @@ _FAR_HEADS = 3  # head 2 of three heads of 2^30 elements starts at element 2^31
 
 def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_names, seed: int, block: int):
     """Launch ``kernel`` on grid (1, 3) over three heads of T = 2³⁰ / D rows, only the first ``rows`` of
-    each existing (:func:`attnlab.sparse.far_heads`), under the load accounting, on the CPU through the
+    each existing (:func:`attnlab.checking.sparse.far_heads`), under the load accounting, on the CPU through the
     interpreter. ``launch_args(t, T)`` gives the kernel's arguments from the tensors ``t`` (by name);
     the inputs hold the small float64 problem's values (returned with it). None where the memory
     cannot be placed (printed)."""
-    from . import launch, sparse
+    from . import launch
+    from .checking import sparse
 
     T = 2**30 // D
     try:
@@ -328,7 +329,7 @@ def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_na
 
 
 def _far_diagnosed(got, want, *, name: str, case) -> None:
-    from .hints import int32_offset_hint
+    from .checking.hints import int32_offset_hint
 
     far = [(h + 1) * 2**30 > 2**31 for h in range(_FAR_HEADS)]
     diagnosed(lambda: assert_close(got, want, name=name, case=case, tol=1e-5),
@@ -339,7 +340,7 @@ def _far_diagnosed(got, want, *, name: str, case) -> None:
 def check_bwd_preprocess_large_offsets(kernel, *, D: int = 16, block_m: int = 16, seed: int = 0):
     """Check ``_bwd_preprocess_kernel`` where ``bh * stride_bh`` passes 2³¹ elements: Δ of the first
     ``block_m`` rows of three heads of 2³⁰ / D rows (head 2 starts at element 2³¹), only those rows
-    existing (:mod:`attnlab.sparse`). On the CPU through the interpreter on every machine; where the
+    existing (:mod:`attnlab.checking.sparse`). On the CPU through the interpreter on every machine; where the
     memory cannot be placed (not Linux) it prints why and checks nothing.
 
     Raises:

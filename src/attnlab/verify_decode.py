@@ -10,10 +10,10 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
 - rows and splits that see no key must give exactly O = 0 and LSE = -inf (NaN fails);
 - the split kernel's checker can hand over a transposed cache (``kv_layout="bthd"``), so a kernel
   that assumes contiguous strides fails;
-- a top-left causal mask, and a merge that overflows exp(LSE_s), are named (:mod:`attnlab.hints`);
+- a top-left causal mask, and a merge that overflows exp(LSE_s), are named (:mod:`attnlab.checking.hints`);
 - under Triton's interpreter the split kernel's accesses are recorded in the work ledger, atomics
-  as reads (:func:`attnlab.loads.check_decode_reads`, then the cost model
-  :func:`attnlab.work_models.decode_partial_model`): each program reads its own (sequence, KV head)
+  as reads (:func:`attnlab.checking.loads.check_decode_reads`, then the cost model
+  :func:`attnlab.checking.work_models.decode_partial_model`): each program reads its own (sequence, KV head)
   and slice, nothing at or past the sequence's length, each K/V element once for all query heads
   of its GQA group, in tiles of at most BLOCK_N keys, with the products through ``tl.dot``. Only the split kernel's checker does this, so a kernel that reloads K/V per
   query head loses that checker's points, not the end-to-end ones as well.
@@ -27,13 +27,12 @@ import torch
 
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
-from .device import runtime
-from .hints import (_quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint,
-                    merge_weights_hint, past_length_hint, rescale_hint)
-from .loads import check_decode_reads, check_races, record
-from .poisoned import guarded, tail_room
+from .runtime.device import runtime
+from .checking.hints import _quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
+from .checking.loads import check_decode_reads, check_races, record
+from .checking.poisoned import guarded, tail_room
 from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
-from .work_models import check_work, decode_partial_model
+from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
            "check_decode_partial_large_offsets"]
@@ -120,7 +119,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
 
 
 def _top_left_hint(reference, outputs, tol: float):
-    """A hint (for :func:`attnlab.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
+    """A hint (for :func:`attnlab.checking.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
     (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right.
     Quiet like every hint: an error inside it gives "", never replacing the failure it explains."""
     @_quiet
@@ -168,7 +167,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         kv_layout: ``"bhtd"`` (contiguous caches) or ``"bthd"`` (a (B, T_max, H_kv, D) buffer seen through a
             transpose: stride_kt = H_kv·D, stride_kh = D), which the launcher passes without a copy.
 
-    Under the interpreter every load is accounted (:func:`attnlab.loads.check_decode_reads`).
+    Under the interpreter every load is accounted (:func:`attnlab.checking.loads.check_decode_reads`).
 
     Raises:
         AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong
@@ -332,7 +331,7 @@ def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int
 
     The caches are (B, H_kv, T_max, D) views with a batch stride just under 2³¹ elements, so
     ``b * stride_kb`` (b >= 2) and ``b * stride_kb + kvh * stride_kh`` (b = 1) pass 2³¹: computed in
-    32 bits they wrap around. Only the pages that hold data exist (:mod:`attnlab.sparse`); the kernel
+    32 bits they wrap around. Only the pages that hold data exist (:mod:`attnlab.checking.sparse`); the kernel
     runs on the CPU through Triton's interpreter on every machine, under the load accounting, which
     switches off every lane outside them, so a wrapped offset gives wrong numbers instead of a crash.
     B = len(seqlens) must be at least 3. Where the memory cannot be placed (not Linux) it prints why
@@ -342,8 +341,8 @@ def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int
         AssertionError: naming the case and the first wrong partial; when the sequences below 2³¹
             are right and one past it is wrong, saying to widen the offset to 64 bits.
     """
-    from . import sparse
-    from .hints import int32_offset_hint
+    from .checking import sparse
+    from .checking.hints import int32_offset_hint
 
     B, T_max = len(seqlens), max(seqlens) + 3
     if B < 3:

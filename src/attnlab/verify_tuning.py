@@ -31,7 +31,7 @@ import) draws the same cases again, for self-check or a learner reproducing a fa
 come from (:func:`expected_smem`, :func:`expected_scales` and the private ones behind the other
 checks) refuse to run, with :class:`ReferenceRefused`, while a learner function is being checked
 (any thread) or when code outside this package calls them during autograding; the check then fails
-and the call is flagged for review (:func:`attnlab.review.flag`), even if the learner code caught
+and the call is flagged for review (:func:`attnlab.runtime.review.flag`), even if the learner code caught
 the error.
 
 Sources: the OCP 8-bit floating point specification (E4M3: 4 exponent bits, 3 mantissa bits, max 448,
@@ -54,9 +54,9 @@ from os import urandom as _urandom  # bound at import: the guard restores it if 
 
 import torch
 
-from . import review
+from .runtime import review
 from .checks import Case, assert_shape, randn
-from .probe import MethodProbe, _tensors
+from .checking.probe import MethodProbe, _tensors
 from .verify import _call
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
@@ -152,7 +152,7 @@ def _reference(model):
 
     def guarded(*args, **kwargs):
         caller = sys._getframe(1)
-        from .grading import guard
+        from .grading.kernel import guard
 
         armed = _WIRE.armed
         if armed or _inside_learner_call(caller) or (guard.active() and not _ours(caller)):

@@ -12,7 +12,7 @@ runs the kernel (JupyterLab, Notebook 7, VS Code, Google Colab) and otherwise dr
 matplotlib figure with the given parameters (nbconvert, nbgrader's Validate, CI, a plain Python
 script). The environment variable ``ATTNLAB_WIDGETS`` overrides the detection: ``0`` (or
 ``static``) always draws the static figure, ``1`` always builds the widget. Under the autograder
-(:func:`attnlab.grading.guard.active`) they only print a note: no figure is graded.
+(:func:`attnlab.grading.kernel.guard.active`) they only print a note: no figure is graded.
 
 The computations behind the figures (:func:`online_softmax_trace`, :func:`tile_classes`,
 :func:`tile_summary`, :func:`attention_traffic`) are plain functions, usable and tested on their own.
@@ -141,7 +141,7 @@ def _display_or_static(build_widget, make_figure, params: dict, interactive: boo
     autograder, where nobody looks at it and nothing in it is graded, only a note (matplotlib's import
     and the drawing cost each graded notebook about a second)."""
     if interactive is None:
-        from .grading import guard
+        from .grading.kernel import guard
 
         if guard.active():
             print("(Figure not drawn while autograding: it is not graded.)")

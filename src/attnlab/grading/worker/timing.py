@@ -1,0 +1,510 @@
+"""Time a learner's kernels on the grading GPU, out of the learner's reach (issue 33's timing stage).
+
+What is timed is the kernel that the learner's solution cells *define*, nothing else of the notebook:
+:func:`kernel_source` keeps, of each kernel cell, only the ``@triton.jit`` function definitions and
+plain numeric constants, and drops every other statement (module-level code could patch a timer, a
+stream or the checker). Those definitions are written into a module of their own and loaded in a
+fresh process (:func:`run_worker`, sandboxed like a notebook's kernel when bubblewrap works), which
+never ran the notebook. There the course's given launcher runs the learner's kernels and the
+course's reference kernels (the instructor notebook's solution cells, extracted the same way) on one
+documented shape per notebook (:data:`BENCHMARKS`):
+
+- fresh seeded inputs for every repetition (a secret seed mixed in while grading), so no result can
+  be cached from an earlier call; the learner's kernels run first in each, before the right answer
+  for those inputs exists anywhere in memory;
+- the GPU's L2 cache flushed before each call; the time is what CUDA's activity records (the
+  profiler's CUPTI) give for the learner's kernels alone, so the launcher's Python and its output
+  allocations, the same for everyone, do not blur the comparison;
+- every repetition's output checked against PyTorch's own attention (or softmax): a repetition that
+  is wrong, or skipped, fails the stage instead of being timed.
+
+The result (:class:`Timing`) is the ratio of the reference's median time to the learner's (> 1:
+faster than the reference), the learner's TFLOP/s or GB/s, the GPU's name and the versions. On a
+machine without a GPU the stage reports :attr:`Status.NEEDS_GPU` and times nothing.
+
+Run it: ``python -m attnlab.grading.worker.timing SUBMITTED_NOTEBOOK [--reps N] [--json FILE]``.
+Sources of the method: GPU MODE's reference-kernels evaluator (events after an L2 flush, a secret
+seed, every call re-checked), Triton's ``triton.testing.do_bench`` (the flush buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import enum
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "cells_of", "time_notebook",
+           "run_worker"]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One notebook's timing stage, declared as data.
+
+    Attributes:
+        cells: grade ids of the solution cells that define the kernels, in the launcher's order.
+        shape: the documented problem size (a real model's, not a test's).
+        unit: ``"TFLOP/s"`` (attention) or ``"GB/s"`` (softmax, decoding: bound by memory).
+    """
+
+    notebook: str
+    cells: tuple[str, ...]
+    shape: MappingProxyType
+    unit: str
+
+
+def _shape(**kw) -> MappingProxyType:
+    return MappingProxyType(kw)
+
+
+#: The timed notebooks. FLOPs of attention: 4·B·H·T²·D, halved when causal; the backward 2.5× that
+#: (two products recomputed or formed per tile against the forward's two: Triton's tutorial 06).
+BENCHMARKS = MappingProxyType({b.notebook: b for b in (
+    Benchmark("04_triton_softmax", ("_softmax_kernel",), _shape(rows=4096, cols=8192), "GB/s"),
+    Benchmark("05_triton_flash", ("_flash_fwd_kernel",),
+              _shape(B=8, H=16, T=4096, D=64, causal=True, dtype="bfloat16"), "TFLOP/s"),
+    Benchmark("07_triton_backward", ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"),
+              _shape(B=8, H=16, T=4096, D=64, causal=True, dtype="bfloat16"), "TFLOP/s"),
+    Benchmark("08_flash_decoding", ("_decode_partial_kernel", "_decode_merge_kernel"),
+              _shape(B=1, H_q=32, H_kv=8, T=32768, D=128, causal=True, dtype="bfloat16"), "GB/s"),
+)})
+
+
+class Status(str, enum.Enum):
+    """How a timing stage ended (a ``str``, so it reads plainly in JSON and CSV)."""
+
+    TIMED = "timed"            # every repetition right; ratio and rate measured
+    WRONG = "wrong"            # a repetition's output was wrong: not timed
+    FAILED = "failed"          # the kernel did not build or launch, or the worker died
+    NEEDS_GPU = "needs GPU timing"  # no GPU here: nothing timed (reported for review, never graded)
+    NOT_TIMED = "not timed"    # no timing stage for this notebook
+
+
+@dataclass
+class Timing:
+    """The outcome of one notebook's timing stage.
+
+    Attributes:
+        ratio: reference median time / learner median time (1.25: 25% faster than the reference).
+        learner_ms, reference_ms: median times of one launcher call, in milliseconds.
+        rate: the learner's throughput in ``unit``; cv: the learner's times' coefficient of variation.
+        message: for people: why it was not timed, or what was measured.
+        dropped: statements of the kernel cells that were not run (not function definitions).
+    """
+
+    notebook: str
+    status: Status
+    message: str = ""
+    ratio: float | None = None
+    learner_ms: float | None = None
+    reference_ms: float | None = None
+    rate: float | None = None
+    unit: str = ""
+    cv: float | None = None
+    reps: int = 0
+    device: str = ""
+    versions: dict = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "status": self.status.value}
+
+
+# ------------------------------------------------------------------------ what is timed: the source
+@dataclass(frozen=True)
+class KernelSource:
+    """A module holding only the kernel definitions of some cells (``text``), and what was left out."""
+
+    text: str
+    defined: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+_PRELUDE = "import math\nimport triton\nimport triton.language as tl\n\n"
+
+
+def _is_jit(decorator: ast.expr) -> bool:
+    """``@triton.jit`` or ``@triton.jit(<literal keywords>)``: nothing else runs at definition time."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    named = (isinstance(target, ast.Attribute) and target.attr == "jit" and isinstance(target.value, ast.Name)
+             and target.value.id == "triton")
+    if isinstance(decorator, ast.Call):
+        return named and not decorator.args and all(_literal(k.value) for k in decorator.keywords)
+    return named
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+        return True
+    except (ValueError, SyntaxError, TypeError):
+        return False
+
+
+def _number(node: ast.expr) -> bool:
+    """A literal int, float or bool (a sign allowed): what a kernel may read as a global."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
+
+
+def _plain_names(node: ast.expr | None) -> bool:
+    """An annotation made of names and attributes only (``tl.constexpr``): evaluating it runs nothing."""
+    return node is None or all(isinstance(n, (ast.Name, ast.Attribute, ast.Load)) for n in ast.walk(node))
+
+
+def _definition_only(node: ast.stmt) -> bool:
+    if isinstance(node, ast.FunctionDef):
+        a = node.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p)]
+        return (len(node.decorator_list) == 1 and _is_jit(node.decorator_list[0])
+                and all(_literal(d) for d in [*a.defaults, *(d for d in a.kw_defaults if d is not None)])
+                and all(_plain_names(p.annotation) for p in params) and node.returns is None)
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        value = node.value  # NAME = 1.4427 or NAME = tl.constexpr(1.4427): a number, nothing mutable
+        if isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords:
+            return (isinstance(value.func, ast.Attribute) and value.func.attr == "constexpr"
+                    and isinstance(value.func.value, ast.Name) and value.func.value.id == "tl"
+                    and _number(value.args[0]))
+        return _number(value)
+    return False
+
+
+def kernel_source(cells: list[str]) -> KernelSource:
+    """The ``@triton.jit`` definitions and numeric constants of ``cells`` (code cells' sources) as one
+    module's text; every other statement is dropped and listed, never run.
+
+    Raises:
+        SyntaxError: a cell does not parse.
+    """
+    kept, defined, dropped = [], [], []
+    for i, cell in enumerate(cells):
+        lines = cell.splitlines()
+        for node in ast.parse(cell).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass)) or (
+                    isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+                continue
+            if _definition_only(node):
+                start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+                kept.append("\n".join(lines[start - 1:node.end_lineno]))
+                defined.append(node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id)
+            else:
+                dropped.append(f"cell {i + 1}, line {node.lineno}: {lines[node.lineno - 1].strip()[:60]}")
+    return KernelSource(_PRELUDE + "\n\n\n".join(kept) + "\n", tuple(defined), tuple(dropped))
+
+
+def cells_of(notebook: Path, grade_ids: tuple[str, ...]) -> list[str]:
+    """The sources of the code cells with these nbgrader grade ids, in that order (read as plain JSON
+    by :func:`attnlab.nbload.read_cells`: the GPU host's Python may have no nbformat).
+
+    Raises:
+        LookupError: a cell is missing.
+    """
+    from ...nbload import read_cells
+
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): c["source"]
+             for c in read_cells(notebook) if c["cell_type"] == "code"}
+    missing = [g for g in grade_ids if g not in by_id]
+    if missing:
+        raise LookupError(f"{notebook.name} has no cell {', '.join(missing)}")
+    return [by_id[g] for g in grade_ids]
+
+
+# --------------------------------------------------------------------------------------- the host
+def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int | None = None,
+                  sandbox: bool = True, timeout_s: float = 300.0, shape: dict | None = None) -> Timing:
+    """Time the kernels a submitted notebook defines against the reference notebook's.
+
+    Args:
+        submitted: the learner's ``NN_name.ipynb``; reference: the instructor's (solutions filled).
+        reps: timed repetitions of each (after two checked warm-ups).
+        seed: the inputs' seed; None draws a secret one (grading).
+        sandbox: run the worker under bubblewrap (:mod:`.sandbox`) when it works here.
+        shape: override the benchmark's shape (tests: small sizes under the interpreter).
+
+    Returns:
+        A :class:`Timing`; never raises for a learner's fault (a kernel that fails is ``FAILED``).
+    """
+    name = submitted.stem
+    bench = BENCHMARKS.get(name)
+    if bench is None:
+        return Timing(name, Status.NOT_TIMED, f"{name} has no timing stage")
+    if shape is None and not _gpu_here():
+        return Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader only",
+                      unit=bench.unit)
+    try:
+        mine = kernel_source(cells_of(submitted, bench.cells))
+        ref = kernel_source(cells_of(reference, bench.cells))
+    except (LookupError, SyntaxError) as exc:
+        return Timing(name, Status.FAILED, f"could not read the kernels: {exc}", unit=bench.unit)
+    folder = tempfile.mkdtemp(prefix="attnlab-timing-")
+    try:
+        for file, src in (("learner_kernels.py", mine.text), ("reference_kernels.py", ref.text)):
+            Path(folder, file).write_text(src)
+        config = {"notebook": name, "reps": reps, "seed": secrets.randbits(62) if seed is None else seed,
+                  "shape": dict(shape or bench.shape)}
+        Path(folder, "config.json").write_text(json.dumps(config))
+        # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
+        cmd = [sys.executable, "-s", "-m", "attnlab.grading.worker.timing", "--worker", folder]
+        if sandbox:
+            cmd = _sandboxed(cmd, folder)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
+                                  env={**os.environ, "PYTHONSAFEPATH": "1"})
+        except subprocess.TimeoutExpired:
+            return Timing(name, Status.FAILED, f"the timing stage ran past {timeout_s:g} s", unit=bench.unit,
+                          dropped=list(mine.dropped))
+        out = Path(folder, "result.json")
+        if not out.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return Timing(name, Status.FAILED, f"the timing worker ended with code {done.returncode}: "
+                          + " | ".join(tail), unit=bench.unit, dropped=list(mine.dropped))
+        result = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    result["status"] = Status(result["status"])
+    return Timing(**{**result, "dropped": list(mine.dropped)})
+
+
+def _gpu_here() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _sandboxed(cmd: list[str], folder: str) -> list[str]:
+    """``cmd`` under bubblewrap with ``folder`` as its only writable place, when the sandbox works."""
+    from .. import sandbox
+
+    ok, _ = sandbox.check()
+    if not ok:
+        return cmd
+    return sandbox.wrap(cmd, folder, None)  # as a kernel: an account of its own under a root grader
+
+
+# ------------------------------------------------------------------------------------- the worker
+def _load(path: Path, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _relative_error(out, ref) -> float:
+    out, ref = out.float(), ref.float()
+    if not bool(out.isfinite().all()):
+        return float("inf")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _harness(name: str, shape: dict, kernels: tuple, device: str, dtype):
+    """(make inputs, run the given launcher, expected outputs, work per call) for one notebook."""
+    import torch
+    import torch.nn.functional as F
+
+    from ... import launch, launch_backward, launch_decode
+
+    s = shape
+    if name == "04_triton_softmax":
+        def make(g):
+            return (torch.randn(s["rows"], s["cols"], generator=g, device=device) * 3,)
+
+        return (make, lambda x: launch.launch_softmax(kernels[0], x), lambda x: torch.softmax(x, -1),
+                2 * s["rows"] * s["cols"] * 4, 1e-5)
+    if name == "05_triton_flash":
+        def make(g):
+            return tuple(torch.randn(s["B"], s["H"], s["T"], s["D"], generator=g, device=device).to(dtype)
+                         for _ in range(3))
+
+        return (make, lambda q, k, v: launch.launch_flash_forward(kernels[0], q, k, v, causal=s["causal"])[0],
+                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=s["causal"]),
+                4 * s["B"] * s["H"] * s["T"] ** 2 * s["D"] / (2 if s["causal"] else 1), 2e-2)
+    if name == "07_triton_backward":
+        def make(g):
+            q, k, v, do = (torch.randn(s["B"], s["H"], s["T"], s["D"], generator=g, device=device).to(dtype)
+                           for _ in range(4))
+            o, lse = launch_backward.reference_forward(q, k, v, causal=s["causal"])
+            return q, k, v, o, lse, do
+
+        def expected(q, k, v, o, lse, do):
+            qkv = [t.detach().requires_grad_() for t in (q, k, v)]
+            ref = F.scaled_dot_product_attention(*qkv, is_causal=s["causal"])
+            return torch.cat([g.flatten() for g in torch.autograd.grad(ref, qkv, do)])
+
+        def run(q, k, v, o, lse, do):
+            grads = launch_backward.launch_flash_backward(kernels, q, k, v, o, lse, do, causal=s["causal"])
+            return torch.cat([g.flatten() for g in grads])
+
+        return (make, run, expected, 2.5 * 4 * s["B"] * s["H"] * s["T"] ** 2 * s["D"] / (2 if s["causal"] else 1),
+                2e-2)
+    if name == "08_flash_decoding":
+        def make(g):
+            q = torch.randn(s["B"], s["H_q"], 1, s["D"], generator=g, device=device).to(dtype)
+            kc, vc = (torch.randn(s["B"], s["H_kv"], s["T"], s["D"], generator=g, device=device).to(dtype)
+                      for _ in range(2))
+            return q, kc, vc, torch.full((s["B"],), s["T"], dtype=torch.int32, device=device)
+
+        def expected(q, kc, vc, lens):
+            rep = s["H_q"] // s["H_kv"]
+            return F.scaled_dot_product_attention(q, kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1))
+
+        return (make, lambda q, kc, vc, lens: launch_decode.launch_flash_decode(*kernels, q, kc, vc, lens,
+                                                                               causal=s["causal"])[0],
+                expected, 2 * s["B"] * s["H_kv"] * s["T"] * s["D"] * 2, 2e-2)
+    raise KeyError(name)
+
+
+def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[float, object]:
+    """One call of the launcher ``run``: the GPU time of the kernels named ``names`` (milliseconds,
+    from CUDA's activity records: the launcher's Python and its output allocations are not the
+    kernel's work), after an L2 flush; and the call's output. Without a GPU: the call's wall time.
+
+    Raises:
+        RuntimeError: a kernel of ``names`` never ran on the GPU.
+    """
+    import time
+
+    import torch
+
+    if device != "cuda":
+        t0 = time.perf_counter()
+        out = run(*inputs)
+        return (time.perf_counter() - t0) * 1e3, out
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = run(*inputs)
+        torch.cuda.synchronize()
+    spans = {name: 0.0 for name in names}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            for name in names:
+                if event.name == name or event.name.startswith(name + "_"):
+                    spans[name] += event.time_range.elapsed_us() / 1e3
+    missing = [name for name, ms in spans.items() if ms == 0.0]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} never ran on the GPU")
+    return sum(spans.values()), out
+
+
+def run_worker(folder: Path) -> dict:
+    """The worker's whole job (in a fresh process): load both kernel modules, time, check, report.
+
+    Returns:
+        The fields of a :class:`Timing`, also written to ``folder/result.json``.
+    """
+    import statistics
+
+    config = json.loads(Path(folder, "config.json").read_text())
+    name, shape = config["notebook"], config["shape"]
+    bench = BENCHMARKS[name]
+    from ...runtime import device as device_
+
+    rt = device_.init(verbose=False)
+    import torch
+    import triton
+
+    from ... import gpu_compile
+
+    if rt.device == "cuda":  # the autograder judged the other GPUs; here only this one's compile counts
+        gpu_compile.TARGETS = ()
+
+    device = rt.device
+    dtype = getattr(torch, shape.get("dtype", "float32")) if device == "cuda" else torch.float32
+    base = {"notebook": name, "unit": bench.unit, "device": torch.cuda.get_device_name() if device == "cuda" else "CPU",
+            "versions": {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0]}}
+
+    def finish(**fields) -> dict:
+        result = {**base, **fields}
+        Path(folder, "result.json").write_text(json.dumps(result))
+        return result
+
+    sides = {}
+    for side in ("learner", "reference"):
+        try:
+            module = _load(Path(folder, f"{side}_kernels.py"), f"{side}_kernels")
+            sides[side] = _harness(name, shape, tuple(getattr(module, c) for c in bench.cells), device, dtype)
+        except Exception as exc:  # noqa: BLE001  (a learner's module that does not load: reported, not raised)
+            return finish(status="failed", message=f"{side} kernels: {type(exc).__name__}: {exc}")
+    flush = torch.empty(256 * 2 ** 20, dtype=torch.int8, device=device) if device == "cuda" else None
+    times = {"learner": [], "reference": []}
+    gen = torch.Generator(device=device)
+    warmup = 2
+    for rep in range(warmup + config["reps"]):
+        gen.manual_seed((config["seed"] + rep * 0x9E3779B97F4A7C15) % 2 ** 63)  # a new draw per repetition
+        inputs = sides["learner"][0](gen)
+        target = None
+        # The learner's kernels run first, while no right answer for these inputs exists anywhere in the
+        # GPU's memory (the caching allocator never clears freed blocks: a kernel reading past its
+        # buffers could find a result made before it); the target is made from untouched inputs after.
+        for side in ("learner", "reference"):
+            make, run, expected, work, tol = sides[side]
+            try:
+                ms, out = _time_one(run, tuple(t.clone() for t in inputs), flush, device, bench.cells)
+            except Exception as exc:  # noqa: BLE001
+                return finish(status="failed", message=f"{side} kernels failed on repetition {rep}: "
+                                                       f"{type(exc).__name__}: {str(exc)[:300]}")
+            if target is None:
+                target = expected(*inputs)
+            err = _relative_error(out, target)
+            del out
+            if not err <= tol:
+                what = "the learner's" if side == "learner" else "the reference"
+                return finish(status="wrong", message=f"{what} output of repetition {rep} is wrong (relative "
+                                                      f"error {err:.2g} > {tol:g}): not timed", reps=rep)
+            if rep >= warmup:
+                times[side].append(ms)
+        del inputs, target
+    mine, ref = (statistics.median(times[s]) for s in ("learner", "reference"))
+    work = sides["learner"][3]
+    rate = work / (mine * 1e-3) / (1e12 if bench.unit == "TFLOP/s" else 1e9)
+    cv = statistics.pstdev(times["learner"]) / statistics.mean(times["learner"])
+    if device != "cuda":
+        return finish(status="needs GPU timing", reps=config["reps"],
+                      message="no GPU here: every repetition was checked, nothing is timed")
+    return finish(status="timed", ratio=ref / mine, learner_ms=mine, reference_ms=ref, rate=rate, cv=cv,
+                  reps=config["reps"], message=f"{ref / mine:.2f}x the reference kernel; {rate:.1f} {bench.unit}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.grading.worker.timing", description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebook", nargs="?", type=Path, help="a submitted NN_name.ipynb")
+    parser.add_argument("--reference", type=Path, help="the instructor's notebook (default: source/<assignment>/)")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--no-sandbox", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        run_worker(args.worker)
+        return 0
+    if args.notebook is None:
+        parser.error("a notebook is needed")
+    from ..course import assignment_of
+
+    reference = args.reference or Path("source", assignment_of(args.notebook.stem), args.notebook.name)
+    timing = time_notebook(args.notebook, reference, reps=args.reps, seed=args.seed, sandbox=not args.no_sandbox)
+    print(f"{timing.notebook}: {timing.status.value}: {timing.message}")
+    if args.json:
+        args.json.write_text(json.dumps(timing.to_json(), indent=1))
+    return 0 if timing.status in (Status.TIMED, Status.NEEDS_GPU) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

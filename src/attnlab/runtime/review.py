@@ -1,0 +1,23 @@
+"""What a check cannot rule out goes to a person: "needs review: <why>", never a silent grade.
+
+A check that sees something it cannot judge (a dispatcher override it could not undo, code that
+reads its caller's frame, a result that is right by a method the notebook does not teach) calls
+:func:`flag`. The reason is printed in the test cell's output (the learner sees it) and, while
+autograding, handed to the grader through the guard's notes channel
+(:func:`attnlab.grading.kernel.guard.drain`), so the report lists it under the student and notebook as
+``needs review: <why>``.
+"""
+
+from __future__ import annotations
+
+#: Prefix of every review note, in cell output and in the grader's notes.
+PREFIX = "needs review: "
+
+
+def flag(reason: str) -> None:
+    """Report ``reason`` for review: printed to stdout and, while autograding, noted for the report."""
+    text = PREFIX + reason
+    print(f"[grader] {text}", flush=True)
+    from ..grading.kernel import guard
+
+    guard._note(text)

@@ -1,0 +1,1 @@
+"""The learner's and instructor's tools above the course: ``attnlab doctor``, ``attnlab lab``, ``attnlab selfcheck``."""
