@@ -36,14 +36,14 @@ $PY -c "from attnlab.grading.sandbox import check; ok, d = check(); print('sandb
 say "unsafe flag: '${UNSAFE}'  setup done at $(( $(date +%s) - T0 )) s"
 if [ -n "${SAMPLES_JOBS:-}" ]; then  # `make grade` on this host: build, the sample submissions of both assignments
   t=$(date +%s)
-  $PY -m attnlab.grading.host.cli grade-samples --jobs "$SAMPLES_JOBS" $UNSAFE > "$R/grade-samples.log" 2>&1
+  $PY -m attnlab.tools.command grade-samples --jobs "$SAMPLES_JOBS" $UNSAFE > "$R/grade-samples.log" 2>&1
   say "grade-samples --jobs $SAMPLES_JOBS: rc=$? wall=$(( $(date +%s) - t ))s"
   grep -E "^(student|reference|blank|typical_mistakes|==) " "$R/grade-samples.log" | tee -a "$S"
   pack
 fi
 $PY -c "from attnlab.grading.host.build import generate_assignment; from attnlab.grading.course import Course
 generate_assignment(Course.find())" > "$R/generate.log" 2>&1 || { say "generate_assignment failed"; tail -20 "$R/generate.log" >> "$S"; pack; exit 1; }
-$PY -m attnlab.grading.host.cli synthetic-class ${CLASS:-24} --kinds ${KINDS:-reference,mistake,variant,blank} > "$R/synthetic.txt" 2>&1
+$PY -m attnlab.tools.command synthetic-class ${CLASS:-24} --kinds ${KINDS:-reference,mistake,variant,blank} > "$R/synthetic.txt" 2>&1
 STUDENTS=($(ls submitted | sort))
 # name jobs n_students estimate_s [prefix...]
 grade() {
@@ -52,7 +52,7 @@ grade() {
   local args=(); for s in "${STUDENTS[@]:0:$n}"; do args+=(--student "$s"); done
   [ -n "${SHARD:-}" ] && args=(--shard "$SHARD")  # SHARD=I/N: that shard of the whole class instead
   local t=$(date +%s)
-  timeout $(( $(left) + 5 )) "$@" $PY -m attnlab.grading.host.cli autograde --jobs "$jobs" "${args[@]}" $UNSAFE \
+  timeout $(( $(left) + 5 )) "$@" $PY -m attnlab.tools.command autograde --jobs "$jobs" "${args[@]}" $UNSAFE \
     --report-json "$R/$name.json" > "$R/$name.log" 2>&1
   local rc=$? wall=$(( $(date +%s) - t ))
   [ -n "${SHARD:-}" ] && n=$(python3 -c "import json; print(len({r['student'] for r in json.load(open('$R/$name.json'))}))")

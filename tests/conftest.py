@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading.host import cli
+from attnlab.tools import command
 from attnlab.grading.abuse import Abuse, build_submission, load_cases
 from attnlab.grading.host.autograde import NotebookResult, autograde_jobs, read_report_json
 from attnlab.grading.host.build import build_source, generate_assignment
@@ -165,7 +165,7 @@ def run_cli(course: Course, *args: str) -> tuple[int, str]:
     """``attnlab --course ROOT ARGS`` in this process; (exit code, what it printed)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = cli.main(["--course", str(course.root), *args])
+        code = command.main(["--course", str(course.root), *args])
     return code, out.getvalue()
 
 

@@ -2,7 +2,7 @@
 
 A GPU machine grades a Triton notebook's CPU-sized cases (float32, small) on the CPU through the
 interpreter, with the load accounting, in the same process that compiles the GPU-sized cases for
-the GPU (attnlab.verify._kernel_device, attnlab.runtime.device.interpreted_twin). No GPU here: each test runs
+the GPU (attnlab.verify.kernel_device, attnlab.runtime.device.interpreted_twin). No GPU here: each test runs
 a script in a fresh Python whose Triton is in compiled mode and whose attnlab believes it has a GPU
 (the launch of a CPU case never touches it), then compiles the same kernel for sm_90 afterwards to
 show that Triton was left as it was.
@@ -74,9 +74,9 @@ def test_cpu_sized_flash_cases_are_interpreted_and_accounted_then_triton_compile
     out = _run(tmp_path, '''
         kernel = model_kernel("05_triton_flash", "_flash_fwd_kernel")
         assert type(kernel) is JITFunction
-        assert verify._kernel_device(None, dtype=torch.float32, elements=37 * 37) == ("cpu", True)
-        assert verify._kernel_device(None, dtype=torch.bfloat16, elements=16)[0] == "cuda"
-        assert verify._kernel_device(None, dtype=torch.float32, elements=2 * 4 * 512 * 512)[0] == "cuda"
+        assert verify.kernel_device(None, dtype=torch.float32, elements=37 * 37) == ("cpu", True)
+        assert verify.kernel_device(None, dtype=torch.bfloat16, elements=16)[0] == "cuda"
+        assert verify.kernel_device(None, dtype=torch.float32, elements=2 * 4 * 512 * 512)[0] == "cuda"
         for causal in (False, True):
             verify.check_flash_kernel(kernel, T=37, D=32, causal=causal, block_m=16, block_n=32, seed=11)
         verify.check_flash_kernel(kernel, T=64, D=16, causal=True, block_m=32, block_n=16, growing=True)

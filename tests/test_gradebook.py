@@ -92,7 +92,7 @@ def _cells(report: Path) -> dict:
 
 def _shard_cmd(course: Course, shard: str) -> list[str]:
     # one worker: the killed-shard test stops after the first graded line, which must be its first student
-    return [sys.executable, "-m", "attnlab.grading.host.cli", "--course", str(course.root), "autograde",
+    return [sys.executable, "-m", "attnlab.tools.command", "--course", str(course.root), "autograde",
             "--shard", shard, "--notebook", NB, "--jobs", "1"]
 
 
@@ -331,7 +331,7 @@ def _autograde_with_outages(course: Course, env: dict, args: list[str], outages:
     """``attnlab autograde`` in a process of its own; ``outages`` maps a number of notebooks graded so
     far (-1: as soon as grading starts) to a function that halts the server and brings it back;
     (exit status, output, {when: connection attempts met during that outage})."""
-    cmd = [sys.executable, "-m", "attnlab.grading.host.cli", "--course", str(course.root), "autograde", "--notebook", NB,
+    cmd = [sys.executable, "-m", "attnlab.tools.command", "--course", str(course.root), "autograde", "--notebook", NB,
            "--jobs", "1", *args]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)

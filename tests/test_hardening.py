@@ -424,7 +424,7 @@ def test_guard_is_inert_outside_grading():
     proc = _run("""
         import attnlab.verify, attnlab.reference
         attnlab.verify.naive_attention = 'patched by the learner, on purpose'
-        attnlab.verify._call(lambda: None, 'noop')
+        attnlab.verify.call_learner(lambda: None, 'noop')
         assert attnlab.verify.naive_attention == 'patched by the learner, on purpose'
     """)
     assert proc.returncode == 0, proc.stderr
@@ -853,7 +853,7 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
     scratch = tempfile.mkdtemp(prefix="attnlab-run-")
     keep = tmp_path / "not-a-scratch-folder"
     keep.mkdir()
-    from attnlab.grading.worker.execute import process_start
+    from attnlab.grading.sandbox.proctree import process_start
 
     sleeper, bystander = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel"],
                                            start_new_session=True) for _ in range(2))

@@ -204,7 +204,7 @@ def learner_folder(tmp_path_factory):
 
 
 def _attnlab(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "attnlab.grading.host.cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "attnlab.tools.command", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=900, env=env)
 
 

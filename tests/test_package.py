@@ -293,7 +293,7 @@ def test_selfcheck_names_the_check_that_failed(traceback, count, hidden):
 
 # ------------------------------------------------------------------------------ command line
 def _help(*args: str) -> str:
-    p = subprocess.run([sys.executable, "-m", "attnlab.grading.host.cli", *args], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "attnlab.tools.command", *args], capture_output=True, text=True,
                        timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     return p.stdout
@@ -304,14 +304,14 @@ COMMANDS = ("build", "samples", "autograde", "collect", "export", "feedback", "g
 
 
 def test_help_is_plain_text_and_every_command_has_a_description():
-    from attnlab.grading.host import cli
+    from attnlab.tools import command
 
     bare = _help()
     assert bare.startswith("usage: attnlab") and "selfcheck" in bare  # a bare `attnlab` prints its help
     for args in [("--help",), *((c, "--help") for c in COMMANDS)]:
         text = _help(*args)
         assert "``" not in text and not re.search(r":[a-z]+:`", text), (args, text)
-    parser = cli._parser()
+    parser = command.parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     for name in COMMANDS:
         assert len(sub.choices[name].description or "") > 40, name
@@ -326,10 +326,10 @@ def test_help_is_plain_text_and_every_command_has_a_description():
 def test_help_lists_each_command_once_names_no_internals_and_says_which_take_assignment():
     """`attnlab --help` lists every command once (argparse's own list left out); no command's help shows
     the code's internal names; the commands said to take --assignment are exactly those that do."""
-    from attnlab.grading.host import cli
+    from attnlab.tools import command
 
     top = _help("--help")
-    sub = next(a for a in cli._parser()._actions if a.dest == "command")
+    sub = next(a for a in command.parser()._actions if a.dest == "command")
     listed = re.findall(r"^ +attnlab ([a-z-]+)", top, re.M)
     assert sorted(listed) == sorted(sub.choices), listed  # each once, none missing
     assert "{" not in top.split("options:")[0] and top.startswith("usage: attnlab [-h] [--course COURSE] COMMAND")
@@ -455,7 +455,7 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     mine.write_text("my work")  # never overwritten
     (folder / "nbgrader_config.py").write_text(lab._OLD_CONFIG)  # as an earlier attnlab lab wrote it: moved
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.grading.host.cli", "lab", str(folder), "--no-browser",
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.tools.command", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**clean_env(tmp_path, Path(sys.executable).parent.parent)})
     log, deadline, state = [], time.time() + 120, None

@@ -212,10 +212,10 @@ def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
 
 
 def test_db_url_option_reaches_nbgrader_config(monkeypatch):
-    from attnlab.grading.host import cli
+    from attnlab.tools import command
 
     monkeypatch.setenv(gradebook.DB_URL_ENV, "")  # restored after the test
-    args = cli._parser().parse_args(["export", "--db-url", SECRET_URL])
+    args = command.parser().parse_args(["export", "--db-url", SECRET_URL])
     gradebook.apply_db_option(args)
     assert os.environ[gradebook.DB_URL_ENV] == SECRET_URL
     assert gradebook.db_url(Course(ROOT)) == SECRET_URL

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.grading.kernel import limits
 from attnlab.grading.sandbox import tasks
 
 BOMB = """
@@ -110,8 +111,8 @@ def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path, monkey
 def test_no_rlimit_in_the_graders_own_user_namespace():
     """Where the kernel shares the grader's user namespace, RLIMIT_NPROC would count the grader's and
     every other kernel's tasks too (or nothing, for root): the guard leaves it alone."""
-    assert tasks.limit_in_kernel(64, tasks.user_namespace()) == 0
-    assert tasks.limit_in_kernel(64, "") == 0
+    assert limits.limit_in_kernel(64, limits.user_namespace()) == 0
+    assert limits.limit_in_kernel(64, "") == 0
 
 
 def _bwrap(*cmd: str) -> list[str]:
@@ -136,7 +137,7 @@ def test_rlimit_bounds_each_sandbox_of_an_account_other_than_root_on_its_own():
     limit_in_kernel, as in a kernel) counts that sandbox alone: with the limit at 64 in both, one bomb
     stops below 64 while the other sandbox of the same account holds its own 50 threads at the same
     time (together over 64: a per-account count would have stopped the second)."""
-    if not tasks._per_namespace_counts():
+    if not limits.per_namespace_counts():
         pytest.skip("this Linux does not count RLIMIT_NPROC per user namespace (before 5.14)")
     exe = _python_for_nobody()
     if exe is None:
@@ -147,12 +148,12 @@ def test_rlimit_bounds_each_sandbox_of_an_account_other_than_root_on_its_own():
     os.chmod(shared, 0o777)
     barrier = os.path.join(shared, "go")
     # the module alone, from its file: the interpreter may be one without the course installed
-    load = (f"import importlib.util as u, os, time\ns = u.spec_from_file_location('tasks', {tasks.__file__!r})\n"
-            "tasks = u.module_from_spec(s)\ns.loader.exec_module(tasks)\n")
+    load = (f"import importlib.util as u, os, time\ns = u.spec_from_file_location('limits', {limits.__file__!r})\n"
+            "limits = u.module_from_spec(s)\ns.loader.exec_module(limits)\n")
     hold = (f"\nimport sys\nsys.stdout.flush()\nwhile not os.path.exists({barrier!r}):\n    time.sleep(0.05)\n")
 
     def sandbox(count: int):
-        code = (load + f"print('LIMIT', tasks.limit_in_kernel(64, {grader_ns!r}))\n"
+        code = (load + f"print('LIMIT', limits.limit_in_kernel(64, {grader_ns!r}))\n"
                 + BOMB.replace("n < 3000", f"n < {count}") + hold)
         return subprocess.Popen([*AS_NOBODY, *_bwrap(exe, "-c", code)], stdout=subprocess.PIPE, text=True)
 

@@ -186,9 +186,9 @@ def test_shortcut_fails_with_the_rule_and_figure_named(mistake_id, run, message)
 def test_shortcuts_give_right_numbers_without_the_ledger(monkeypatch):
     """Each is a method failure, not a wrong number: with the ledger off they pass, so the ledger is
     what takes their points (on the main before issue 30, atomics and 07 were not accounted at all)."""
-    monkeypatch.setattr("attnlab.verify._kernel_device", lambda device, **kw: ("cpu", False))
-    monkeypatch.setattr("attnlab.verify_backward._kernel_device", lambda device, **kw: ("cpu", False))
-    monkeypatch.setattr("attnlab.verify_decode._kernel_device", lambda device, **kw: ("cpu", False))
+    monkeypatch.setattr("attnlab.verify.kernel_device", lambda device, **kw: ("cpu", False))
+    monkeypatch.setattr("attnlab.verify_backward.kernel_device", lambda device, **kw: ("cpu", False))
+    monkeypatch.setattr("attnlab.verify_decode.kernel_device", lambda device, **kw: ("cpu", False))
     monkeypatch.setattr("attnlab.verify_backward.stores_through_argument", lambda *a: False)
     for mistake_id, run, _ in SHORTCUTS:
         run(_kernel(mistake_id))

@@ -571,8 +571,8 @@ def _kernel_key(jit) -> str:
 
 def compile_limit_s() -> float:
     """Seconds the gate may spend compiling one launch: three times the checks' limit for a call of
-    learner code (:func:`attnlab.verify.call_limit_s`), at least 10 and at most 120."""
-    from .verify import call_limit_s
+    learner code (:func:`attnlab.checks.call_limit_s`), at least 10 and at most 120."""
+    from .checks import call_limit_s
 
     return min(120.0, max(10.0, 3 * call_limit_s()))
 

@@ -23,7 +23,7 @@ refused with a message naming it; a kernel with no readable source is refused to
 carried beyond its source (hooks, callbacks, swapped attributes) is reported for review
 (:func:`attnlab.runtime.review.flag`) and has no effect on the grade.
 
-While a check calls learner code (:func:`checking`, entered by ``attnlab.verify._call``), each launch
+While a check calls learner code (:func:`checking`, entered by ``attnlab.verify.call_learner``), each launch
 of a rebuilt kernel runs under :class:`NoTorch`, a dispatch mode that refuses every torch operation
 except the copies Triton's interpreter itself makes of the arguments; Triton's launch and compile
 hooks (``triton.knobs.runtime.*_hook``) are emptied first, and a thread running notebook code during
@@ -546,7 +546,7 @@ _CHECKING = [0]
 
 @contextlib.contextmanager
 def checking():
-    """While a check calls learner code (``attnlab.verify._call``): launches of rebuilt kernels are watched."""
+    """While a check calls learner code (``attnlab.verify.call_learner``): launches of rebuilt kernels are watched."""
     _CHECKING[0] += 1
     try:
         yield

@@ -8,7 +8,6 @@ same way for the visible and the hidden tests. Every reference comes from this p
 from __future__ import annotations
 
 import contextlib
-import os
 from types import MappingProxyType
 
 import torch
@@ -17,7 +16,7 @@ from torch.autograd.gradcheck import GradcheckError
 from .checking import integrity
 from . import kernel_source, launch
 from .runtime import review
-from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, randn, time_limit,
+from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, call_limit_s, randn, time_limit,
                      tolerance)
 from .runtime.device import require_interpreter, runtime
 from .grading.kernel import guard as _guard
@@ -25,6 +24,7 @@ from .checking.hints import causal_alignment_hint, delta_hint, diagnosed, log2e_
 from .checking.loads import available as loads_available
 from .checking.loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
 from .runtime.review import flag as _flag
+from .checking.poisoned import GUARD, guarded, with_tail
 from .checking.probe import MethodProbe, reduce_rule, row_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
 from .checking.work_models import check_work, flash_forward_model, softmax_model
@@ -40,21 +40,7 @@ __all__ = [
 _HUNG: dict[int, object] = {}
 
 
-#: Overrides :func:`call_limit_s` (seconds); the course's tests set it low to grade hangs quickly.
-CALL_LIMIT_ENV = "ATTNLAB_CALL_LIMIT_S"
-
-
-def call_limit_s() -> float:
-    """Seconds one call of learner code may take: 20 on the CPU; 60 on a GPU, where Triton compiles
-    (below the 90 s cell timeout, so a hang is reported by the check, not by nbgrader)
-    (``ATTNLAB_CALL_LIMIT_S`` overrides both)."""
-    override = os.environ.get(CALL_LIMIT_ENV)
-    if override:
-        return float(override)
-    return 20.0 if runtime().interpret else 60.0
-
-
-def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _hooked: MethodProbe | None = None,
+def call_learner(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _hooked: MethodProbe | None = None,
           **kwargs):
     """Call learner code under :func:`call_limit_s`, then undo global changes it made.
 
@@ -216,7 +202,7 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
              f"(x[..., start:start + block_size]) and update m and l from that block only; a max, sum or "
              f"logsumexp over the whole row at once ignores block_size, and a second loop over the blocks (the "
              f"max first, then the sum) is two passes.")
-    m, l = _pair(_call(fn, name, x_in, block_size, _probe=probe), name, ("m", "l"))
+    m, l = _pair(call_learner(fn, name, x_in, block_size, _probe=probe), name, ("m", "l"))
     assert_shape(m, x.shape[:-1], name="m", case=case)
     assert_shape(l, x.shape[:-1], name="l", case=case)
     m_ref = x.amax(dim=-1)
@@ -302,7 +288,7 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
     args = (q.clone(), k.clone(), v.clone())
     probe = _tile_probe(where=f"{name} [{case}]", notebook="02", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
                         block_q=block_q, block_k=block_k, inputs=args)
-    o, lse = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("o", "lse"))
+    o, lse = _pair(call_learner(fn, name, *args, _probe=probe, **kwargs), name, ("o", "lse"))
     o_ref, lse_ref = naive_attention(q, k, v, causal=causal, scale=scale)
     diagnosed(lambda: assert_close(o, o_ref, name="o", case=case),
               lambda: causal and causal_alignment_hint(o, q, k, v, scale=scale, tol=tolerance(dtype)),
@@ -350,7 +336,7 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
     args = tuple(t.clone() for t in (q, k, v, o, lse, do))
     probe = _tile_probe(where=f"{name} [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
                         block_q=block_q, block_k=block_k, inputs=args, autograd="forbid")
-    grads = _pair(_call(fn, name, *args, _probe=probe, **kwargs), name, ("dq", "dk", "dv"))
+    grads = _pair(call_learner(fn, name, *args, _probe=probe, **kwargs), name, ("dq", "dk", "dv"))
     for gname, got, ref in zip(("dq", "dk", "dv"), grads, reference_gradients(q, k, v, do, causal, scale)):
         diagnosed(lambda: assert_close(got, ref, name=gname, case=case, tol=tolerance(dtype)),
                   lambda: delta_hint(gname, got, q, k, v, do, causal=causal, scale=scale, block_k=block_k,
@@ -374,10 +360,10 @@ def check_autograd_attention(attn, *, T_q: int, T_k: int | None = None, B: int =
     do = randn(B, H, T_q, D, seed=seed + 3)
     case = Case(B=B, H=H, T_q=T_q, T_k=T_k, D=D, causal=causal)
     copies = tuple(t.detach().clone() for t in (q, k, v, do))
-    o = _call(attn, name, q, k, v, causal)
+    o = call_learner(attn, name, q, k, v, causal)
     probe = _tile_probe(where=f"{name} backward [{case}]", notebook="03", B=B, H=H, T_q=T_q, T_k=T_k, D=D,
                         block_q=block, block_k=block, inputs=(q, k, v, do), autograd="own_node")
-    _call(o.backward, f"{name} backward", do, _probe=probe)
+    call_learner(o.backward, f"{name} backward", do, _probe=probe)
     o_ref, _ = naive_attention(*copies[:3], causal=causal)
     assert_close(o, o_ref, name="o", case=case)
     for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), reference_gradients(*copies, causal)):
@@ -426,7 +412,7 @@ def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: 
         return o
 
     try:
-        _call(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v), _hooked=probe)
+        call_learner(torch.autograd.gradcheck, f"gradcheck of {name}", fn, (q, k, v), _hooked=probe)
     except GradcheckError as exc:
         first = str(exc).strip().splitlines()[0].rstrip(",. ") if str(exc).strip() else "gradcheck failed"
         for i, input_name in enumerate(("q", "k", "v")):
@@ -436,7 +422,6 @@ def check_attention_gradcheck(attn, *, T_q: int = 5, T_k: int | None = None, B: 
 
 
 # ---------------------------------------------------------------------------------------------- 04
-_GUARD = -4096.0  # exactly representable in every float dtype; written where a kernel must not write
 _PEAKS = ("first", "middle", "last")
 
 
@@ -448,7 +433,7 @@ _PEAKS = ("first", "middle", "last")
 CPU_CASE_ELEMENTS = 2 ** 18
 
 
-def _kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, bool]:
+def kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, bool]:
     """The device for a Triton check and whether its loads are accounted (under the interpreter).
 
     ``device=None`` picks the CPU for a CPU-sized case (float32, at most :data:`CPU_CASE_ELEMENTS`
@@ -482,7 +467,7 @@ def _kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, bo
 _SCANNED: dict[int, object] = {}
 
 
-def _flag_internals(kernel, what: str, notebook: str) -> None:
+def flag_internals(kernel, what: str, notebook: str) -> None:
     """Report a kernel that mentions Triton's interpreter internals: its loads may bypass the accounting."""
     if _SCANNED.get(id(kernel)) is kernel or not hasattr(kernel, "fn"):
         return
@@ -525,7 +510,7 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
             large values a kernel must not read, the output's a guard value it must not overwrite.
         peak: ``"first"``, ``"middle"`` or ``"last"``: put each row's maximum in that column.
         device: by default the CPU (through the interpreter, loads accounted) for a CPU-sized case on
-            every machine, the GPU for a larger or 16-bit one (:func:`_kernel_device`).
+            every machine, the GPU for a larger or 16-bit one (:func:`kernel_device`).
 
     Raises:
         AssertionError: a wrong value, a write outside the output, or a load the method forbids;
@@ -533,7 +518,7 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     """
     import triton
 
-    device, accounted = _kernel_device(device, dtype=dtype, elements=n_rows * n_cols)
+    device, accounted = kernel_device(device, dtype=dtype, elements=n_rows * n_cols)
     case = Case(n_rows=n_rows, n_cols=n_cols, dtype=str(dtype).replace("torch.", ""), offset=offset,
                 padded=padded)
     x64 = randn(n_rows, n_cols, seed=seed) * 3.0
@@ -552,16 +537,16 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     x_buf = torch.full((n_rows * x_width + block,), 1e4, dtype=dtype, device=device)
     x_in = x_buf[:n_rows * x_width].view(n_rows, x_width)[:, :n_cols]
     x_in.copy_(x)
-    y_buf = torch.full((size,), _GUARD, dtype=dtype, device=device)
+    y_buf = torch.full((size,), GUARD, dtype=dtype, device=device)
     y = y_buf[:n_rows * width].view(n_rows, width)[:, :n_cols]
     y.fill_(float("nan"))
     with record({"input": x_buf, "output": y_buf}) if accounted else contextlib.nullcontext() as ledger:
-        _call(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, _key=kernel)
+        call_learner(launch.run_softmax_kernel, "_softmax_kernel", kernel, x_in, y, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     outside = torch.ones(size, dtype=torch.bool, device=device)
     outside[:n_rows * width].view(n_rows, width)[:, :n_cols] = False
-    touched = (y_buf != _GUARD) & outside
+    touched = (y_buf != GUARD) & outside
     if touched.any():
         pos = int(touched.nonzero()[0])
         row, col = divmod(pos, width)
@@ -573,7 +558,7 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
                   or "Mask the store with the columns < n_cols, and step rows by output_row_stride.")
         raise AssertionError(f"_softmax_kernel [{case}]: wrote outside the output, {where}. {advice}")
     if ledger is not None:
-        _flag_internals(kernel, "_softmax_kernel", "04")
+        flag_internals(kernel, "_softmax_kernel", "04")
         where = f"_softmax_kernel [{case}]"
         check_softmax_reads(ledger, n_rows=n_rows, n_cols=n_cols, x_width=x_width, y_width=width,
                             block_size=block, where=where)
@@ -587,15 +572,6 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
 
 
 # ---------------------------------------------------------------------------------------------- 05
-def _tail_room(t: torch.Tensor, extra: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A contiguous copy of ``t`` followed in memory by ``extra`` NaN elements (reads past the end
-    stay in bounds), and the whole buffer holding both."""
-    buf = torch.full((t.numel() + extra,), float("nan"), dtype=t.dtype, device=t.device)
-    out = buf[:t.numel()].view(t.shape)
-    out.copy_(t)
-    return out, buf
-
-
 def shift_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: float = 0.0,
                  peak_key: int | None = None, bump: float = 8.0) -> None:
     """Shift every score by ``offset`` and raise the scores of key ``peak_key`` by ``bump`` (in place).
@@ -614,15 +590,13 @@ def shift_scores(q: torch.Tensor, k: torch.Tensor, scale: float, *, offset: floa
 def _one_head_stays_inside(kernel, inputs, *, causal, block_m, block_n) -> bool:
     """``kernel`` on the first head of ``inputs`` (q, k, v) alone stores nothing past its last row of O
     and LSE (for :func:`attnlab.checking.hints.head_offset_hint`)."""
-    from .checking.poisoned import guarded  # it imports this module
-
     D, T = inputs[0].shape[-1], inputs[0].shape[2]
-    q, k, v = (_tail_room(t[:1, :1], max(block_m, block_n) * D)[0] for t in inputs)
+    q, k, v = (with_tail(t[:1, :1], max(block_m, block_n) * D)[0] for t in inputs)
     o, o_buf = guarded(q.shape, block_m * D, q.dtype, q.device)
     lse, lse_buf = guarded(q.shape[:3], block_m, torch.float32, q.device)
-    _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal, block_m=block_m,
+    call_learner(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal, block_m=block_m,
           block_n=block_n, _key=kernel)
-    return bool((o_buf[T * D:] == _GUARD).all()) and bool((lse_buf[T:] == _GUARD).all())
+    return bool((o_buf[T * D:] == GUARD).all()) and bool((lse_buf[T:] == GUARD).all())
 
 
 def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, causal: bool = False,
@@ -650,7 +624,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16;
     with an offset, 1e-4 at least (float32 scores near 1000 carry absolute rounding near 1e-4).
     """
-    device, accounted = _kernel_device(device, dtype=dtype, elements=B * H * T * T)
+    device, accounted = kernel_device(device, dtype=dtype, elements=B * H * T * T)
     case = Case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
                 dtype=str(dtype).replace("torch.", ""))
     q, k, v = _qkv(B, H, T, T, D, seed=seed)
@@ -661,7 +635,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     if offset or peak_key is not None:
         shift_scores(q, k, D ** -0.5, offset=offset, peak_key=peak_key)
         case.update({key: val for key, val in (("score_offset", offset), ("peak", peak)) if val})
-    (q, q_buf), (k, k_buf), (v, v_buf) = (_tail_room(t.to(device=device, dtype=dtype), max(block_m, block_n) * D)
+    (q, q_buf), (k, k_buf), (v, v_buf) = (with_tail(t.to(device=device, dtype=dtype), max(block_m, block_n) * D)
                                           for t in (q, k, v))
     # the reference comes from copies taken before the launch, so a kernel that writes into its
     # inputs cannot move the target it is compared with
@@ -672,18 +646,18 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     launch._validate_flash(q, k, v, block_m, block_n)
     guard = block_m * D  # room for every row of one padded tile
     n = B * H * T * D
-    o_buf = torch.full((n + guard,), _GUARD, dtype=dtype, device=device)
+    o_buf = torch.full((n + guard,), GUARD, dtype=dtype, device=device)
     o_buf[:n] = float("nan")
-    lse_buf = torch.full((B * H * T + block_m,), _GUARD, dtype=torch.float32, device=device)
+    lse_buf = torch.full((B * H * T + block_m,), GUARD, dtype=torch.float32, device=device)
     lse_buf[:B * H * T] = float("nan")
     o, lse = o_buf[:n].view(B, H, T, D), lse_buf[:B * H * T].view(B, H, T)
     buffers = {"Q": q_buf, "K": k_buf, "V": v_buf, "O": o_buf, "LSE": lse_buf}
     with record(buffers) if accounted else contextlib.nullcontext() as ledger:
-        _call(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
+        call_learner(launch.run_flash_kernel, "_flash_fwd_kernel", kernel, q, k, v, o, lse, causal=causal,
               block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
-    if (o_buf[n:] != _GUARD).any() or (lse_buf[B * H * T:] != _GUARD).any():
+    if (o_buf[n:] != GUARD).any() or (lse_buf[B * H * T:] != GUARD).any():
         why = head_offset_hint(B * H, lambda: _one_head_stays_inside(kernel, inputs, causal=causal, block_m=block_m,
                                                                     block_n=block_n))
         raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote past the last row of O or LSE: "
@@ -693,7 +667,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
             raise AssertionError(f"_flash_fwd_kernel [{case}]: wrote into its input {name_.upper()}: "
                                  f"a kernel may only store to O and LSE")
     if ledger is not None:
-        _flag_internals(kernel, "_flash_fwd_kernel", "05")
+        flag_internals(kernel, "_flash_fwd_kernel", "05")
         where = f"_flash_fwd_kernel [{case}]"
         check_flash_reads(ledger, BH=B * H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
                           where=where)
@@ -755,7 +729,7 @@ def check_flash_kernel_large_offsets(kernel, *, D: int = 16, block_m: int = 16, 
                              BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D)
 
     with record(buffers):
-        _call(run, "_flash_fwd_kernel", _key=kernel)
+        call_learner(run, "_flash_fwd_kernel", _key=kernel)
     o, got_lse = t["O"][:, :, :block_m].clone(), lse[:, :, :block_m].clone()
     far = [(h + 1) * T * D > 2**31 for h in range(heads)]
 

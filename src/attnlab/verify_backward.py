@@ -2,7 +2,7 @@
 through the course's launcher (:mod:`attnlab.launch_backward`), float64 references from
 :mod:`attnlab.reference`.
 
-As in :mod:`attnlab.verify`: every call of learner code goes through ``verify._call`` (time limit,
+As in :mod:`attnlab.verify`: every call of learner code goes through ``verify.call_learner`` (time limit,
 the grader's guard), inputs are followed by a tile of NaN (an unmasked load past the last row
 poisons the result), outputs start as NaN and are followed by guard values (an element never
 written stays NaN; a store past the last row changes a guard), and a kernel that writes into its
@@ -23,9 +23,9 @@ from .checks import Case, assert_close, randn, tolerance
 from .checking.hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
 from .runtime.device import runtime
 from .checking.loads import check_races, record
-from .checking.poisoned import guarded, tail_room
+from .checking.poisoned import GUARD, guarded, tail_room
 from .reference import naive_attention, reference_gradients
-from .verify import _GUARD, _call, _flag_internals, _kernel_device
+from .verify import call_learner, flag_internals, kernel_device
 from .checking.work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
@@ -149,10 +149,10 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
                                          "_bwd_preprocess_kernel")
         runnable[(triton.cdiv(T, block_m), B * H)](o, do, delta, o.stride(1), o.stride(2), T,
                                                     BLOCK_M=block_m, HEAD_DIM=D)
-    _call(run, "_bwd_preprocess_kernel", _key=kernel)
+    call_learner(run, "_bwd_preprocess_kernel", _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
-    if (buf[B * H * T:] != _GUARD).any():
+    if (buf[B * H * T:] != GUARD).any():
         raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA: mask the "
                              f"store with offs_m < T")
     assert_close(delta.cpu(), expected, name="Δ = rowsum(dO ∘ O)", case=case,
@@ -167,9 +167,9 @@ def _one_head_stays_inside(kernels, inputs, *, causal, block_m, block_n) -> bool
     outs, bufs = zip(*(guarded(q.shape, tail, q.dtype, q.device) for _ in range(3)))
     delta = guarded(lse.shape, max(block_m, block_n), torch.float32, q.device)[0]
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta, *outs,
+    call_learner(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta, *outs,
           dq_acc, causal=causal, block_m=block_m, block_n=block_n, _key=kernels[1])
-    return all(bool((buf[q.numel():] == _GUARD).all()) for buf in bufs)
+    return all(bool((buf[q.numel():] == GUARD).all()) for buf in bufs)
 
 
 def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: int = 32,
@@ -198,7 +198,7 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         ``tl.atomic_add``).
         TypeError: a kernel is not a ``@triton.jit`` function.
     """
-    device, accounted = _kernel_device(device, dtype=dtype, elements=B * H * T * T)
+    device, accounted = kernel_device(device, dtype=dtype, elements=B * H * T * T)
     kernels = launch_backward.BackwardKernels(*kernels)
     case = _case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n, dtype=dtype)
     # without the work ledger (a GPU-sized case), the source scan stands in for its race check
@@ -217,19 +217,19 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
     buffers = dict(zip(("Q", "K", "V", "O", "LSE", "DO"), map(_whole, (q, k, v, o, lse, do))),
                    DELTA=delta_buf, DQ=bufs[0], DK=bufs[1], DV=bufs[2], DQ_ACC=dq_acc)
     with record(buffers) if accounted else contextlib.nullcontext() as ledger:
-        _call(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
+        call_learner(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
               *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
               num_stages=num_stages, _key=kernels[1])
     if device == "cuda":
         torch.cuda.synchronize()
     n = q.numel()
     for name, buf in zip(("DQ", "DK", "DV"), bufs):
-        if (buf[n:] != _GUARD).any():
+        if (buf[n:] != GUARD).any():
             why = head_offset_hint(B * H, lambda: _one_head_stays_inside(kernels, inputs, causal=causal,
                                                                         block_m=block_m, block_n=block_n))
             raise AssertionError(f"backward kernels [{case}]: wrote past the last row of {name}: "
                                  f"{why or 'padded rows (offsets >= T) must be masked out of the stores'}")
-    if (delta_buf[B * H * T:] != _GUARD).any():
+    if (delta_buf[B * H * T:] != GUARD).any():
         raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA")
     for name, before, after in zip(("Q", "K", "V", "O", "LSE", "DO"), inputs, (q, k, v, o, lse, do)):
         if not torch.equal(before.nan_to_num(), after.nan_to_num()):
@@ -237,7 +237,7 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
                                  f"only store to DELTA, DQ, DK, DV and DQ_ACC")
     if ledger is not None:
         for kernel, what in zip(kernels, ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")):
-            _flag_internals(kernel, what, "07")
+            flag_internals(kernel, what, "07")
         where = f"backward kernels [{case}]"
         check_races(ledger, where=where, names={"DQ_ACC": "DQ_ACC (dQ rows shared by every key tile)"})
     tol = _tolerance(dtype, device)
@@ -273,10 +273,10 @@ def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16,
     o_ref = naive_attention(*on_device[:3], causal=causal)[0].cpu()
     refs = tuple(r.cpu() for r in reference_gradients(*on_device, causal=causal))
     q, k, v = (t.to(device).requires_grad_(True) for t in (q, k, v))
-    o = _call(attn, name, q, k, v, causal)
+    o = call_learner(attn, name, q, k, v, causal)
     tol = _tolerance(dtype, device)
     assert_close(o.detach().cpu(), o_ref, name="o", case=case, tol=tol)
-    _call(o.backward, f"{name} backward", do.to(device))
+    call_learner(o.backward, f"{name} backward", do.to(device))
     for gname, t, ref in zip(("q.grad", "k.grad", "v.grad"), (q, k, v), refs):
         if t.grad is None:
             raise AssertionError(f"{gname} [{case}]: no gradient reached this input")
@@ -322,7 +322,7 @@ def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_na
         launch.prepare_kernel(kernel, what, tensors, what)[(1, _FAR_HEADS)](*launch_args(t, T))
 
     with record(buffers):
-        _call(run, what, _key=kernel)
+        call_learner(run, what, _key=kernel)
     case = Case(B=_FAR_HEADS, H=1, T=T, D=D, **({"causal": True} if "Q" in t else {}), stride_bh=T * D,
                 launched=f"the first tile of {block} rows of each head")
     return t, small, case

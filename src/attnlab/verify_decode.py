@@ -30,8 +30,8 @@ from .checks import Case, assert_close, assert_shape, generator, randn, toleranc
 from .runtime.device import runtime
 from .checking.hints import _quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
 from .checking.loads import check_decode_reads, check_races, record
-from .checking.poisoned import guarded, tail_room
-from .verify import _GUARD, _call, _flag_internals, _kernel_device, _tail_room
+from .checking.poisoned import GUARD, guarded, tail_room, with_tail
+from .verify import call_learner, flag_internals, kernel_device
 from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
@@ -43,7 +43,7 @@ def _dtype_name(dtype) -> str:
 
 
 def _check_guard(buf: torch.Tensor, n: int, what: str, case, hint: str) -> None:
-    if (buf[n:] != _GUARD).any():
+    if (buf[n:] != GUARD).any():
         raise AssertionError(f"{what} [{case}]: wrote past the end of its output: {hint}")
 
 
@@ -112,7 +112,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
         raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
     # "bthd": stored as (B, T_max, H_kv, D), handed over as its (B, H_kv, T_max, D) transpose
     swap = (lambda t: t.transpose(1, 2)) if kv_layout == "bthd" else (lambda t: t)
-    dev, bufs = zip(*(_tail_room(t.to(device=device, dtype=dtype), spare) for t in (q, swap(k), swap(v))))
+    dev, bufs = zip(*(with_tail(t.to(device=device, dtype=dtype), spare) for t in (q, swap(k), swap(v))))
     dev = (dev[0], swap(dev[1]), swap(dev[2]))
     exact = tuple(t.to(torch.float64).cpu() for t in dev)  # what the kernel sees, rounded to dtype
     return dev, exact, lens, bufs
@@ -175,7 +175,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
             GQA group; a key past the sequence's length or outside the program's slice).
     """
     T_max = max(seqlens) + 3 if T_max is None else T_max
-    device, accounted = _kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_max)
+    device, accounted = kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_max)
     device, T_max, cfg, (q, k, v), exact, lens, case, bufs = _setup(
         seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype, seed, device, kv_layout)
     def reference(align="bottom-right"):
@@ -190,7 +190,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     buffers = dict(zip(("Q", "K", "V"), bufs), SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
     with record(buffers) if accounted else contextlib.nullcontext() as ledger:
-        _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
+        call_learner(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
               lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -199,7 +199,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
     _check_inputs_kept(before, (q, k, v), "_decode_partial_kernel", case, ("Q", "K", "V"))
     if ledger is not None:
-        _flag_internals(kernel, "_decode_partial_kernel", "08")
+        flag_internals(kernel, "_decode_partial_kernel", "08")
         where = f"_decode_partial_kernel [{case}]"
         check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
                            keys_per_split=cfg.keys_per_split, where=where, strides=k.stride()[:3])
@@ -253,7 +253,7 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     before = (o_in.clone(), lse_in.clone())
     o, o_buf = guarded((B, H, T_q, D), D, out_dtype, device)
     lse, lse_buf = guarded((B, H, T_q), 1, torch.float32, device)
-    _call(launch_decode.run_decode_merge, "_decode_merge_kernel", kernel, o_in, lse_in, o, lse, _key=kernel)
+    call_learner(launch_decode.run_decode_merge, "_decode_merge_kernel", kernel, o_in, lse_in, o, lse, _key=kernel)
     if device == "cuda":
         torch.cuda.synchronize()
     _check_guard(o_buf, o.numel(), "_decode_merge_kernel", case, "store one row of D values per program")
@@ -296,7 +296,7 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     lse_part, _ = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     o, o_buf = guarded((B, H_q, T_q, D), D, dtype, device)
     lse, lse_buf = guarded((B, H_q, T_q), 1, torch.float32, device)
-    _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens,
+    call_learner(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens,
           o_part, lse_part, o, lse, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages,
           _key=partial_kernel)
     if device == "cuda":
@@ -310,13 +310,13 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     def past_length():  # the same launch on a cache holding 0, not NaN, past each length
         kv = []
         for t in (k, v):
-            t0, buf = _tail_room(t.nan_to_num(0.0), cfg.keys_per_split * D)
+            t0, buf = with_tail(t.nan_to_num(0.0), cfg.keys_per_split * D)
             buf[t.numel():] = 0.0
             kv.append(t0)
         outs = [guarded(shape, spare * n, torch.float32, device)[0]
                 for shape, n in (((B, H_q, T_q, S, D), D), ((B, H_q, T_q, S), 1))]
         outs += [guarded((B, H_q, T_q, D), D, dtype, device)[0], guarded((B, H_q, T_q), 1, torch.float32, device)[0]]
-        return _call(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, *kv, lens, *outs,
+        return call_learner(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, *kv, lens, *outs,
                      causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=partial_kernel)[0]
 
     diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left,
@@ -380,7 +380,7 @@ def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int
     buffers = {f"K/V of sequence {b}": p for b, p in enumerate(mem.pieces)}
     buffers.update(Q=q, SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
     with record(buffers):
-        _call(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
+        call_learner(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
               lse_part, causal=causal, cfg=cfg, _key=kernel)
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
     _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)

@@ -1,7 +1,7 @@
 """Checkers of notebook 09: FP8 (E4M3) scales and quantisation, the shared-memory estimate, and the
 config pruning that ``triton.autotune`` calls. All run on plain tensors and lists, on a CPU.
 
-Each checker calls the learner's function on copies through :func:`attnlab.verify._call` (time
+Each checker calls the learner's function on copies through :func:`attnlab.verify.call_learner` (time
 limit, the grader's guard) and checks properties of what came back, whatever code made it:
 
 - scale of a group (one head, or ``block_rows`` rows of one head, the last block possibly short) =
@@ -57,7 +57,7 @@ import torch
 from .runtime import review
 from .checks import Case, assert_shape, randn
 from .checking.probe import MethodProbe, _tensors
-from .verify import _call
+from .verify import call_learner
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
            "check_smem_estimate", "check_prune_configs", "expected_smem", "expected_scales"]
@@ -171,14 +171,14 @@ def _reference(model):
 
 
 def _learner_call(fn, what: str, *args, _probe=None, **kwargs):
-    """:func:`attnlab.verify._call` with the checkers' references refused while ``fn`` runs: a call of
+    """:func:`attnlab.verify.call_learner` with the checkers' references refused while ``fn`` runs: a call of
     one fails this check and is flagged for review, whatever the learner code did with the refusal."""
     with _WIRE.lock:
         depth, what_before = _WIRE.armed, _WIRE.what
         _WIRE.armed, _WIRE.what = (depth if type(depth) is int and depth > 0 else 0) + 1, what
         before = len(_WIRE.trips)
     try:
-        return _call(fn, what, *args, _probe=_probe, **kwargs)
+        return call_learner(fn, what, *args, _probe=_probe, **kwargs)
     finally:
         with _WIRE.lock:  # put back what this call found, whatever the learner code set meanwhile
             _WIRE.armed, _WIRE.what = depth if type(depth) is int and depth > 0 else 0, what_before

@@ -5,7 +5,7 @@ replaces those operators (a ``torch.library`` kernel registered for an aten oper
 function or dispatch mode left active, a dispatch key switched on for the thread) can make any
 result compare equal, and the grader's guard (:mod:`attnlab.grading.kernel.guard`), which restores
 Python attributes, cannot see it. :func:`check` compares the dispatcher with a snapshot taken when
-this module was first imported (the notebook's set-up cell, before any learner code) and fails
+:mod:`attnlab.checks` was first imported (the notebook's set-up cell, before any learner code) and fails
 the check while anything differs, naming it; it also reports the finding for review
 (:func:`attnlab.runtime.review.flag`).
 
@@ -42,11 +42,9 @@ _REGISTERED_AT = re.compile(r"registered at (.+?):\d+")
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
-def _record_ops() -> set[str]:
-    """Names of the aten operators one small run of the checks' own computations executes."""
+def _record_ops(workload) -> set[str]:
+    """Names of the aten operators ``workload()`` (one small run of the checks' own computations) executes."""
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from .. import checks, reference
 
     seen: set[str] = set()
 
@@ -60,15 +58,7 @@ def _record_ops() -> set[str]:
             return func(*args, **(kwargs or {}))
 
     with _Record():
-        g = checks.generator(0)
-        q, k, v, do = (torch.randn(1, 1, 3, 2, generator=g, dtype=torch.float64) for _ in range(4))
-        for causal in (False, True):
-            o, lse = reference.naive_attention(q, k, v, causal=causal)
-            checks.assert_close(o, o.clone(), name="o")
-        x = torch.randn(2, 5, generator=g, dtype=torch.float64)
-        torch.logsumexp(x, dim=-1), x.amax(dim=-1), torch.log(x.abs()), x.float(), x.to(torch.float32)
-        checks.assert_close(x.float(), x, name="x", tol=1e-3)
-        torch.softmax(x, dim=-1), x.cpu(), x.tolist(), x[0, 0].item(), float(x.sum())
+        workload()
     return seen
 
 
@@ -92,13 +82,22 @@ def _tls() -> tuple[str, str]:
 
 
 class _Baseline:
-    def __init__(self) -> None:
+    def __init__(self, workload) -> None:
         self.tls = _tls()
         self.impls = _impls()
-        self.dumps = _dumps(sorted(_record_ops() | set(_COMPOSITE)))
+        self.dumps = _dumps(sorted(_record_ops(workload) | set(_COMPOSITE)))
 
 
-_BASE = _Baseline()
+_BASE: _Baseline | None = None
+
+
+def take_baseline(workload) -> None:
+    """Snapshot the dispatcher now, watching the operators that ``workload()`` runs. Called once, by
+    :mod:`attnlab.checks` when it is imported (the notebook's set-up cell, before any learner code): the
+    checks sit above this module and hand it their own computations (later calls change nothing)."""
+    global _BASE
+    if _BASE is None:
+        _BASE = _Baseline(workload)
 
 
 def _foreign(line: str) -> str | None:
@@ -117,6 +116,8 @@ def problems(*, modes_allowed: int = 0) -> list[str]:
 
     ``modes_allowed`` dispatch modes may be active (the checker's own probe).
     """
+    if _BASE is None:
+        return ["no snapshot of torch's dispatcher was taken (attnlab.checks, which takes it, was not imported)"]
     found = []
     if torch._C._len_torch_function_stack() > 0:
         found.append("a torch function mode (TorchFunctionMode, or a tensor subclass's __torch_function__ "

@@ -24,7 +24,7 @@ declares its cost model as data (:mod:`attnlab.checking.work_models`), compared 
 the ``check_*_reads`` functions below add the precise diagnoses of notebooks 04, 05 and 08.
 
 A compiled launch records nothing: the accounted checks run their CPU-sized cases through the
-interpreter on every machine, a GPU machine included (:func:`attnlab.verify._kernel_device`).
+interpreter on every machine, a GPU machine included (:func:`attnlab.verify.kernel_device`).
 """
 
 from __future__ import annotations

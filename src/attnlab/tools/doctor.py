@@ -342,7 +342,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``attnlab doctor`` on the CLI's subparsers."""
-    from ..grading.host.cli import plain_text
+    from ..grading.host.options import plain_text
 
     p = sub.add_parser("doctor", help="check this environment: GPU or interpreter, versions, lab extensions",
                        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

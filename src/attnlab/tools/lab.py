@@ -133,7 +133,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub, parents=()) -> None:
     """Register ``attnlab lab`` on the CLI's subparsers."""
-    from ..grading.host.cli import plain_text
+    from ..grading.host.options import plain_text
 
     p = sub.add_parser("lab", help="open JupyterLab on your own copy of the notebooks (students)",
                        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter,

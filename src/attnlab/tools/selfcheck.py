@@ -408,7 +408,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub) -> None:
     """Register ``attnlab selfcheck`` on the CLI's subparsers."""
-    from ..grading.host.cli import plain_text
+    from ..grading.host.options import plain_text
 
     p = sub.add_parser("selfcheck", help="grade your own notebooks with the hidden tests (self-study)",
                        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -300,7 +300,7 @@ class _Slot:
 
     def __init__(self, course: Course, env: dict, limit_s: float, pool: _Pool, index: int = 0,
                  cores: tuple[int, ...] | None = None) -> None:
-        from ..worker.execute import PIDFILE_ENV
+        from ..sandbox.proctree import PIDFILE_ENV
 
         self.course, self.limit_s, self.pool, self.index, self.cores = course, limit_s, pool, index, cores
         pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
@@ -430,7 +430,7 @@ def _kill_kernels(pidfile: Path) -> None:
         lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
     except OSError:
         return
-    from ..worker.execute import process_start
+    from ..sandbox.proctree import process_start
     from ..sandbox import remove_tree
     from ..sandbox.tasks import remove_left_over
 

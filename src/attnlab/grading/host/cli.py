@@ -25,27 +25,13 @@ Grading learners' submissions (docs/grading.md in the course repository):
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 from . import gradebook, shards
 from ..course import ASSIGNMENT, ASSIGNMENTS, Course
-
-
-_ROLE = r":[a-z]+:`[^`]+`"
-
-
-def plain_text(doc: str) -> str:
-    """A docstring as help text: reST markup (double backticks, roles such as :mod:) removed, and the
-    pointers into the code a user has no use for: a parenthesis holding only a reference
-    ``(:func:`.samples.apply_mistake`)``, or ending in one (``(..., see :mod:`x`)``)."""
-    text = re.sub(rf"\s*\((?:see )?{_ROLE}\)", "", doc or "")
-    text = re.sub(rf"[,;:]?\s+see\s+{_ROLE}\)", ")", text)
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
-    return re.sub(r"``([^`]+)``", r"\1", text).strip()
+from .options import assignment_option, plain_text
 
 
 def _cmd_build(args) -> int:
@@ -326,11 +312,6 @@ UNSAFE_HELP = ("grade even where bubblewrap is missing, WITHOUT the sandbox: lea
                "leave processes behind and kill the grader")
 
 
-def _assignment_option(p) -> None:
-    p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
-                   help=f"the assignment to work on (default {ASSIGNMENT}; notebooks 07 on: {ASSIGNMENTS[1]})")
-
-
 def _jobs_option(p) -> None:
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help="grading workers side by side, one student at a time each, each on its own cores (default: "
@@ -340,7 +321,9 @@ def _jobs_option(p) -> None:
                         "other workers run is graded again alone, and that result counts")
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser(more_commands=None) -> argparse.ArgumentParser:
+    """The ``attnlab`` parser: this module's commands, then ``more_commands(sub, course)`` adds the others
+    (:mod:`attnlab.tools.command` adds the learner's, which sit in the layer above the grader)."""
     parser = argparse.ArgumentParser(prog="attnlab", usage="attnlab [-h] [--course COURSE] COMMAND ...",
                                      description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -373,7 +356,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report-csv", type=Path, default=None, help="write per-notebook results here")
     p.add_argument("--report-json", type=Path, default=None, help="write every result, cell and note here")
     p.add_argument("--feedback", action="store_true", help="then generate the feedback HTML")
-    _assignment_option(p)
+    assignment_option(p)
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
     gradebook.add_db_option(p)
     _jobs_option(p)
@@ -384,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="how the export names each student's files (default: recognise it)")
     p.add_argument("--regexp", default=None,
                    help="nbgrader's named_regexp instead (groups student_id and file_id, matched on the path)")
-    _assignment_option(p)
+    assignment_option(p)
 
     p = command("export", "export the gradebook to a CSV (nbgrader export)", _cmd_export)
     p.add_argument("--to", type=Path, default=Path("grades.csv"), help="the CSV to write (default grades.csv)")
@@ -392,7 +375,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
-    _assignment_option(p)
+    assignment_option(p)
     gradebook.add_db_option(p)
 
     p = command("grade-samples", "the main job: build, write samples, autograde, export grades.csv",
@@ -400,16 +383,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--unsafe-no-sandbox", action="store_true", help=UNSAFE_HELP)
     _jobs_option(p)
 
-    from ...tools import doctor, lab, selfcheck  # the learner's commands live in their own modules
     from . import leaderboard, speed, synthetic
 
     shards.add_report_parser(sub, parents=[course])
     speed.add_parser(sub, parents=[course])
     leaderboard.add_parser(sub, parents=[course])
     synthetic.add_parser(sub, parents=[course])
-    lab.add_parser(sub, parents=[course])
-    selfcheck.add_parser(sub)
-    doctor.add_parser(sub)
+    if more_commands is not None:
+        more_commands(sub, course)
     taking = [name for name, p in sub.choices.items()
               if any("--assignment" in a.option_strings for a in p._actions)]
     parser.epilog = textwrap.fill(
@@ -419,16 +400,3 @@ def _parser() -> argparse.ArgumentParser:
 
     return parser
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    gradebook.apply_db_option(args)
-    if args.command is None:  # a bare `attnlab`: say what there is
-        parser.print_help()
-        return 0
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

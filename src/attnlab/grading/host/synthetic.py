@@ -165,7 +165,7 @@ def _cmd(args) -> int:
 
 def add_parser(sub, parents=()) -> None:
     """Register ``attnlab synthetic-class`` on the CLI's subparsers."""
-    from .cli import _assignment_option, plain_text
+    from .options import assignment_option, plain_text
 
     p = sub.add_parser("synthetic-class", help="write N synthetic submissions into submitted/, with expected totals",
                        description=plain_text(__doc__), parents=list(parents),
@@ -173,5 +173,5 @@ def add_parser(sub, parents=()) -> None:
     p.add_argument("n", type=int, metavar="N", help="how many submissions")
     p.add_argument("--kinds", default=",".join(KINDS),
                    help=f"comma-separated kinds to take turns over (default {','.join(KINDS)})")
-    _assignment_option(p)
+    assignment_option(p)
     p.set_defaults(func=_cmd)

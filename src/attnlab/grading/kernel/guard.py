@@ -10,7 +10,7 @@ runs. :func:`install` snapshots everything the tests depend on; :func:`restore` 
 differs from the snapshot and says what it put back. It runs
 
 - before every read-only cell (given code and tests), from the grader;
-- after every call of learner code inside a check (:func:`attnlab.verify._call`), so a function
+- after every call of learner code inside a check (:func:`attnlab.verify.call_learner`), so a function
   that patches the reference while it runs is undone before the reference is computed.
 
 It also records the names each read-only cell binds in the notebook (``check_online_softmax``,
@@ -108,7 +108,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
             max_tasks: int = 0, grader_namespace: str = "", triton: bool = False, own_account: bool = False) -> str:
     """Move to ``cwd``, snapshot what the tests rely on, cap the kernel's memory (CPU only) and its
     processes and threads (``max_tasks``, where RLIMIT_NPROC counts this sandbox only: see
-    :func:`attnlab.grading.sandbox.tasks.limit_in_kernel`). Idempotent.
+    :func:`attnlab.grading.kernel.limits.limit_in_kernel`). Idempotent.
 
     ``ns`` is the notebook's namespace and ``alias`` a random name the grader chose for this module
     in it: the grader's later calls go through that name (never through ``__import__`` or
@@ -123,6 +123,9 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         os.chdir(cwd)
     state = _State()
     state.ns, state.alias = ns, alias
+    from ...runtime import review
+
+    review.connect(_note)  # before the snapshots, so that a cell that disconnects it is undone
     if ns is not None and alias:
         ns[alias] = sys.modules[__name__]
     state.ipython = _ipython_hooks()
@@ -190,7 +193,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
             _functions_of(f"torch.Tensor.{k}", v, state.code)
     _STATE = state
     limited = _limit_memory(memory_limit_gb)
-    from ..sandbox.tasks import limit_in_kernel  # RLIMIT_NPROC where it counts this sandbox only
+    from .limits import limit_in_kernel  # RLIMIT_NPROC where it counts this sandbox only
 
     return json.dumps({"installed": True, "memory_limit_gb": limited,
                        "max_tasks": limit_in_kernel(max_tasks, grader_namespace, own_account)})

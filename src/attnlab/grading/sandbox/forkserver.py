@@ -393,7 +393,7 @@ class Server:
 def _record(pid: int, folder: str) -> None:
     """List the server with the grading process's kernels (``ATTNLAB_KERNEL_PIDFILE``): a grading parent
     that finds its worker dead kills it and removes its folder, as it does for kernels."""
-    from ..worker.execute import PIDFILE_ENV, process_start
+    from .proctree import PIDFILE_ENV, process_start
 
     path = os.environ.get(PIDFILE_ENV)
     if path:

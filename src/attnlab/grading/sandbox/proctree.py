@@ -12,7 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["tree", "cpu_seconds", "thread_seconds", "uses_gpu"]
+__all__ = ["tree", "cpu_seconds", "thread_seconds", "uses_gpu", "process_start", "PIDFILE_ENV"]
+
+#: When set, the pid and start time (``PID:START``) of every kernel started, and its sandbox's folders,
+#: are appended to this file, one kernel a line: the grading parent kills them and removes the
+#: folders if the worker dies.
+PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -78,3 +83,15 @@ def uses_gpu(pid: int | None) -> bool:
         if any(link.startswith("/dev/nvidia") for link in links):
             return True
     return False
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, field 22 of ``/proc/PID/stat``), or None
+    when there is no such process: a pid plus its start time names one process, even after the pid
+    is reused."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name in parentheses may hold spaces
+    return fields[19] if len(fields) > 19 else None

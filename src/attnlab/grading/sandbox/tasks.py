@@ -20,7 +20,7 @@ loses points for it. Two bounds, each counting every task (process or thread) of
   write access there: root, or a delegated cgroup. bwrap enters it before it starts anything (:func:`enter`: ``sh`` writes its own pid into
   ``cgroup.procs`` and execs bwrap), and the sandbox sees ``/sys`` read-only and has no
   capabilities, so learner code can neither leave it nor raise its limit.
-- **RLIMIT_NPROC, set by the guard inside the kernel** (:func:`limit_in_kernel`): Linux >= 5.14
+- **RLIMIT_NPROC, set by the guard inside the kernel** (:func:`attnlab.grading.kernel.limits.limit_in_kernel`): Linux >= 5.14
   counts it per user namespace, and bwrap run by an account other than root gives every sandbox
   a user namespace of its own, so the limit counts that kernel's tasks only. Root's tasks are
   exempt from RLIMIT_NPROC, and without a namespace of its own the count would include every
@@ -41,6 +41,8 @@ import signal
 import time
 import uuid
 from pathlib import Path
+
+from ..kernel.limits import per_namespace_counts
 
 #: Tasks (processes + threads) one kernel may have. A grading kernel needs ~10-40 (ipykernel's
 #: threads, torch's pools at one thread each, CUDA's and Triton's helpers, a compiler process).
@@ -355,45 +357,6 @@ def remove_left_over(path: str) -> None:
         remove(Path(path))
 
 
-def user_namespace() -> str:
-    """This process's user namespace (``user:[inode]``), "" where it cannot be read."""
-    try:
-        return os.readlink("/proc/self/ns/user")
-    except OSError:
-        return ""
-
-
-def _per_namespace_counts() -> bool:
-    """Linux >= 5.14 counts RLIMIT_NPROC per user namespace (``ucounts``)."""
-    try:
-        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (5, 14)
-
-
-def limit_in_kernel(max_tasks: int, grader_namespace: str, own_account: bool = False) -> int:
-    """Set RLIMIT_NPROC to ``max_tasks`` in this (sandboxed kernel) process where it counts this
-    sandbox's tasks only: the kernel runs as an account of its own (``own_account``: a root grader's
-    kernel, :func:`attnlab.grading.sandbox.kernel_account`), or in a user namespace other than the
-    grader's (``grader_namespace``, :func:`user_namespace` there) and Linux counts per namespace. The
-    limit set, or 0 where none was (there, it would also count the grader's and the other kernels'
-    tasks, or bind nothing for root)."""
-    mine = user_namespace()
-    apart = mine and grader_namespace and mine != grader_namespace and _per_namespace_counts()
-    if max_tasks <= 0 or not (apart or own_account and os.getuid() != 0):
-        return 0
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-    limit = max_tasks if hard == resource.RLIM_INFINITY else min(max_tasks, hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
-    except (ValueError, OSError):
-        return 0
-    return limit
-
-
 def _bwrap_makes_user_namespaces() -> bool:
     """bwrap run by this (non-root) account gives each sandbox a user namespace: it is not setuid root."""
     import stat
@@ -441,7 +404,7 @@ def describe() -> tuple[bool, str]:
     if offered and writable:
         return True, (f"at most {n} processes and threads per kernel (pids cgroups inside {own}, after `attnlab "
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")
-    if _bwrap_makes_user_namespaces() and _per_namespace_counts():
+    if _bwrap_makes_user_namespaces() and per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
     from . import kernel_accounts
 

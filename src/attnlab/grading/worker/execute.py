@@ -67,16 +67,13 @@ from traitlets import Bool, Enum, Float, Integer
 from ...runtime.device import FORCE_ENV
 from ...runtime.review import PREFIX as REVIEW
 from ..sandbox import proctree
+from ..sandbox.proctree import PIDFILE_ENV, process_start
 from .. import sandbox as _sandbox
+from ..kernel.limits import user_namespace
 from ..sandbox import tasks as _tasks
 from ..course import uses_gpu
 from ..host.parallel import THREAD_VARS
 from .untrusted_html import clean_content, clean_markdown, clean_outputs, reserved_ids
-
-#: When set, the pid and start time (``PID:START``) of every kernel started, and its sandbox's folders,
-#: are appended to this file, one kernel a line: the grading parent kills them and removes the
-#: folders if the worker dies.
-PIDFILE_ENV = "ATTNLAB_KERNEL_PIDFILE"
 
 _GUARD = "__import__('attnlab.grading.kernel.guard', fromlist=['_'])"
 _MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
@@ -96,18 +93,6 @@ def _label(cell, index: int) -> str:
 #: What a spare kernel imports while it waits (names deleted again: the notebook starts clean).
 _PRELOAD = "import torch, attnlab.verify, attnlab.nbload, attnlab.grading.kernel.guard; del torch, attnlab"
 _SPARE = None  # a kernel manager whose kernel is started and waiting, or None
-
-
-def process_start(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot, field 22 of ``/proc/PID/stat``), or None
-    when there is no such process: a pid plus its start time names one process, even after the pid
-    is reused."""
-    try:
-        stat = open(f"/proc/{pid}/stat").read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the command name in parentheses may hold spaces
-    return fields[19] if len(fields) > 19 else None
 
 
 def _copy_in(src: str, dest: str, account: int | None) -> None:
@@ -335,7 +320,7 @@ class GradingExecute(Execute):
                 guarded = self._kernel_eval(
                     f"{_GUARD}.install(memory_limit_gb={self.memory_limit_gb!r}, cwd={cwd!r}, ns=globals(), "
                     f"alias={self._alias!r}, max_tasks={self.max_tasks!r}, "
-                    f"grader_namespace={_tasks.user_namespace()!r}, triton={_uses_triton(nb)!r}, "
+                    f"grader_namespace={user_namespace()!r}, triton={_uses_triton(nb)!r}, "
                     f"own_account={getattr(self.km, 'account', None) is not None!r})") is not None
                 if not guarded:
                     self._notes.append("the grader could not install its integrity guard in the kernel")
