@@ -8,11 +8,11 @@ c.CourseDirectory.course_id = "attention-kernels"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 # The gradebook: SQLite beside the course (gradebook.db) unless ATTNLAB_DB_URL names another
 # database, e.g. a PostgreSQL server shared by shards on several machines
-# (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.host.gradebook). Never seen by a notebook's kernel.
+# (postgresql+psycopg://USER@HOST/DB; see attnlab.grading.worker.gradebook). Never seen by a notebook's kernel.
 if os.environ.get("ATTNLAB_DB_URL"):
     c.CourseDirectory.db_url = os.environ["ATTNLAB_DB_URL"]
     # Every nbgrader command and formgrader wait for a server that restarts instead of failing.
-    from attnlab.grading.host.gradebook import reconnect_on_loss  # noqa: E402
+    from attnlab.grading.worker.gradebook import reconnect_on_loss  # noqa: E402
 
     reconnect_on_loss()
 # Never copied into release/ nor over a student's files at autograde.

@@ -24,7 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading.host import gradebook, shards
+from attnlab.grading.worker import gradebook
+from attnlab.grading.host import shards
 from attnlab.grading.host.autograde import read_report_json
 from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course, tool_env

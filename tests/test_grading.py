@@ -115,7 +115,7 @@ def _tiny_gradebook(tmp_path):
 
 
 def test_keep_hand_grading_restores_unchanged_answers_and_names_the_others(tmp_path):
-    from attnlab.grading.host.gradebook import hand_graded, keep_hand_grading
+    from attnlab.grading.worker.gradebook import hand_graded, keep_hand_grading
 
     gb, grades = _tiny_gradebook(tmp_path)
     try:

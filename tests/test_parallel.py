@@ -11,7 +11,8 @@ from dataclasses import asdict
 
 import pytest
 
-from attnlab.grading.host import autograde, gradebook, parallel
+from attnlab.grading.host import autograde, parallel
+from attnlab.grading.worker import gradebook
 from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course, tool_env
 from attnlab.grading.host.synthetic import KINDS, format_class, plan_class, write_class

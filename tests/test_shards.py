@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading.host import gradebook, shards
+from attnlab.grading.worker import gradebook
+from attnlab.grading.host import shards
 from attnlab.grading.host.autograde import CellResult, NotebookResult, write_report_json
 from attnlab.grading.course import Course
 

@@ -30,7 +30,7 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     # the speed cell (a task cell, 0 points by default) says so in the gradebook, left for a GPU grader
     from nbgrader.api import Gradebook
 
-    from attnlab.grading.host.gradebook import db_url
+    from attnlab.grading.worker.gradebook import db_url
 
     with Gradebook(db_url(course)) as gb:
         for student, note in (("reference", "needs GPU timing"), ("blank", "did not all pass")):

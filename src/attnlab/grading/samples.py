@@ -140,7 +140,7 @@ SAMPLE_STUDENTS = ("reference", "blank", "typical_mistakes")
 def forget_students(course: Course, students) -> None:
     """Remove ``students`` and their submissions from the gradebook (if there is one) and from
     submitted/ and autograded/."""
-    from .host.gradebook import db_url, has_tables, open_gradebook
+    from .worker.gradebook import db_url, has_tables, open_gradebook
 
     if has_tables(db_url(course)):
         from nbgrader.api import MissingEntry

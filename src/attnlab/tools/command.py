@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..grading.host import cli, gradebook
+from ..grading.host import cli
+from ..grading.worker import gradebook
 from . import doctor, lab, selfcheck
 
 

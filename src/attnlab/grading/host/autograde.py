@@ -155,7 +155,7 @@ def _failure_reason(log: str) -> str:
 
 def _gradebook_text(text: str) -> str:
     """A database error's first line for the report, without a password."""
-    from .gradebook import redact_text
+    from ..worker.gradebook import redact_text
 
     return _first_line(redact_text(text or ""), 300)  # redacted before it is cut: no half URL
 
@@ -168,7 +168,7 @@ def _zero_notebook(course: Course, student: str, notebook: str) -> None:
     """
     from nbgrader.api import MissingEntry
 
-    from .gradebook import open_gradebook, retrying
+    from ..worker.gradebook import open_gradebook, retrying
 
     def zero() -> None:
         with open_gradebook(course) as gb:
@@ -185,7 +185,7 @@ def _zero_notebook(course: Course, student: str, notebook: str) -> None:
 
 
 def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
-    from .gradebook import open_gradebook, retrying
+    from ..worker.gradebook import open_gradebook, retrying
 
     def read():
         with open_gradebook(course) as gb:
@@ -480,7 +480,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
 
 def _unrecorded(exc: BaseException) -> str:
     """Why a notebook's result could not be recorded, for the report (a database error without its password)."""
-    from .gradebook import GradebookUnreachable
+    from ..worker.gradebook import GradebookUnreachable
 
     if isinstance(exc, GradebookUnreachable):
         return f"not graded: {_gradebook_text(str(exc))}; grade it again once the database is back"
@@ -521,7 +521,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         return [r for a, mine in by_assignment.items()
                 for r in autograde_jobs(course.for_assignment(a), mine, limit_s, progress, allow_unsafe, workers)]
 
-    from .gradebook import wait_for_gradebook_locks
+    from ..worker.gradebook import wait_for_gradebook_locks
 
     warning = require(allow_unsafe)
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
@@ -560,7 +560,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             auto, manual = notebook_points(course, n)
             r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual,
                                reason=_unrecorded(exc), seconds=outcome[2] if outcome else 0.0)
-        from .gradebook import take_waits
+        from ..worker.gradebook import take_waits
 
         r.gradebook += [w for w in take_waits() if w not in r.gradebook]
         results[job] = r
@@ -782,7 +782,7 @@ def export_grades(course: Course, path: Path) -> Path:
     Raises:
         RuntimeError: nbgrader's export failed (the message gives its last error line, no password).
     """
-    from .gradebook import GradebookUnreachable, db_url, has_tables, retrying
+    from ..worker.gradebook import GradebookUnreachable, db_url, has_tables, retrying
 
     for attempt in range(2):
         done = course.nbgrader("export", f"--to={Path(path).resolve()}", timeout=300, check=False)

@@ -29,7 +29,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from . import gradebook, shards
+from ..worker import gradebook
+from . import shards
 from ..course import ASSIGNMENT, ASSIGNMENTS, Course
 from .options import assignment_option, plain_text
 
@@ -120,7 +121,7 @@ def _registered(course: Course) -> bool:
     says why not."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .gradebook import db_url, redact, registered
+    from ..worker.gradebook import db_url, redact, registered
 
     try:
         if registered(course):
@@ -137,7 +138,7 @@ def _registered(course: Course) -> bool:
 def _shard_plan(course: Course, args) -> list[str] | None:
     """The students this run grades (--student, --students, --shard; None: everyone submitted), and
     the shard's own report files as defaults; prints the shard's students."""
-    from .gradebook import db_url, is_sqlite
+    from ..worker.gradebook import db_url, is_sqlite
     from .shards import clear_report, parse_shard, report_name, students_to_grade
 
     students = students_to_grade(course, args.shard, args.students, args.student)

@@ -69,7 +69,7 @@ def record_in_gradebook(course: Course, student: str, timing: Timing, rule: Spee
     written, or None when the notebook has no speed cell (an older release) or was not autograded."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from .gradebook import db_url
+    from ..worker.gradebook import db_url
 
     with Gradebook(db_url(course)) as gb:
         try:
@@ -102,7 +102,7 @@ def tests_passed(course: Course, student: str, notebook: str) -> bool | None:
     """Whether every autograded test of the notebook got its points in the gradebook (None: not graded)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from .gradebook import db_url
+    from ..worker.gradebook import db_url
 
     with Gradebook(db_url(course)) as gb:
         try:

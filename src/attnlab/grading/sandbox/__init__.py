@@ -907,7 +907,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
         # the gradebook's URL and password stay with the grader: nbgrader writes grades, never the kernel
-        from ..host.gradebook import kernel_env
+        from ..worker.gradebook import kernel_env
 
         kw["env"] = kernel_env(kw.get("env"))
         # not the grader's stdout and stderr (a worker's log file, read and written by every kernel

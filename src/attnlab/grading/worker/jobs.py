@@ -67,7 +67,7 @@ def feedback(root: str, assignment: str, students: list[str]) -> int:
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
-    from ..host.gradebook import reconnect_on_loss
+    from .gradebook import reconnect_on_loss
 
     reconnect_on_loss()
     for student in students:
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
     root = os.path.abspath(root)
     os.chdir(root)
     os.environ.update(tool_env())  # alembic must be findable when nbgrader touches the gradebook
-    from ..host.gradebook import reconnect_on_loss, wait_for_gradebook_locks
+    from .gradebook import reconnect_on_loss, wait_for_gradebook_locks
 
     wait_for_gradebook_locks()  # other workers write to the same gradebook
     reconnect_on_loss()  # a server that goes away mid-run is waited for
@@ -125,7 +125,7 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
     """
     from nbgrader.api import Gradebook
 
-    from ..host.gradebook import GradebookUnreachable, answer_cells, hand_graded, has_tables, is_sqlite, keep_hand_grading, redact_text, retrying, take_waits
+    from .gradebook import GradebookUnreachable, answer_cells, hand_graded, has_tables, is_sqlite, keep_hand_grading, redact_text, retrying, take_waits
 
     take_waits()  # an earlier notebook's
     notes: list[str] = []
