@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.grading import sandbox
 from attnlab.grading.worker import gradebook
 from attnlab.grading.host import shards
 from attnlab.grading.host.autograde import CellResult, NotebookResult, write_report_json
@@ -209,7 +210,7 @@ def test_redact_and_kernel_env_keep_the_password_from_kernels_and_logs():
     assert gradebook.redact("postgresql://u@h/db?sslmode=require") == "postgresql://u@h/db?sslmode=require"
     env = {"ATTNLAB_DB_URL": SECRET_URL, "PGPASSWORD": "pw", "PGPASSFILE": "/root/.pgpass", "DATABASE_URL": "x",
            "PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
-    assert gradebook.kernel_env(env) == {"PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
+    assert sandbox.kernel_env(env) == {"PATH": "/bin", "ATTNLAB_CALL_LIMIT_S": "2"}
 
 
 def test_db_url_option_reaches_nbgrader_config(monkeypatch):

@@ -28,7 +28,7 @@ import torch
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .runtime.device import runtime
-from .checking.hints import _quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
+from .checking.hints import quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
 from .checking.loads import check_decode_reads, check_races, record
 from .checking.poisoned import GUARD, guarded, tail_room, with_tail
 from .verify import call_learner, flag_internals, kernel_device
@@ -122,7 +122,7 @@ def _top_left_hint(reference, outputs, tol: float):
     """A hint (for :func:`attnlab.checking.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
     (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right.
     Quiet like every hint: an error inside it gives "", never replacing the failure it explains."""
-    @_quiet
+    @quiet
     def hint() -> str:
         if all(matches_with_empty(got, want, tol) for got, want in zip(outputs, reference(align="top-left"))):
             return alignment_sentence("top-left", "bottom-right", "Your kernel's result")

@@ -56,7 +56,7 @@ import torch
 
 from .runtime import review
 from .checks import Case, assert_shape, randn
-from .checking.probe import MethodProbe, _tensors
+from .checking.probe import MethodProbe, tensors_in
 from .verify import call_learner
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
@@ -295,9 +295,9 @@ class _SaturationProbe(MethodProbe):
         self.blind: list[str] = []
 
     def _judge(self, func, info, args, kwargs, out) -> None:
-        if not any(t.dtype == _FP8 for t in _tensors(out if isinstance(out, (tuple, list)) else (out,))):
+        if not any(t.dtype == _FP8 for t in tensors_in(out if isinstance(out, (tuple, list)) else (out,))):
             return
-        inputs = list(_tensors((args, *(v for k, v in kwargs.items() if not self._is_out(func, k)))))
+        inputs = list(tensors_in((args, *(v for k, v in kwargs.items() if not self._is_out(func, k)))))
         if all(t.dtype == _FP8 for t in inputs):
             return  # E4M3 values moved or selected, nothing converted
         try:
@@ -305,7 +305,7 @@ class _SaturationProbe(MethodProbe):
         except Exception as exc:  # noqa: BLE001 (an operator with no float64 twin: say so, do not guess)
             self.blind.append(f"{func} ({type(exc).__name__})")
             return
-        for t in _tensors(before if isinstance(before, (tuple, list)) else (before,)):
+        for t in tensors_in(before if isinstance(before, (tuple, list)) else (before,)):
             v = t.real if t.is_complex() else t  # a cast from complex keeps the real part
             if not (v.is_floating_point() or v.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
                                                          torch.uint8)):

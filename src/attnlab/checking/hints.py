@@ -39,7 +39,7 @@ def diagnosed(check, *hints) -> None:
         raise
 
 
-def _quiet(hint):
+def quiet(hint):
     """A diagnosis must never replace the failure it explains: any error inside it gives ""."""
     @functools.wraps(hint)
     def wrapper(*args, **kwargs) -> str:
@@ -99,7 +99,7 @@ def causal_attention_aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return o, lse, defined
 
 
-@_quiet
+@quiet
 def causal_alignment_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None,
                           tol: float, expected: str = "top-left") -> str:
     """A sentence to append when a causal ``o`` is the other alignment's output; "" otherwise.
@@ -149,7 +149,7 @@ def matches_with_empty(got, want: torch.Tensor, tol: float) -> bool:
     return (got - want).norm().item() <= tol * max(want.norm().item(), 1e-300)
 
 
-@_quiet
+@quiet
 def merge_overflow_hint(o, lse_part: torch.Tensor) -> str:
     """A sentence to append when a split-K merge's non-finite rows of ``o`` are exactly those whose
     Σ_s exp(LSE_s) overflows float32; "" otherwise.
@@ -173,7 +173,7 @@ def merge_overflow_hint(o, lse_part: torch.Tensor) -> str:
             f"split s by exp(LSE_s − max_s LSE_s) (at most 1) and add the max back to the merged LSE.")
 
 
-@_quiet
+@quiet
 def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: float) -> str:
     """A sentence to append when a split-K merge's ``o`` is the partials weighted wrongly in a known way;
     "" otherwise.
@@ -236,7 +236,7 @@ def _tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split:
     return torch.stack(outs, dim=3), torch.stack(lses, dim=3)
 
 
-@_quiet
+@quiet
 def rescale_hint(got, which: str, q, k, v, visible, valid, *, num_splits: int, keys_per_split: int,
                  block_n: int, tol: float) -> str:
     """A sentence to append when a split-K partial kernel's output ``got`` is the online softmax with l,
@@ -283,7 +283,7 @@ def _matches(got, want: torch.Tensor, tol: float) -> bool:
     return (got - want).norm().item() <= tol * want.norm().item()
 
 
-@_quiet
+@quiet
 def scale_factor_hint(name: str, got, want: torch.Tensor, scale: float, tol: float) -> str:
     """A sentence to append when a gradient of the scaled scores, ``dq`` or ``dk`` (and their ``.grad``),
     is ``want`` times 1/scale (the factor left out) or times scale (applied twice); "" otherwise.
@@ -299,7 +299,7 @@ def scale_factor_hint(name: str, got, want: torch.Tensor, scale: float, tol: flo
     return ""
 
 
-@_quiet
+@quiet
 def log2e_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, tol: float) -> str:
     """A sentence to append when a kernel's ``o`` is attention with its scores off by a factor log2(e); "" otherwise.
 
@@ -335,7 +335,7 @@ def _scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     return s, lse
 
 
-@_quiet
+@quiet
 def lse_base_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
                   causal: bool, tol: float) -> str:
     """A sentence to append when a backward gradient (``dq``, ``dk`` or ``dv``) is what P rebuilt as
@@ -360,7 +360,7 @@ def lse_base_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     return ""
 
 
-@_quiet
+@quiet
 def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, *,
                causal: bool, scale: float | None, block_k: int, tol: float, symbol: str = "D") -> str:
     """A sentence to append when ``dq`` or ``dk`` is the backward without the row term D_i; "" otherwise.
@@ -396,7 +396,7 @@ def delta_hint(name: str, got, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return ""
 
 
-@_quiet
+@quiet
 def padding_zero_hint(y, x: torch.Tensor, block: int, tol: float) -> str:
     """A sentence to append when a softmax ``y`` counts the padded columns as 0; "" otherwise.
 
@@ -418,7 +418,7 @@ def padding_zero_hint(y, x: torch.Tensor, block: int, tol: float) -> str:
             f"as -inf (other=-float(\"inf\")), so that exp gives them 0.")
 
 
-@_quiet
+@quiet
 def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, int]) -> str:
     """A sentence naming the row stride that explains stray stores, or "" when none does.
 
@@ -442,7 +442,7 @@ def row_stride_hint(positions, *, n_rows: int, n_cols: int, strides: dict[str, i
     return ""
 
 
-@_quiet
+@quiet
 def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                   scale: float | None) -> str:
     """A sentence to append when ``o``'s non-finite rows are those where a running max started at 0
@@ -471,7 +471,7 @@ def zero_max_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
             "-inf, so that the first tile's own max is subtracted.")
 
 
-@_quiet
+@quiet
 def int32_offset_hint(got, want: torch.Tensor, tol: float, *, far: list[bool], what: str, fix: str) -> str:
     """The output of a kernel whose offsets wrap around at 2³¹: right for every group of rows whose
     memory lies below element offset 2³¹ of its tensor, wrong for at least one that lies past it.
@@ -493,7 +493,7 @@ def int32_offset_hint(got, want: torch.Tensor, tol: float, *, far: list[bool], w
             f"Widen to 64 bits before multiplying, e.g. {fix}.")
 
 
-@_quiet
+@quiet
 def sum_not_rescaled_hint(l, x: torch.Tensor, block_size: int) -> str:
     """``l`` is the running sum of notebook 01 computed without rescaling it by exp(m_old − m_new) when
     a block raises the running max (Σ over blocks of Σ exp(x − m at that block), each block's terms kept
@@ -519,7 +519,7 @@ def sum_not_rescaled_hint(l, x: torch.Tensor, block_size: int) -> str:
             "sum(exp(block - m_new)).")
 
 
-@_quiet
+@quiet
 def unmasked_keys_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, block_n: int,
                        tol: float) -> str:
     """``o`` is non-causal attention over the keys padded with zeros to a whole number of ``block_n``
@@ -541,7 +541,7 @@ def unmasked_keys_hint(o, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
             f"past T.")
 
 
-@_quiet
+@quiet
 def past_length_hint(o, rerun) -> str:
     """``o`` has NaN, and ``rerun()`` (the same kernels on the same inputs, the cache holding 0 instead
     of NaN past every sequence's length) gives a finite output: the NaN was read past a length."""
@@ -556,7 +556,7 @@ def past_length_hint(o, rerun) -> str:
             "and mask the K and V loads with offs_n < seqlen.")
 
 
-@_quiet
+@quiet
 def head_offset_hint(n_heads: int, one_head_stays_inside) -> str:
     """Stores landed past the last row with ``n_heads`` heads: when ``one_head_stays_inside()`` (the same
     kernel on the first head alone stores nothing past its rows) says so, the stores are masked and the
@@ -569,7 +569,7 @@ def head_offset_hint(n_heads: int, one_head_stays_inside) -> str:
             f"tl.cdiv(T, BLOCK_M) * BLOCK_M * HEAD_DIM")
 
 
-@_quiet
+@quiet
 def later_heads_hint(got, want: torch.Tensor, tol: float) -> str:
     """``got`` (B, H, T, D) is right for the first (batch, head) and wrong for a later one: what a
     per-head offset other than ``bh * stride_bh`` gives (the first head's offset is 0 either way)."""

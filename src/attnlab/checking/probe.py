@@ -105,12 +105,12 @@ def _facts(func) -> tuple[str, bool, bool, int]:
     return name, bool(func.is_view), any(s in name for s in ATTENTION_OPS), int(writes)
 
 
-def _tensors(value):
+def tensors_in(value):
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (tuple, list)):
         for v in value:
-            yield from _tensors(v)
+            yield from tensors_in(v)
 
 
 def _reads_no_values(name: str) -> bool:
@@ -158,7 +158,7 @@ class MethodProbe(TorchDispatchMode):
         self.scalar_budget = self.scalar_limit
         self._violation: str | None = None  # write-once, through _violate (the property has no setter)
         self.ops = 0
-        self.seen = {_storage(t): t for t in _tensors(tuple(inputs)) if _storage(t)}
+        self.seen = {_storage(t): t for t in tensors_in(tuple(inputs)) if _storage(t)}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
         self._constant: set[int] = set()       # storages made from no input data (see the size rule)
         self.versions: dict[int, int] = {}     # storage -> version counter after the last write seen
@@ -169,7 +169,7 @@ class MethodProbe(TorchDispatchMode):
         self._sources: dict[int, tuple] = {}
         self._last: dict[int, object] = {}
         self._left: dict[int, object] = {}
-        for i, t in enumerate(_tensors(tuple(inputs))):
+        for i, t in enumerate(tensors_in(tuple(inputs))):
             if one_pass and _storage(t) and t.is_contiguous():
                 self._sources[_storage(t)] = (i, t.storage_offset(), tuple(t.shape))
                 self._left[i] = np.zeros(t.numel(), dtype=bool)
@@ -239,7 +239,7 @@ class MethodProbe(TorchDispatchMode):
         # sparse, nested, quantized or mkldnn results have no storage the probe can follow, and their
         # sizes are not the dense ones its rules read: no lesson of 01-03 needs them (a red team held
         # the whole score matrix as a sparse tensor)
-        odd = [t.layout for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out))
+        odd = [t.layout for t in ((out,) if isinstance(out, torch.Tensor) else tensors_in(out))
                if t.layout != torch.strided or t.is_quantized or t.is_nested]
         if odd and self.decides:
             self._violate(f"{self.rule}: {func} made a {odd[0]} tensor{' (quantized or nested)' if odd[0] == torch.strided else ''}; "
@@ -247,15 +247,15 @@ class MethodProbe(TorchDispatchMode):
         try:
             # the storages stay alive until the probe goes, so a later allocation cannot reuse
             # an address and pass for something the probe saw
-            carried = any(t.numel() > 1 and self._from_outside(t) for t in _tensors((args, *(kwargs or {}).values())))
+            carried = any(t.numel() > 1 and self._from_outside(t) for t in tensors_in((args, *(kwargs or {}).values())))
             # constants: made from no data at all (torch.ones(T_q, T_k).tril(), a causal mask or bias);
             # data written into one (an in-place op, a slice assignment) makes it data again
             # (an operator that reads no values, `q.new_ones(T_q, T_k)`, makes one too; a Python number
             # wrapped into a one-element tensor the probe never saw made, `torch.tensor(0.0)`, is no data)
             constant = _reads_no_values(info[0]) or all(
                 _storage(t) in self._constant or t.numel() <= 1 and _storage(t) not in self.seen
-                for t in _tensors((args, *(kwargs or {}).values())))
-            for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
+                for t in tensors_in((args, *(kwargs or {}).values())))
+            for t in ((out,) if isinstance(out, torch.Tensor) else tensors_in(out)):
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
                 if not ptr:  # an empty tensor: address 0 must never pass for a storage the probe saw
@@ -294,7 +294,7 @@ class MethodProbe(TorchDispatchMode):
             self._violate(f"{self.rule}: your code called the library's fused attention ({func}). "
                           f"{self.hint}")
             return
-        outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
+        outs = [out] if isinstance(out, torch.Tensor) else list(tensors_in(out))
         if not outs:
             return
         if self.size_limit is not None:
@@ -309,7 +309,7 @@ class MethodProbe(TorchDispatchMode):
         # `if torch.isinf(m).any():`), and, where ``reduce_scalars`` is off (02, 03), one number from a
         # whole tensor (a tile skipped when `s.max() == -inf`, a debugging `print(o.abs().max())`): the
         # shortcuts these rules catch compute a statistic per row
-        numeric = any(t.is_floating_point() or t.is_complex() for t in _tensors((args, *kwargs.values())))
+        numeric = any(t.is_floating_point() or t.is_complex() for t in tensors_in((args, *kwargs.values())))
         scalar = not self.reduce_scalars and all(t.numel() == 1 for t in outs)
         if self.reduce_limit is not None and name not in _SELECTIONS and numeric:
             combined = self._combined(name, args, outs, kwargs)
@@ -332,10 +332,10 @@ class MethodProbe(TorchDispatchMode):
         several operators in a row) is not moving on. Operators that read no values (``new_zeros``,
         ``zeros_like``) and those whose results are all masks (``isneginf``) are not counted."""
         name = func.overloadpacket.__name__
-        outs = [out] if isinstance(out, torch.Tensor) else list(_tensors(out))
+        outs = [out] if isinstance(out, torch.Tensor) else list(tensors_in(out))
         if _reads_no_values(name) or (outs and all(o.dtype == torch.bool for o in outs)):
             return
-        tensors = list(_tensors(args))
+        tensors = list(tensors_in(args))
         for t in tensors:
             source = self._sources.get(_storage(t))
             if source is None:
@@ -484,7 +484,7 @@ class MethodProbe(TorchDispatchMode):
     def unseen(self, result) -> list[tuple[int, ...]]:
         """Shapes of the tensors in ``result`` that no operator under the probe produced, that carry
         data from outside its view, or that were written after the last operator it saw write them."""
-        return [tuple(t.shape) for t in _tensors(result) if self._from_outside(t) or self._written_unseen(t)]
+        return [tuple(t.shape) for t in tensors_in(result) if self._from_outside(t) or self._written_unseen(t)]
 
     def verdict(self) -> None:
         """Raise ``AssertionError`` with the first violation, if any."""

@@ -9,6 +9,13 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+#: Environment variables that set CPU thread pools (torch reads OMP_NUM_THREADS): each worker's own, set
+#: by the plan (:mod:`.host.parallel`); its kernels get ``GradingExecute.kernel_threads`` (1) in the same variables.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
+#: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
+GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
+
 ASSIGNMENT = "attention_kernels"
 #: The second assignment (notebooks 07-09), released after the first one is graded.
 BEYOND = "attention_kernels_beyond"

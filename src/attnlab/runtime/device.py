@@ -218,8 +218,8 @@ def runnable_kernel(kernel):
         _convert_namespace(kernel.fn.__globals__)
         kernel = _interpreted(kernel)
     if type(kernel) is interpreted_cls:
-        _fix_interpreter_index()
-        _patch_lang_once_per_launch()
+        fix_interpreter_index()
+        patch_lang_once_per_launch()
     return kernel
 
 
@@ -249,7 +249,7 @@ def _patch_lang_tensor_with_index(tensor, *args, **kwargs):
     return result
 
 
-def _fix_interpreter_index() -> None:
+def fix_interpreter_index() -> None:
     """Make Triton's interpreter work with NumPy >= 2.4 on Triton versions before the upstream fix.
 
     While a kernel runs, the interpreter gives ``tl.tensor`` an ``__index__`` that converts the
@@ -301,7 +301,7 @@ def _launch_patching_once(self, *args, **kwargs):
         _PATCHED_IN_LAUNCH = outer
 
 
-def _patch_lang_once_per_launch() -> None:
+def patch_lang_once_per_launch() -> None:
     """Make Triton's interpreter patch ``triton.language`` once per kernel launch, not at every call.
 
     The interpreter runs a ``@triton.jit`` function called inside a kernel (``tl.max``, ``tl.sum`` and
@@ -388,8 +388,8 @@ def interpreted_twin(kernel):
     jit_cls, _ = _jit_types()
     if type(kernel) is not jit_cls:
         raise TypeError(f"interpreted_twin takes a compiled-mode JITFunction, got {type(kernel).__qualname__}")
-    _fix_interpreter_index()
-    _patch_lang_once_per_launch()
+    fix_interpreter_index()
+    patch_lang_once_per_launch()
     _quiet_interpreter_warnings()
     saved = [(owner, dict(vars(owner))) for owner in _triton_namespaces()]
     module = kernel.fn.__globals__
@@ -459,7 +459,7 @@ def init(verbose: bool = True) -> Runtime:
         _quiet_interpreter_warnings()
     if rt.interpret and "triton" in sys.modules:
         try:
-            _fix_interpreter_index()
+            fix_interpreter_index()
             _switch_triton_library()
         except Exception:  # noqa: BLE001 (reported below, in words)
             pass

@@ -36,12 +36,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: Environment variables that set CPU thread pools (torch reads OMP_NUM_THREADS): the worker's own here; its
-#: kernels get `GradingExecute.kernel_threads` (1) in the same variables.
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-#: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
-#: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
-GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
+from ..course import GPU_DEVICE_ENV, THREAD_VARS
+
 #: The kernel's memory limit in GiB (read by nbgrader_config.py into GradingExecute.memory_limit_gb).
 KERNEL_MEMORY_ENV = "ATTNLAB_KERNEL_MEMORY_GB"
 KERNEL_MEMORY_GIB = 8.0

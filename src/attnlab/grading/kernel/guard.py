@@ -134,10 +134,10 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         # the course's own changes to Triton's interpreter, applied before the snapshots (attnlab.runtime.device's
         # globals hold Triton's originals) so that they hold them
         try:
-            from attnlab.runtime.device import _fix_interpreter_index, _patch_lang_once_per_launch
+            from attnlab.runtime.device import fix_interpreter_index, patch_lang_once_per_launch
 
-            _fix_interpreter_index()
-            _patch_lang_once_per_launch()
+            fix_interpreter_index()
+            patch_lang_once_per_launch()
         except Exception:  # noqa: BLE001
             pass
     for name in _MODULES:

@@ -73,11 +73,24 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 
 from . import tasks as _tasks
-from ..host.parallel import GPU_DEVICE_ENV  # set per worker by the plan
+from ..course import GPU_DEVICE_ENV  # set per worker by the plan
+
+#: What a database client may read (the gradebook's ``ATTNLAB_DB_URL``, libpq's PG*, the common
+#: DATABASE_URL): the grader's secrets, never given to a kernel.
+_SECRET = re.compile(r"^(ATTNLAB_DB_URL|DATABASE_URL|PG[A-Z_]*)$")
 
 #: Set to "1" (by ``--unsafe-no-sandbox``, or by hand for plain nbgrader commands) to grade without
 #: the sandbox; read by nbgrader_config.py.
 UNSAFE_ENV = "ATTNLAB_UNSAFE_NO_SANDBOX"
+
+
+def kernel_env(env: dict | None = None) -> dict:
+    """A copy of ``env`` (default: this process's) without the gradebook's URL or libpq's settings
+    (``ATTNLAB_DB_URL``, ``DATABASE_URL``, ``PGPASSWORD``, ``PGPASSFILE``, every ``PG*``): grades are
+    written by nbgrader outside the sandbox, never by the kernel."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if not _SECRET.match(k)}
+
+
 #: Size of each tmpfs the sandbox mounts besides the scratch folder: its private /dev/shm and the
 #: (read-only) hiding ones.
 TMPFS_BYTES = 512 * 2**20
@@ -907,8 +920,6 @@ class SandboxedKernelManager(AsyncKernelManager):
     async def _async_pre_start_kernel(self, **kw):
         kw["cwd"] = self.scratch
         # the gradebook's URL and password stay with the grader: nbgrader writes grades, never the kernel
-        from ..worker.gradebook import kernel_env
-
         kw["env"] = kernel_env(kw.get("env"))
         # not the grader's stdout and stderr (a worker's log file, read and written by every kernel
         # it starts: a channel from one student's notebook to the next, red team 2026-12-02); what

@@ -71,8 +71,7 @@ from ..sandbox.proctree import PIDFILE_ENV, process_start
 from .. import sandbox as _sandbox
 from ..kernel.limits import user_namespace
 from ..sandbox import tasks as _tasks
-from ..course import uses_gpu
-from ..host.parallel import THREAD_VARS
+from ..course import THREAD_VARS, uses_gpu
 from .untrusted_html import clean_content, clean_markdown, clean_outputs, reserved_ids
 
 _GUARD = "__import__('attnlab.grading.kernel.guard', fromlist=['_'])"

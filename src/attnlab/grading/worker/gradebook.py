@@ -8,7 +8,7 @@ formgrader in JupyterLab) uses the same gradebook. A PostgreSQL URL uses SQLAlch
 driver: ``postgresql+psycopg://USER[:PASSWORD]@HOST[:PORT]/DB`` (installed by the course's
 ``postgres`` extra); the password may also come from libpq's ``~/.pgpass`` or ``PGPASSFILE``.
 
-The URL and libpq's settings are the grader's secrets: :func:`kernel_env` strips them from the
+The URL and libpq's settings are the grader's secrets: :func:`attnlab.grading.sandbox.kernel_env` strips them from the
 environment of every notebook kernel (the sandbox starts kernels with it), since grades are
 written by nbgrader outside the sandbox, never by the kernel.
 """
@@ -26,14 +26,6 @@ from ..course import COURSE_ID, Course
 
 #: The environment variable that points the course at its gradebook (read by nbgrader_config.py).
 DB_URL_ENV = "ATTNLAB_DB_URL"
-#: Other variables a database client may read (libpq's PG*, the common DATABASE_URL): never given to a kernel.
-_SECRET = re.compile(r"^(ATTNLAB_DB_URL|DATABASE_URL|PG[A-Z_]*)$")
-
-
-def kernel_env(env: dict | None = None) -> dict:
-    """A copy of ``env`` (default: this process's) without the gradebook's URL or libpq's settings
-    (``ATTNLAB_DB_URL``, ``DATABASE_URL``, ``PGPASSWORD``, ``PGPASSFILE``, every ``PG*``)."""
-    return {k: v for k, v in (os.environ if env is None else env).items() if not _SECRET.match(k)}
 
 
 def db_url(course: Course) -> str:
