@@ -22,14 +22,14 @@ from .runtime.device import is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel", "require_contiguous"]
 
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _is_pow2(n) -> bool:
+def is_pow2(n) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
 
-def _poisoned_with_tail(shape, extra: int, dtype, device) -> torch.Tensor:
+def poisoned_with_tail(shape, extra: int, dtype, device) -> torch.Tensor:
     """A NaN-filled contiguous tensor of ``shape`` followed in memory by ``extra`` spare elements.
 
     An output a kernel forgets to write stays NaN; a store that runs past the end (a missing mask)
@@ -76,7 +76,7 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> bool:
             raise ValueError(f"{where}: all tensors must be on one device; {name} is on {t.device}, "
                              f"{next(iter(tensors))} on {first.device}")
     dtype = first.dtype
-    if dtype not in _KERNEL_DTYPES:
+    if dtype not in KERNEL_DTYPES:
         raise TypeError(f"{where}: dtype {dtype} not supported; use float16, bfloat16 (GPU only) or float32")
     # a compiled-mode kernel here means a GPU machine: runnable_kernel converts it everywhere else
     on_cpu = first.device.type == "cpu" and not is_interpreted(kernel)
@@ -187,7 +187,7 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"triton_softmax: x must be 2-D (n_rows, n_cols), got shape {tuple(x.shape)}")
     if x.shape[1] == 0:
         raise ValueError("triton_softmax: x has no columns")
-    if x.dtype not in _KERNEL_DTYPES:
+    if x.dtype not in KERNEL_DTYPES:
         raise TypeError(f"triton_softmax: dtype {x.dtype} not supported; use float16, bfloat16 (GPU only) "
                         f"or float32")
     kernel = runnable_kernel(kernel)
@@ -195,33 +195,33 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     import triton
 
     x = x.contiguous()
-    y = _poisoned_with_tail(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
+    y = poisoned_with_tail(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
     return run_softmax_kernel(kernel, x, y)
 
 
 # ---------------------------------------------------------------------------------------- flash
-def _validate_blocks(d: int, block_m, block_n, where: str = "triton_flash_attention") -> None:
+def validate_blocks(d: int, block_m, block_n, where: str = "triton_flash_attention") -> None:
     """Raise ValueError unless the head dim and both tile sizes are powers of two >= 16."""
-    if not _is_pow2(d) or d < 16:
+    if not is_pow2(d) or d < 16:
         raise ValueError(f"{where}: head dim D={d} must be a power of two >= 16 "
                          f"(tl.arange and tl.dot need it)")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not _is_pow2(b) or b < 16:
+        if not is_pow2(b) or b < 16:
             raise ValueError(f"{where}: {name}={b!r} must be a power of two >= 16 "
                              f"(tl.arange needs a power of two; tl.dot needs at least 16)")
 
 
-def _validate_flash(q, k, v, block_m, block_n):
+def validate_flash(q, k, v, block_m, block_n):
     from .reference import validate_qkv
 
     validate_qkv(q, k, v, where="triton_flash_attention")
     if q.shape != k.shape:
         raise ValueError(f"triton_flash_attention: this kernel does self-attention; q, k, v must all be "
                          f"(B, H, T, D), got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if q.dtype not in _KERNEL_DTYPES:
+    if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"triton_flash_attention: dtype {q.dtype} not supported; "
                         f"use float16, bfloat16 (GPU only) or float32")
-    _validate_blocks(q.shape[-1], block_m, block_n)
+    validate_blocks(q.shape[-1], block_m, block_n)
 
 
 def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_warps=4, num_stages=2):
@@ -248,7 +248,7 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
     import triton
 
     kernel = prepare_kernel(kernel, "_flash_fwd_kernel", {"q": q, "k": k, "v": v, "o": o}, "run_flash_kernel")
-    _validate_flash(q, k, v, block_m, block_n)
+    validate_flash(q, k, v, block_m, block_n)
     B, H, T, D = q.shape
     if o.shape != q.shape or o.dtype != q.dtype:
         raise ValueError(f"run_flash_kernel: o must be {tuple(q.shape)} {q.dtype}, got {tuple(o.shape)} {o.dtype}")
@@ -286,11 +286,11 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
     Raises:
         TypeError, ValueError: naming the argument that is wrong (see ``validate_qkv`` too).
     """
-    _validate_flash(q, k, v, block_m, block_n)
+    validate_flash(q, k, v, block_m, block_n)
     kernel = runnable_kernel(kernel)
     _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v}, "triton_flash_attention")
     q, k, v = (t.contiguous() for t in (q, k, v))
-    o = _poisoned_with_tail(q.shape, block_m * q.shape[-1], q.dtype, q.device)
-    lse = _poisoned_with_tail(q.shape[:3], block_m, torch.float32, q.device)
+    o = poisoned_with_tail(q.shape, block_m * q.shape[-1], q.dtype, q.device)
+    lse = poisoned_with_tail(q.shape[:3], block_m, torch.float32, q.device)
     return run_flash_kernel(kernel, q, k, v, o, lse, causal=causal, block_m=block_m, block_n=block_n,
                             num_warps=num_warps, num_stages=num_stages)

@@ -66,7 +66,7 @@ def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash
     if q.shape != k.shape:
         raise ValueError(f"{where}: this kernel does self-attention; q, k, v must all be (B, H, T, D), "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if q.dtype not in launch._KERNEL_DTYPES:
+    if q.dtype not in launch.KERNEL_DTYPES:
         raise TypeError(f"{where}: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
     for name, t in (("o", o), ("do", do)):
         if not isinstance(t, torch.Tensor):
@@ -79,7 +79,7 @@ def validate_backward(q, k, v, o, lse, do, block_m, block_n, where="triton_flash
     if lse.shape != q.shape[:3] or lse.dtype != torch.float32 or lse.device != q.device:
         raise ValueError(f"{where}: lse must be (B, H, T) = {tuple(q.shape[:3])}, float32, on {q.device} "
                          f"(what the forward returns), got {tuple(lse.shape)}, {lse.dtype}, {lse.device}")
-    launch._validate_blocks(q.shape[-1], block_m, block_n, where)
+    launch.validate_blocks(q.shape[-1], block_m, block_n, where)
 
 
 def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, dq, dk, dv, dq_acc, *,
@@ -137,8 +137,8 @@ def backward_buffers(q, block_m: int, block_n: int):
     and a zeroed float32 dQ accumulator."""
     B, H, T, D = q.shape
     tail = max(block_m, block_n) * D
-    delta = launch._poisoned_with_tail((B, H, T), max(block_m, block_n), torch.float32, q.device)
-    dq, dk, dv = (launch._poisoned_with_tail(q.shape, tail, q.dtype, q.device) for _ in range(3))
+    delta = launch.poisoned_with_tail((B, H, T), max(block_m, block_n), torch.float32, q.device)
+    dq, dk, dv = (launch.poisoned_with_tail(q.shape, tail, q.dtype, q.device) for _ in range(3))
     dq_acc = torch.zeros(B * H * T * D + tail, dtype=torch.float32, device=q.device)[:B * H * T * D].view(q.shape)
     return delta, dq, dk, dv, dq_acc
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, prepare_kernel, require_contiguous
+from .launch import KERNEL_DTYPES, is_pow2, poisoned_with_tail, prepare_kernel, require_contiguous
 from .reference_decode import validate_decode_inputs
 
 __all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
@@ -90,7 +90,7 @@ def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None
     block_m = min(64, max(16, 1 << (rows - 1).bit_length()))
     if block_n is None:
         block_n = 16 if q.device.type == "cpu" else 64
-    if not _is_pow2(block_n) or block_n < 16:
+    if not is_pow2(block_n) or block_n < 16:
         raise ValueError(f"flash_decode: block_n={block_n!r} must be a power of two >= 16")
     row_blocks = -(-rows // block_m)
     if num_splits is None:
@@ -203,10 +203,10 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
         TypeError, ValueError: naming the argument that is wrong.
     """
     validate_decode_inputs(q, k_cache, v_cache, cache_seqlens)
-    if q.dtype not in _KERNEL_DTYPES:
+    if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"flash_decode: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
     D = q.shape[-1]
-    if not _is_pow2(D) or D < 16:
+    if not is_pow2(D) or D < 16:
         raise ValueError(f"flash_decode: head dim D={D} must be a power of two >= 16 (tl.arange and tl.dot need it)")
     cfg = decode_config(q, k_cache, num_splits, block_n)
     q, cache_seqlens = q.contiguous(), cache_seqlens.contiguous()
@@ -214,10 +214,10 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
     B, H_q, T_q, _ = q.shape
     dev = q.device
     spare = cfg.block_m * cfg.num_splits  # partial rows of one padded block of rows
-    o_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits, D), spare * D, torch.float32, dev)
-    lse_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits), spare, torch.float32, dev)
-    o = _poisoned_with_tail(q.shape, D, q.dtype, dev)
-    lse = _poisoned_with_tail((B, H_q, T_q), 1, torch.float32, dev)
+    o_part = poisoned_with_tail((B, H_q, T_q, cfg.num_splits, D), spare * D, torch.float32, dev)
+    lse_part = poisoned_with_tail((B, H_q, T_q, cfg.num_splits), spare, torch.float32, dev)
+    o = poisoned_with_tail(q.shape, D, q.dtype, dev)
+    lse = poisoned_with_tail((B, H_q, T_q), 1, torch.float32, dev)
     run_decode_partial(partial_kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, causal=causal,
                        cfg=cfg, num_warps=num_warps, num_stages=num_stages)
     return run_decode_merge(merge_kernel, o_part, lse_part, o, lse)

@@ -643,7 +643,7 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
     # float64 on the kernel's device: at GPU sizes a one-thread CPU reference took longer than the kernel's
     # compiles (notes/gpu/2026-12-01/grading-3); the results come back to the CPU for the comparisons
     o_ref, lse_ref = (t.cpu() for t in naive_attention(*(t.to(torch.float64) for t in inputs), causal=causal))
-    launch._validate_flash(q, k, v, block_m, block_n)
+    launch.validate_flash(q, k, v, block_m, block_n)
     guard = block_m * D  # room for every row of one padded tile
     n = B * H * T * D
     o_buf = torch.full((n + guard,), GUARD, dtype=dtype, device=device)

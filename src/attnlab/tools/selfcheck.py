@@ -283,7 +283,7 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
     """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
     import nbformat
 
-    from ..grading.host.autograde import NOTEBOOK_LIMIT_S, _read_grades, autograde_submission
+    from ..grading.host.autograde import NOTEBOOK_LIMIT_S, read_grades, autograde_submission
 
     hidden = files.hidden_tests
     shutil.copy(files.config, course.root / "nbgrader_config.py")
@@ -318,7 +318,7 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
         out = course.autograded / STUDENT / course.assignment / f"{r.notebook}.ipynb"
         grades = {}
         if r.status == "graded":
-            grades = {gid: score for gid, (score, _) in _read_grades(course, STUDENT, r.notebook).items()}
+            grades = {gid: score for gid, (score, _) in read_grades(course, STUDENT, r.notebook).items()}
         src = nbformat.read(course.source / f"{r.notebook}.ipynb", as_version=4)
         tests = _tests_of(src, out if r.status == "graded" else None, grades)
         if not hidden:  # no hidden part: whatever failed was visible

@@ -184,7 +184,7 @@ def _zero_notebook(course: Course, student: str, notebook: str) -> None:
     retrying(zero, "the gradebook (to record 0 for this notebook)")
 
 
-def _read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
+def read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
     from ..worker.gradebook import open_gradebook, retrying
 
     def read():
@@ -469,7 +469,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
     notes = grader_notes(out)
     res.notes = [n for n in notes if not n.startswith(REVIEW)]
     res.needs_review = [n for n in notes if n.startswith(REVIEW)]
-    grades = _read_grades(course, student, notebook)
+    grades = read_grades(course, student, notebook)
     for gid, max_points in auto.items():
         score = grades.get(gid, (0.0, max_points))[0] or 0.0
         res.points += score
