@@ -1,0 +1,261 @@
+"""The support package keeps its layers (notes/decisions.md, "Layers (issue 32)").
+
+Read from the source with ``ast`` (nothing imported), every import counted, those inside functions too:
+each module of ``src/attnlab`` imports only modules of its own layer or of the layers below it, no
+modules import each other in a circle, and no module, nor any test, uses another module's underscore
+names (tests use public interfaces). The checker is run on the real package and, to show that it can
+fail, on a copy of it with one bad module added.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "attnlab"
+
+#: The layers, bottom first: a module may import its own layer and the layers listed before it. A module
+#: belongs to the layer of the longest name listed that is the module or a package holding it.
+LAYERS = (
+    # the device, Triton's interpreter, rebuilding kernels from source, the review channel
+    ("runtime", ("attnlab.runtime", "attnlab.kernel_source")),
+    # what the grader runs inside a notebook's kernel; the course's checks call it
+    ("kernel", ("attnlab.grading.kernel",)),
+    # what notebooks import (the package's top level) and the checking harness under the checkers
+    ("course", ("attnlab", "attnlab.checking")),
+    # where things live in a course directory, read by every part of the grader
+    ("grading base", ("attnlab.grading", "attnlab.grading.course")),
+    ("sandbox", ("attnlab.grading.sandbox",)),
+    ("worker", ("attnlab.grading.worker",)),
+    ("host", ("attnlab.grading.host", "attnlab.grading.samples", "attnlab.grading.abuse")),
+    ("tools", ("attnlab.tools",)),
+)
+
+#: Circles left, each with its reason; any other circle fails.
+KNOWN_CIRCLES = {
+    # The sandbox's __init__ is the module learners' tests know (attnlab.grading.sandbox); the fork server
+    # and the task bound use its bwrap helpers while it starts kernels through them. Left until its bwrap
+    # part moves into a module of its own (issue 32).
+    frozenset({"attnlab.grading.sandbox", "attnlab.grading.sandbox.forkserver", "attnlab.grading.sandbox.tasks"}),
+}
+
+
+#: Test files that still reach private names, and how many uses each may keep: a ratchet, lowered as tests
+#: move to public interfaces (issue 32); a new use, or one in another file, fails.
+KNOWN_TEST_PRIVATE = {"test_alignment_hint.py": 1, "test_bug_hints.py": 1, "test_forkserver.py": 10,
+                      "test_gpu_compile.py": 4, "test_hardening.py": 23, "test_learner_tools.py": 1, "test_limits.py": 1,
+                      "test_package.py": 2, "test_parallel.py": 6, "test_shards.py": 1, "test_tasks.py": 4,
+                      "test_tuning.py": 12, "test_work_ledger.py": 2}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def modules(package: Path) -> dict[str, Path]:
+    """Dotted name -> file, for every module of ``package`` (a folder named attnlab)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def layer_of(module: str) -> int:
+    """Index in :data:`LAYERS` of ``module``'s layer (ValueError if none holds it)."""
+    best, where = "", None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, where = prefix, index
+    if where is None:
+        raise ValueError(f"{module} is in no layer: add it to LAYERS")
+    return where
+
+
+class _Uses:
+    """What one file imports from the package: (line, module) edges, and (line, text) private uses."""
+
+    def __init__(self, tree: ast.AST, name: str, is_package: bool, known: dict[str, Path]) -> None:
+        self.edges: list[tuple[int, str]] = []
+        self.private: list[tuple[int, str]] = []
+        aliases: dict[str, str] = {}  # local name -> module it is bound to
+        base = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "attnlab":
+                        self.edges.append((node.lineno, self._module(a.name, known)))
+                        aliases[a.asname] = a.name if a.asname else None
+                        if a.asname is None:
+                            aliases["attnlab"] = "attnlab"
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    parts = base.split(".")[: len(base.split(".")) - node.level + 1]
+                    source = ".".join(parts + ([node.module] if node.module else []))
+                if source.split(".")[0] != "attnlab":
+                    continue
+                for a in node.names:
+                    full = f"{source}.{a.name}"
+                    if full in known:  # a module imported from its package
+                        self.edges.append((node.lineno, full))
+                        aliases[a.asname or a.name] = full
+                    else:
+                        self.edges.append((node.lineno, self._module(source, known)))
+                        if _private(a.name):
+                            self.private.append((node.lineno, f"from {source} import {a.name}"))
+        aliases.pop(None, None)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                chain, value = [node.attr], node.value
+                while isinstance(value, ast.Attribute):
+                    chain.append(value.attr)
+                    value = value.value
+                if isinstance(value, ast.Name) and value.id in aliases and aliases[value.id]:
+                    dotted = ".".join([aliases[value.id], *reversed(chain[1:])])
+                    if dotted in known and dotted != name:
+                        self.private.append((node.lineno, f"{dotted}.{node.attr}"))
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "setattr"
+                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                target = node.args[0].value  # monkeypatch.setattr("attnlab.x._y", ...)
+                if target.startswith("attnlab.") and _private(target.rpartition(".")[2]):
+                    self.private.append((node.lineno, target))
+
+    @staticmethod
+    def _module(dotted: str, known: dict[str, Path]) -> str:
+        while dotted not in known and "." in dotted:
+            dotted = dotted.rpartition(".")[0]
+        return dotted
+
+
+def check(package: Path, tests: Path | None = None) -> dict[str, list[str]]:
+    """The layer rules broken in ``package`` (and, for private names, in the test files under ``tests``):
+    {"upward": [...], "circles": [...], "private": [...], "unplaced": [...]}, each a list of sentences."""
+    known = modules(package)
+    found: dict[str, list[str]] = {"upward": [], "circles": [], "private": [], "unplaced": []}
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        uses = _Uses(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
+        graph[name] = {m for _, m in uses.edges if m != name and m in known}
+        found["private"] += [f"{path.relative_to(package.parent)}:{line}: {text}" for line, text in uses.private]
+        try:
+            own = layer_of(name)
+        except ValueError as exc:
+            found["unplaced"].append(str(exc))
+            continue
+        for line, target in uses.edges:
+            if target in known and target != name and layer_of(target) > own:
+                found["upward"].append(f"{path.relative_to(package.parent)}:{line}: {name} ({LAYERS[own][0]}) "
+                                       f"imports {target} ({LAYERS[layer_of(target)][0]})")
+    for circle in _circles(graph):
+        if frozenset(circle) not in KNOWN_CIRCLES:
+            found["circles"].append(" <-> ".join(sorted(circle)))
+    for path in sorted(tests.glob("*.py")) if tests is not None else ():
+        uses = _Uses(ast.parse(path.read_text()), "tests." + path.stem, False, known)
+        found["private"] += [f"tests/{path.name}:{line}: {text}" for line, text in uses.private]
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(component)
+    return found
+
+
+def test_the_package_keeps_its_layers():
+    found = check(PACKAGE, ROOT / "tests")
+    per_test_file = {}
+    for line in [line for line in found["private"] if line.startswith("tests/")]:
+        per_test_file.setdefault(line.split(":")[0].removeprefix("tests/"), []).append(line)
+    over = [line for name, lines in per_test_file.items() if len(lines) > KNOWN_TEST_PRIVATE.get(name, 0)
+            for line in lines]
+    found["private"] = [line for line in found["private"] if not line.startswith("tests/")] + over
+    assert found == {"upward": [], "circles": [], "private": [], "unplaced": []}, "\n".join(
+        f"{kind}: {line}" for kind, lines in found.items() for line in lines)
+
+
+@pytest.fixture
+def copy(tmp_path) -> Path:
+    """A copy of the package (sources only) to break on purpose."""
+    dest = tmp_path / "attnlab"
+    shutil.copytree(PACKAGE, dest, ignore=shutil.ignore_patterns("__pycache__", "data", "_course"))
+    return dest
+
+
+def test_an_upward_import_fails(copy):
+    (copy / "runtime" / "device.py").write_text((copy / "runtime" / "device.py").read_text()
+                                                + "\n\ndef _late():\n    from ..tools import doctor\n")
+    found = check(copy)
+    assert [re.sub(r":\d+:", ":N:", line) for line in found["upward"]] == [
+        "attnlab/runtime/device.py:N: attnlab.runtime.device (runtime) imports attnlab.tools.doctor (tools)"]
+    assert found["circles"], "device <- ... <- doctor -> device is a circle too"
+
+
+def test_a_circle_within_one_layer_fails(copy):
+    (copy / "checking" / "a_first.py").write_text("from . import a_second\n")
+    (copy / "checking" / "a_second.py").write_text("def f():\n    import attnlab.checking.a_first\n")
+    found = check(copy)
+    assert found["upward"] == [] and found["circles"] == ["attnlab.checking.a_first <-> attnlab.checking.a_second"]
+
+
+def test_a_private_name_used_across_modules_fails(copy, tmp_path):
+    (copy / "checking" / "peek.py").write_text("from ..runtime import review\n\nSINK = review._SINK\n"
+                                               "from ..verify import _NOT_THERE\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text("import attnlab.runtime.review as r\n\n\ndef test(monkeypatch):\n"
+                                     "    monkeypatch.setattr('attnlab.verify._helper', None)\n    r._SINK\n")
+    found = check(copy, tests)
+    assert [re.sub(r":\d+:", ":N:", line) for line in found["private"]] == [
+        "attnlab/checking/peek.py:N: from attnlab.verify import _NOT_THERE",
+        "attnlab/checking/peek.py:N: attnlab.runtime.review._SINK",
+        "tests/test_x.py:N: attnlab.verify._helper",
+        "tests/test_x.py:N: attnlab.runtime.review._SINK",
+    ]
+
+
+def test_a_module_outside_the_package_has_no_layer():
+    with pytest.raises(ValueError, match="in no layer"):
+        layer_of("attnlabx.verify")
