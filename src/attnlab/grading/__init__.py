@@ -1,14 +1,16 @@
 """The course's pipeline: notebooks/ -> source/ -> release/ -> submitted/ -> autograded/ -> feedback/.
 
-- :mod:`.course`: where things live in a course directory;
-- :mod:`.build`: jupytext sources to nbgrader's source/ and release/ (and the staleness check);
-- :mod:`.samples`: the bundled sample submissions (reference, blank, typical mistakes);
-- :mod:`.abuse`: abusive sample submissions (samples/abuse/), generated from the reference;
-- :mod:`.collect`: an LMS zip export -> submitted/ (``nbgrader zip_collect``);
-- :mod:`.submissions`: misnamed notebooks in a submission folder matched back to the assignment's names;
-- :mod:`.autograde`: nbgrader autograde, one notebook at a time (:mod:`.worker`), the report, export, feedback;
-- :mod:`.repair`: nbgrader sanitising step that repairs damaged notebooks (copied cells, stripped metadata...);
-- :mod:`.execute`: nbgrader's Execute step, hardened (dead or stuck kernels, time budget, isolation);
-- :mod:`.guard`: runs inside the notebook's kernel and keeps the tests' references and helpers intact;
-- :mod:`.cli`: the ``attnlab`` command line.
+Split by where the code runs (as otter-grader's grade / run / execute), each part importing only those
+listed before it (tests/test_layers.py):
+
+- :mod:`.kernel`: inside the notebook's kernel: the guard that keeps the tests' references and helpers
+  intact, and the limits it sets there;
+- :mod:`.course`: where things live in a course directory, and the environment names every part reads;
+- :mod:`.sandbox`: bubblewrap around each kernel, kernel accounts, the fork server, task and memory bounds;
+- :mod:`.worker`: one grading worker: nbgrader's steps (:mod:`.worker.repair`, :mod:`.worker.execute`),
+  the job loop (:mod:`.worker.jobs`), the timing stage, the gradebook nbgrader writes;
+- :mod:`.host`: the instructor's machine: build, collect, autograde (pool, contention, reports), export,
+  feedback, shards, speed and leaderboard, the grader's commands (:mod:`.host.cli`);
+- :mod:`.samples`, :mod:`.abuse`: the bundled sample submissions (reference, blank, typical mistakes) and
+  the abusive ones, generated from the reference.
 """
