@@ -259,3 +259,15 @@ def test_a_private_name_used_across_modules_fails(copy, tmp_path):
 def test_a_module_outside_the_package_has_no_layer():
     with pytest.raises(ValueError, match="in no layer"):
         layer_of("attnlabx.verify")
+
+
+def test_review_notes_go_to_the_sink_connected_first():
+    """The runtime's review channel no longer imports the guard: the guard connects itself at install, and
+    code connected later (a notebook's) cannot reroute the notes."""
+    import subprocess
+    import sys
+
+    code = ("from attnlab.runtime import review\nseen = []\nreview.connect(seen.append)\n"
+            "review.connect(lambda text: None)\nreview.flag('why')\nprint(seen)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[grader] needs review: why", "['needs review: why']"]

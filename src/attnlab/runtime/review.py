@@ -20,9 +20,11 @@ _SINK = None
 
 
 def connect(sink) -> None:
-    """Send every later note to ``sink(text)`` too (the grading guard, while a notebook is autograded)."""
+    """Send every later note to ``sink(text)`` too (the grading guard, while a notebook is autograded).
+    The first sink stays: a later call (learner code's, say) changes nothing."""
     global _SINK
-    _SINK = sink
+    if _SINK is None:
+        _SINK = sink
 
 
 def flag(reason: str) -> None:
