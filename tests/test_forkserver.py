@@ -104,7 +104,7 @@ def test_a_failing_fork_server_leaves_the_start_to_bwrap(monkeypatch, caplog):
 def test_the_server_refuses_to_fork_with_threads_or_cuda():
     """A fork copies one thread: a server whose imports started a thread pool refuses (and the kernel
     manager then lets bwrap start the kernel); so does one where CUDA started."""
-    code = ("import threading, time, torch\nfrom attnlab.grading import forkserver as f\nprint(repr(f._unfit()))\n"
+    code = ("import threading, time, torch\nfrom attnlab.grading.sandbox import forkserver as f\nprint(repr(f._unfit()))\n"
             "e = threading.Event()\nt = threading.Thread(target=e.wait)\nt.start()\nprint(repr(f._unfit()))\n"
             "e.set()\nt.join()\nwhile f._threads() > 1:\n    time.sleep(0.01)\n"
             "torch.cuda.is_initialized = lambda: True\nprint(repr(f._unfit()))\n"

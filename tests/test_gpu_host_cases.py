@@ -28,7 +28,8 @@ PRELUDE = textwrap.dedent('''
     import torch, triton
     import triton.language as tl
     from triton.runtime.jit import JITFunction
-    from attnlab import device, gpu_compile, launch, verify, verify_decode
+    from attnlab import gpu_compile, launch, verify, verify_decode
+    from attnlab.runtime import device
     # a GPU machine, as far as the checks can tell (no CUDA call is made for a CPU-sized case)
     device._gpu_available = launch._gpu_available = lambda: True
     fake = device.Runtime("cuda", False, "a simulated GPU")

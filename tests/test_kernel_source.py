@@ -290,7 +290,7 @@ def test_triton_language_patched_in_a_cell_is_refused_while_autograding(tmp_path
         from attnlab import init
         init(verbose=False)
         import torch, triton, triton.language as tl
-        from attnlab.grading import guard
+        from attnlab.grading.kernel import guard
         from attnlab.verify import check_softmax_kernel
         ns = {{"torch": torch, "triton": triton, "tl": tl, "__name__": "__main__"}}
         guard.install(ns=ns, triton=True)

@@ -283,7 +283,7 @@ def test_memory_of_children_and_memfd_counts_for_the_kernel(fork_server, monkeyp
 def test_the_grader_asks_the_out_of_memory_killer_to_spare_it():
     """``attnlab autograde`` (tasks.prepare) lowers its own oom_score_adj, and what it starts inherits it;
     a kernel's sandbox starts at KERNEL_OOM_SCORE (tasks.enter)."""
-    code = ("from attnlab.grading import tasks; import subprocess; tasks.protect_grader(); "
+    code = ("from attnlab.grading.sandbox import tasks; import subprocess; tasks.protect_grader(); "
             "print(open('/proc/self/oom_score_adj').read().strip(), "
             "subprocess.run(['cat', '/proc/self/oom_score_adj'], capture_output=True, text=True).stdout.strip(), "
             "subprocess.run(tasks.enter(None, ['cat', '/proc/self/oom_score_adj'], 1000), capture_output=True, "

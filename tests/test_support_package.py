@@ -404,7 +404,7 @@ def test_interpreter_patches_the_language_once_per_launch(tmp_path):
             return calls[0]
 
         print(patches(rowmax_kernel, 1), patches(rowmax_kernel, 6))
-        from attnlab import device
+        from attnlab.runtime import device
         kernel = device.runnable_kernel(rowmax_kernel)
         counts = [patches(kernel, 1), patches(kernel, 6)]
         try:  # a launch that raises leaves no record of patched modules behind

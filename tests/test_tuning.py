@@ -476,7 +476,7 @@ def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
 
     code = textwrap.dedent("""
         import json
-        from attnlab.grading import guard
+        from attnlab.grading.kernel import guard
         guard.install()
         from attnlab import verify_tuning as vt
         real = (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__)

@@ -9,6 +9,6 @@ mkdir -p $OUT
 timeout 330 python3 benchmarks/timing_ranking.py --notebooks 07 08 --reruns 3 --out /tmp/tr > $OUT/timing.log 2>&1
 echo "exit $?" >> $OUT/timing.log
 cp /tmp/tr/*.txt /tmp/tr/*.json $OUT/ 2>/dev/null
-timeout 220 python3 -c "from attnlab.grading import tasks; tasks.prepare(); import pytest, sys; sys.exit(pytest.main(['tests/test_limits.py', '-q', '-p', 'no:cacheprovider', '-rA', '-k', 'memory_of_children']))" > $OUT/test_limits.txt 2>&1
+timeout 220 python3 -c "from attnlab.grading.sandbox import tasks; tasks.prepare(); import pytest, sys; sys.exit(pytest.main(['tests/test_limits.py', '-q', '-p', 'no:cacheprovider', '-rA', '-k', 'memory_of_children']))" > $OUT/test_limits.txt 2>&1
 echo "exit $?" >> $OUT/test_limits.txt
 tail -30 $OUT/timing.log; cat $OUT/summary.txt 2>/dev/null; tail -25 $OUT/test_limits.txt
