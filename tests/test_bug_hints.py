@@ -20,7 +20,7 @@ import jupytext
 import pytest
 import torch
 
-from attnlab.runtime import device
+from attnlab.core import device
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
 from attnlab.checking.hints import (LOG2E, delta_hint, log2e_hint, lse_base_hint, padding_zero_hint, row_stride_hint,
                            scale_factor_hint, sum_not_rescaled_hint, zero_max_hint)

@@ -2,7 +2,7 @@
 
 A GPU machine grades a Triton notebook's CPU-sized cases (float32, small) on the CPU through the
 interpreter, with the load accounting, in the same process that compiles the GPU-sized cases for
-the GPU (attnlab.verify.kernel_device, attnlab.runtime.device.interpreted_twin). No GPU here: each test runs
+the GPU (attnlab.verify.kernel_device, attnlab.core.device.interpreted_twin). No GPU here: each test runs
 a script in a fresh Python whose Triton is in compiled mode and whose attnlab believes it has a GPU
 (the launch of a CPU case never touches it), then compiles the same kernel for sm_90 afterwards to
 show that Triton was left as it was.
@@ -29,7 +29,7 @@ PRELUDE = textwrap.dedent('''
     import triton.language as tl
     from triton.runtime.jit import JITFunction
     from attnlab import gpu_compile, launch, verify, verify_decode
-    from attnlab.runtime import device
+    from attnlab.core import device
     # a GPU machine, as far as the checks can tell (no CUDA call is made for a CPU-sized case)
     device._gpu_available = launch._gpu_available = lambda: True
     fake = device.Runtime("cuda", False, "a simulated GPU")

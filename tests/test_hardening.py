@@ -720,7 +720,7 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
                        "open(os.path.expanduser('~/home.txt'), 'w').write('x')\n"
                        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # spare-test-daemon'],"
                        " start_new_session=True)", False),
-                      ("import attnlab.runtime.review\nattnlab.runtime.review.flag('an override could not be undone')", True)])
+                      ("import attnlab.core.review\nattnlab.runtime.review.flag('an override could not be undone')", True)])
     second = notebook([("import attnlab, os, sys\nassert not hasattr(attnlab, 'LEAK')\n"
                         "assert not os.path.exists('left.txt') and not os.path.exists(os.path.expanduser('~/home.txt'))\n"
                         "assert os.getpid() <= 4 and os.getppid() == 1, (os.getpid(), os.getppid())\nassert os.getcwd() not in sys.path", True)])
@@ -1202,7 +1202,7 @@ def test_review_flags_cannot_be_silenced_by_swapping_the_guards_record():
     seen, dropped every later review flag (red team, 2026-12-02)."""
     proc = _run("""
         import json, tempfile
-        from attnlab.runtime import review
+        from attnlab.core import review
         from attnlab.grading.kernel import guard
         guard.install(cwd=tempfile.mkdtemp())
         class Yes(set):

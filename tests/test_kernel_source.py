@@ -19,7 +19,7 @@ import time
 import pytest
 import torch
 
-from attnlab.runtime import device, review
+from attnlab.core import device, review
 from attnlab import kernel_source
 from attnlab.verify import check_softmax_kernel
 

@@ -23,7 +23,7 @@ PACKAGE = ROOT / "src" / "attnlab"
 #: belongs to the layer of the longest name listed that is the module or a package holding it.
 LAYERS = (
     # the device, Triton's interpreter, rebuilding kernels from source, the review channel
-    ("runtime", ("attnlab.runtime", "attnlab.kernel_source")),
+    ("runtime", ("attnlab.core", "attnlab.kernel_source")),  # attnlab.runtime is the device function
     # what the grader runs inside a notebook's kernel; the course's checks call it
     ("kernel", ("attnlab.grading.kernel",)),
     # what notebooks import (the package's top level) and the checking harness under the checkers
@@ -225,11 +225,11 @@ def copy(tmp_path) -> Path:
 
 
 def test_an_upward_import_fails(copy):
-    (copy / "runtime" / "device.py").write_text((copy / "runtime" / "device.py").read_text()
+    (copy / "core" / "device.py").write_text((copy / "core" / "device.py").read_text()
                                                 + "\n\ndef _late():\n    from ..tools import doctor\n")
     found = check(copy)
     assert [re.sub(r":\d+:", ":N:", line) for line in found["upward"]] == [
-        "attnlab/runtime/device.py:N: attnlab.runtime.device (runtime) imports attnlab.tools.doctor (tools)"]
+        "attnlab/core/device.py:N: attnlab.core.device (runtime) imports attnlab.tools.doctor (tools)"]
     assert found["circles"], "device <- ... <- doctor -> device is a circle too"
 
 
@@ -241,18 +241,18 @@ def test_a_circle_within_one_layer_fails(copy):
 
 
 def test_a_private_name_used_across_modules_fails(copy, tmp_path):
-    (copy / "checking" / "peek.py").write_text("from ..runtime import review\n\nSINK = review._SINK\n"
+    (copy / "checking" / "peek.py").write_text("from ..core import review\n\nSINK = review._SINK\n"
                                                "from ..verify import _NOT_THERE\n")
     tests = tmp_path / "tests"
     tests.mkdir()
-    (tests / "test_x.py").write_text("import attnlab.runtime.review as r\n\n\ndef test(monkeypatch):\n"
+    (tests / "test_x.py").write_text("import attnlab.core.review as r\n\n\ndef test(monkeypatch):\n"
                                      "    monkeypatch.setattr('attnlab.verify._helper', None)\n    r._SINK\n")
     found = check(copy, tests)
     assert [re.sub(r":\d+:", ":N:", line) for line in found["private"]] == [
         "attnlab/checking/peek.py:N: from attnlab.verify import _NOT_THERE",
-        "attnlab/checking/peek.py:N: attnlab.runtime.review._SINK",
+        "attnlab/checking/peek.py:N: attnlab.core.review._SINK",
         "tests/test_x.py:N: attnlab.verify._helper",
-        "tests/test_x.py:N: attnlab.runtime.review._SINK",
+        "tests/test_x.py:N: attnlab.core.review._SINK",
     ]
 
 
@@ -267,7 +267,7 @@ def test_review_notes_go_to_the_sink_connected_first():
     import subprocess
     import sys
 
-    code = ("from attnlab.runtime import review\nseen = []\nreview.connect(seen.append)\n"
+    code = ("from attnlab.core import review\nseen = []\nreview.connect(seen.append)\n"
             "review.connect(lambda text: None)\nreview.flag('why')\nprint(seen)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["[grader] needs review: why", "['needs review: why']"]

@@ -242,7 +242,7 @@ def test_load_notebook_module_takes_given_and_solution_cells_only(tmp_path):
 
 def test_loading_another_notebook_does_not_repeat_the_mode_banner(tmp_path, capsys):
     # 06 and 07 load 05's cells, whose set-up calls init(): the banner was printed a second time
-    from attnlab.runtime.device import init
+    from attnlab.core.device import init
 
     init()
     banner = capsys.readouterr().out.strip()
@@ -305,7 +305,7 @@ def test_naive_unfused_matches_reference():
 
 
 def test_force_cpu_mode(monkeypatch):
-    from attnlab.runtime import device
+    from attnlab.core import device
 
     monkeypatch.setenv("ATTNLAB_DEVICE", "cpu")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -404,7 +404,7 @@ def test_interpreter_patches_the_language_once_per_launch(tmp_path):
             return calls[0]
 
         print(patches(rowmax_kernel, 1), patches(rowmax_kernel, 6))
-        from attnlab.runtime import device
+        from attnlab.core import device
         kernel = device.runnable_kernel(rowmax_kernel)
         counts = [patches(kernel, 1), patches(kernel, 6)]
         try:  # a launch that raises leaves no record of patched modules behind

@@ -24,7 +24,7 @@ import jupytext
 import pytest
 import torch
 
-from attnlab.runtime import device
+from attnlab.core import device
 from attnlab import launch
 from attnlab.grading.samples import apply_mistake, load_mistakes, strip_markers
 from attnlab.checks import assert_close
@@ -452,7 +452,7 @@ def test_when_the_interpreter_cannot_be_switched_on_every_check_says_so(tmp_path
     (tmp_path / "nb04.py").write_text(notebook_code("04_triton_softmax"))
     p = _python('''
         import triton, triton.language as tl
-        from attnlab.runtime import device
+        from attnlab.core import device
         device._switch_triton_library = lambda: 0  # as if this Triton could not be converted
         import nb04  # its set-up cell calls init()
         from attnlab.verify import check_softmax_kernel

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.runtime import device
+from attnlab.core import device
 from attnlab.checking import loads
 from attnlab.verify import check_flash_kernel, check_softmax_kernel
 from attnlab.verify_backward import check_flash_backward_kernels

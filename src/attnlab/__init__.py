@@ -7,4 +7,4 @@ and the grading command line. It holds no solutions and no hidden test cases.
 
 __version__ = "0.1.0"
 
-from .runtime.device import Runtime, init, runtime  # noqa: F401  (cheap: imports nothing heavy)
+from .core.device import Runtime, init, runtime  # noqa: F401  (cheap: imports nothing heavy)

@@ -172,7 +172,7 @@ def kernel_resources(launcher, *args, **kwargs) -> str:
 
 
 def _on_cpu() -> bool:
-    from .runtime.device import runtime
+    from .core.device import runtime
 
     return runtime().interpret
 

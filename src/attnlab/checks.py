@@ -19,7 +19,7 @@ import torch
 
 from . import reference
 from .checking import integrity
-from .runtime.device import runtime
+from .core.device import runtime
 
 __all__ = [
     "generator", "randn", "poisoned", "tolerance", "assert_close", "assert_finite",

@@ -28,7 +28,7 @@ loses its points) naming the line, the construct, what to do instead, and the ta
 for (so a Colab user knows before opening a GPU runtime). A kernel whose body still raises
 ``NotImplementedError`` (the blank release) raises ``NotImplementedError`` saying it is not
 implemented yet, on a CPU and on a GPU alike. Failures of the machinery itself (no ptxas, an
-unwritable cache) are reported with :func:`attnlab.runtime.review.flag` and never cost the learner.
+unwritable cache) are reported with :func:`attnlab.core.review.flag` and never cost the learner.
 
 Using it from a launcher (notebooks 04, 05, and the second assignment's kernels). Simplest: wrap
 the kernel once, launch as before (:class:`gated`; ``num_warps``/``num_stages`` are read from the
@@ -630,7 +630,7 @@ def _own_clock(what: str):
 
 def _native_target() -> Target | None:
     """This machine's GPU as a :class:`Target` (None without a GPU or under the interpreter)."""
-    from .runtime.device import runtime
+    from .core.device import runtime
 
     if runtime().interpret:
         return None
@@ -653,7 +653,7 @@ def ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4, 
                                     num_stages=num_stages, targets=targets, native=native)
         except GateWaited as exc:
             if attempt == 2:
-                from .runtime.review import flag
+                from .core.review import flag
 
                 flag(f"could not check that {what} compiles for the GPU targets: {exc} (a busy machine or a "
                      f"lock, not the kernel); not judged by the compile gate")
@@ -865,7 +865,7 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
 
     ``interpret=True`` (a compiled-mode kernel launched on CPU tensors on a GPU machine): the gate
     compiles for the course's targets as on a machine without a GPU, and the launch runs the
-    kernel's interpreted twin (:func:`attnlab.runtime.device.interpreted_twin`).
+    kernel's interpreted twin (:func:`attnlab.core.device.interpreted_twin`).
     """
 
     def __init__(self, kernel, what: str, interpret: bool = False):
@@ -883,7 +883,7 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
                             num_stages=options.get("num_stages", 3), native=not self.interpret)
             if not self.interpret:
                 return self.kernel[grid](*args, **kwargs)
-            from .runtime.device import interpreted_twin
+            from .core.device import interpreted_twin
 
             with interpreted_twin(self.kernel) as twin:
                 return twin[grid](*args, **kwargs)
@@ -909,7 +909,7 @@ def _check_native(kernel, args, constexprs, options, what, spec):
 
 
 def _flag(what: str, target: Target | None, exc: BaseException) -> None:
-    from .runtime.review import flag
+    from .core.review import flag
 
     flag(f"could not check that {what} compiles for {target.describe() if target else 'the GPU targets'}: "
          f"the compiler itself failed "

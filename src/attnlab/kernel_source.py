@@ -7,7 +7,7 @@ decoration, and the globals it reads rebound. Any of these can run Python (a ``t
 into the output) while a kernel that only loads its inputs is graded.
 
 So every course launcher launches :func:`from_source` of the learner's kernel (through
-:func:`attnlab.runtime.device.runnable_kernel`): a new object of Triton's own type, compiled from the
+:func:`attnlab.core.device.runnable_kernel`): a new object of Triton's own type, compiled from the
 kernel's source text (the ``def`` its function was made from, without decorators) in a clean
 namespace holding only what a GPU compiler lets a kernel see:
 
@@ -21,7 +21,7 @@ namespace holding only what a GPU compiler lets a kernel see:
 Any other global (a plain Python function, a module such as ``torch`` or ``numpy``, an object) is
 refused with a message naming it; a kernel with no readable source is refused too. What the object
 carried beyond its source (hooks, callbacks, swapped attributes) is reported for review
-(:func:`attnlab.runtime.review.flag`) and has no effect on the grade.
+(:func:`attnlab.core.review.flag`) and has no effect on the grade.
 
 While a check calls learner code (:func:`checking`, entered by ``attnlab.verify.call_learner``), each launch
 of a rebuilt kernel runs under :class:`NoTorch`, a dispatch mode that refuses every torch operation
@@ -114,7 +114,7 @@ def from_source(kernel):
     while the kernel's function, code and the globals it names stay the same objects.
 
     Args:
-        kernel: exactly a ``@triton.jit`` object (``attnlab.runtime.device.is_kernel``).
+        kernel: exactly a ``@triton.jit`` object (``attnlab.core.device.is_kernel``).
 
     Returns:
         The rebuilt kernel, with no hooks; its launches run under :class:`NoTorch`.
@@ -393,7 +393,7 @@ def _report(kernel, found: list[str]) -> None:
         if key in _REPORTED:
             continue
         _REPORTED.add(key)
-        from .runtime.review import flag
+        from .core.review import flag
 
         flag(f"the kernel object {_name(kernel)} carried {item}: the grader launched the kernel rebuilt from its "
              f"source, without it")
@@ -430,7 +430,7 @@ def clear_triton_hooks() -> list[str]:
             except Exception:  # noqa: BLE001 (a read-only knob: nothing set there by a cell either)
                 pass
     if cleared:
-        from .runtime.review import flag
+        from .core.review import flag
 
         flag(f"Triton's {', '.join(f'knobs.runtime.{n}' for n in cleared)} had been set; a hook runs Python during "
              f"a launch or compile, so it was removed before the graded launch")
@@ -606,7 +606,7 @@ def _flag_once(kernel, text: str) -> None:
     key = (id(kernel), text)
     if key not in _REPORTED:
         _REPORTED.add(key)
-        from .runtime.review import flag
+        from .core.review import flag
 
         flag(text)
 

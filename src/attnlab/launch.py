@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import gpu_compile
-from .runtime.device import is_interpreted, is_kernel, runnable_kernel
+from .core.device import is_interpreted, is_kernel, runnable_kernel
 
 __all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel", "require_contiguous"]
 
@@ -97,7 +97,7 @@ def _check_kernel_inputs(kernel, tensors: dict, where: str) -> bool:
 
 # ---------------------------------------------------------------------------------------- softmax
 def require_kernel(kernel, what: str) -> None:
-    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (:func:`attnlab.runtime.device.is_kernel`):
+    """Raise TypeError unless ``kernel`` is exactly a ``@triton.jit`` function (:func:`attnlab.core.device.is_kernel`):
     anything else, a wrapper included, could run any Python when launched."""
     if not is_kernel(kernel):
         raise TypeError(f"{what} must be a @triton.jit function (exactly triton.runtime.jit.JITFunction), "
@@ -108,7 +108,7 @@ def prepare_kernel(kernel, what: str, tensors: dict, where: str):
     """The launchable form of a learner's ``kernel``, as every course launcher launches it.
 
     Exactly a ``@triton.jit`` function, converted for the interpreter when its cell ran before the
-    set-up cell (:func:`attnlab.runtime.device.runnable_kernel`); ``tensors`` (name -> tensor) on one device
+    set-up cell (:func:`attnlab.core.device.runnable_kernel`); ``tensors`` (name -> tensor) on one device
     and of a dtype this mode computes right (:func:`_check_kernel_inputs`); then wrapped so that the
     launch first compiles it for the course's GPU targets (:func:`attnlab.gpu_compile.gated`). On a
     GPU machine, CPU tensors run the kernel through Triton's interpreter, exactly as on a machine

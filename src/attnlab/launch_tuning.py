@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .runtime.device import is_kernel, runtime
+from .core.device import is_kernel, runtime
 
 __all__ = ["T_MULTIPLE", "CONFIG_SPACE", "HOPPER_SPACE", "smem_limit_bytes", "sm_count", "autotune_configs",
            "launch_tuned_forward"]

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from .runtime.device import quiet_init
+from .core.device import quiet_init
 
 __all__ = ["load_notebook_module", "load_earlier_kernel", "NotebookLoadError", "read_cells"]
 

@@ -17,15 +17,15 @@ from torch.autograd.gradcheck import GradcheckError
 
 from .checking import integrity
 from . import kernel_source, launch
-from .runtime import review
+from .core import review
 from .checks import (Case, assert_close, assert_dtype_at_least, assert_shape, call_limit_s, randn, time_limit,
                      tolerance)
-from .runtime.device import require_interpreter, runtime
+from .core.device import require_interpreter, runtime
 from .grading.kernel import guard as _guard
 from .checking.hints import causal_alignment_hint, delta_hint, diagnosed, log2e_hint, padding_zero_hint, row_stride_hint, head_offset_hint, unmasked_keys_hint, zero_max_hint
 from .checking.loads import available as loads_available
 from .checking.loads import check_flash_reads, check_races, check_softmax_reads, interpreter_internals, record
-from .runtime.review import flag as _flag
+from .core.review import flag as _flag
 from .checking.poisoned import GUARD, guarded, with_tail
 from .checking.probe import MethodProbe, reduce_rule, row_rule, tile_rule
 from .reference import lse_dtype, naive_attention, reference_gradients
@@ -440,11 +440,11 @@ def kernel_device(device: str | None, *, dtype, elements: int) -> tuple[str, boo
 
     ``device=None`` picks the CPU for a CPU-sized case (float32, at most :data:`CPU_CASE_ELEMENTS`
     ``elements``) and on a machine without a GPU, the GPU otherwise. A case on the CPU runs through
-    Triton's interpreter, on a GPU machine too (:func:`attnlab.runtime.device.interpreted_twin`).
+    Triton's interpreter, on a GPU machine too (:func:`attnlab.core.device.interpreted_twin`).
 
     Raises:
         RuntimeError: interpreter mode is needed but cannot work in this process (see
-            :func:`attnlab.runtime.device.require_interpreter`).
+            :func:`attnlab.core.device.require_interpreter`).
         ValueError: a CUDA device under the interpreter, where the checks account loads on the CPU.
     """
     rt = runtime()

@@ -21,7 +21,7 @@ import torch
 from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
 from .checking.hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
-from .runtime.device import runtime
+from .core.device import runtime
 from .checking.loads import check_races, record
 from .checking.poisoned import GUARD, guarded, tail_room
 from .reference import naive_attention, reference_gradients

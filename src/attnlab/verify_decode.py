@@ -27,7 +27,7 @@ import torch
 
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
-from .runtime.device import runtime
+from .core.device import runtime
 from .checking.hints import quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
 from .checking.loads import check_decode_reads, check_races, record
 from .checking.poisoned import GUARD, guarded, tail_room, with_tail

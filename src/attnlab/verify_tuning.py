@@ -31,7 +31,7 @@ import) draws the same cases again, for self-check or a learner reproducing a fa
 come from (:func:`expected_smem`, :func:`expected_scales` and the private ones behind the other
 checks) refuse to run, with :class:`ReferenceRefused`, while a learner function is being checked
 (any thread) or when code outside this package calls them during autograding; the check then fails
-and the call is flagged for review (:func:`attnlab.runtime.review.flag`), even if the learner code caught
+and the call is flagged for review (:func:`attnlab.core.review.flag`), even if the learner code caught
 the error.
 
 Sources: the OCP 8-bit floating point specification (E4M3: 4 exponent bits, 3 mantissa bits, max 448,
@@ -56,7 +56,7 @@ from os import urandom as _urandom  # bound at import: the guard restores it if 
 
 import torch
 
-from .runtime import review
+from .core import review
 from .checks import Case, assert_shape, randn
 from .checking.probe import MethodProbe, tensors_in
 from .verify import call_learner

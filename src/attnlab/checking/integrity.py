@@ -7,7 +7,7 @@ result compare equal, and the grader's guard (:mod:`attnlab.grading.kernel.guard
 Python attributes, cannot see it. :func:`check` compares the dispatcher with a snapshot taken when
 :mod:`attnlab.checks` was first imported (the notebook's set-up cell, before any learner code) and fails
 the check while anything differs, naming it; it also reports the finding for review
-(:func:`attnlab.runtime.review.flag`).
+(:func:`attnlab.core.review.flag`).
 
 What is watched: the dispatch tables (``torch._C._dispatch_dump``) of every aten operator the
 checks and references execute (recorded once, at import) and of the composite operators they call
@@ -160,7 +160,7 @@ def check(what: str) -> None:
     found = problems()
     if not found:
         return
-    from ..runtime import review
+    from ..core import review
 
     reason = "; ".join(found)
     review.flag(f"torch was tampered with while checking {what}: {reason}")

@@ -244,7 +244,7 @@ def record(buffers: dict[str, torch.Tensor]):
     for name in patched:
         del builder.__dict__[name]
     if patched:
-        from ..runtime import review
+        from ..core import review
 
         review.flag(f"Triton's interpreter_builder had been patched ({', '.join(patched)}): the patch was removed "
                     f"before the work ledger")
@@ -387,7 +387,7 @@ _INTERNALS = re.compile(r"\b(?:interpreter_builder|interpreter_semantic|_interpr
 def interpreter_internals(kernel) -> list[str]:
     """The names of Triton's interpreter internals (or raw memory access) that ``kernel`` or a
     ``@triton.jit`` function of its module mentions: code the load accounting cannot vouch for."""
-    from ..runtime.device import is_kernel
+    from ..core.device import is_kernel
 
     fns = [kernel.fn] + [v.fn for v in list(kernel.fn.__globals__.values()) if is_kernel(v) and v is not kernel]
     hits: set[str] = set()

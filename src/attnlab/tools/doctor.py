@@ -105,7 +105,7 @@ def _check_torch() -> list[Check]:
         checks.append(Check("PyTorch", FAIL, torch.__version__, "the course needs torch >= 2.3: pip install -U torch"))
     else:
         checks.append(Check("PyTorch", OK, f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'})"))
-    from ..runtime.device import FORCE_ENV, runtime
+    from ..core.device import FORCE_ENV, runtime
 
     forced = os.environ.get(FORCE_ENV, "").lower() == "cpu"
     if torch.cuda.is_available() and not forced:

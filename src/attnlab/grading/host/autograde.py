@@ -8,7 +8,7 @@ course's Execute step (:mod:`.execute`) keeps the points earned before a crash, 
 sanitising step (:mod:`.repair`) fixes damaged cells; before grading, misnamed notebooks are
 matched back to the assignment's names (:mod:`.submissions`). Everything noticed on the way is a
 note in the report, beside the points and the reason for every loss; what a check could not rule
-out ("needs review: ...", :func:`attnlab.runtime.review.flag`) is listed apart. Every job comes back graded
+out ("needs review: ...", :func:`attnlab.core.review.flag`) is listed apart. Every job comes back graded
 or with the reason it was not, even when a worker or a kernel is killed or the gradebook's server
 goes away (waited for: :func:`.gradebook.retrying`); a re-grade keeps the hand grading of answers
 that did not change (:func:`.gradebook.keep_hand_grading`).
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from ...runtime.review import PREFIX as REVIEW
+from ...core.review import PREFIX as REVIEW
 from ..course import Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).

@@ -40,12 +40,12 @@ import types
 _MODULES = (
     "builtins", "math", "numbers", "os", "signal", "threading", "time", "contextlib", "copy",
     "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
-    "attnlab", "attnlab.runtime", "attnlab.runtime.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
+    "attnlab", "attnlab.core", "attnlab.core.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
     "attnlab.launch", "attnlab.gpu_compile", "attnlab.nbload", "attnlab.grading", "attnlab.grading.kernel",
     "attnlab.grading.kernel.guard", "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode",
     "attnlab.launch_backward", "attnlab.verify_backward", "attnlab.checking", "attnlab.checking.poisoned",
     "attnlab.checking.probe", "attnlab.checking.integrity", "attnlab.checking.loads", "attnlab.checking.hints",
-    "attnlab.runtime.review", "attnlab.kernel_source",
+    "attnlab.core.review", "attnlab.kernel_source",
     # 09's checkers: their references, their tripwire and the replay number read at import (a cell that
     # rebound them would grade against its own values or replay a draw it knows)
     "attnlab.verify_tuning", "attnlab.launch_tuning",
@@ -125,7 +125,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         os.chdir(cwd)
     state = _State()
     state.ns, state.alias = ns, alias
-    from ...runtime import review
+    from ...core import review
 
     review.connect(_note)  # before the snapshots, so that a cell that disconnects it is undone
     if ns is not None and alias:
@@ -133,10 +133,10 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
     state.ipython = _ipython_hooks()
     _watch_cells()
     if triton:
-        # the course's own changes to Triton's interpreter, applied before the snapshots (attnlab.runtime.device's
+        # the course's own changes to Triton's interpreter, applied before the snapshots (attnlab.core.device's
         # globals hold Triton's originals) so that they hold them
         try:
-            from attnlab.runtime.device import fix_interpreter_index, patch_lang_once_per_launch
+            from attnlab.core.device import fix_interpreter_index, patch_lang_once_per_launch
 
             fix_interpreter_index()
             patch_lang_once_per_launch()
@@ -151,7 +151,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         snap = dict(vars(mod))
         if name == __name__:
             snap.pop("_STATE", None)  # the guard's own state is set after this snapshot
-        if name == "attnlab.runtime.device" and not triton:
+        if name == "attnlab.core.device" and not triton:
             for key in getattr(mod, "TRITON_WRAPPER_STATE", ()):
                 snap.pop(key, None)
         if not name.startswith("attnlab"):
@@ -210,7 +210,7 @@ def _limit_memory(gb: float) -> float:
     try:
         import resource
 
-        from attnlab.runtime.device import runtime
+        from attnlab.core.device import runtime
 
         if not runtime().interpret:
             return 0.0

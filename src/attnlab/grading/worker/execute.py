@@ -39,7 +39,7 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
 
-Notes from the checks that start with "needs review: " (:func:`attnlab.runtime.review.flag`) are kept as
+Notes from the checks that start with "needs review: " (:func:`attnlab.core.review.flag`) are kept as
 they are, so the report can list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
 "Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
 """
@@ -66,8 +66,8 @@ from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer
 
-from ...runtime.device import FORCE_ENV
-from ...runtime.review import PREFIX as REVIEW
+from ...core.device import FORCE_ENV
+from ...core.review import PREFIX as REVIEW
 from ..sandbox import proctree
 from ..sandbox.proctree import PIDFILE_ENV, process_start
 from .. import sandbox as _sandbox
@@ -363,7 +363,7 @@ class GradingExecute(Execute):
             after = self._guard_call("after_locked", cell)
             self._confirm_error(cell, index)
         label = _label(cell, index)
-        # a check's "needs review: ..." (attnlab.runtime.review.flag) is no repair: it goes to the notes as is
+        # a check's "needs review: ..." (attnlab.core.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
         for note in [n for n in [*before, *after] if isinstance(n, str) and n.startswith(REVIEW)]:
             self._notes.append(f"{note} ({label})")

@@ -48,7 +48,7 @@ from pathlib import Path
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from ...runtime.review import PREFIX as REVIEW
+from ...core.review import PREFIX as REVIEW
 
 _ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 _DEF = re.compile(r"^def\s+(\w+)\s*\(", re.MULTILINE)
@@ -163,7 +163,7 @@ def checked_private_names() -> frozenset[str]:
     import importlib.util
 
     package = Path(__file__).resolve().parents[2]
-    files = [*package.glob("*.py"), *package.glob("runtime/*.py"), *package.glob("checking/*.py"),
+    files = [*package.glob("*.py"), *package.glob("core/*.py"), *package.glob("checking/*.py"),
              *package.glob("tools/*.py"), *package.glob("grading/kernel/*.py")]  # not the grader's own
     for top, parts in (("triton", ("runtime/interpreter.py", "runtime/jit.py")), ("torch", ("_C/__init__.pyi",))):
         spec = importlib.util.find_spec(top)

@@ -415,7 +415,7 @@ def run_worker(folder: Path) -> dict:
     config = json.loads(Path(folder, "config.json").read_text())
     name, shape = config["notebook"], config["shape"]
     bench = BENCHMARKS[name]
-    from ...runtime import device as device_
+    from ...core import device as device_
 
     rt = device_.init(verbose=False)
     import torch
