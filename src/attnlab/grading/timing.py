@@ -378,16 +378,21 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
 
     import torch
 
+    from ..launch import checking
+
     if device != "cuda":
         t0 = time.perf_counter()
-        out = run(*inputs)
+        with checking():
+            out = run(*inputs)
         return (time.perf_counter() - t0) * 1e3, out
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     flush.zero_()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # checking(): outputs start as NaN, so an element never written fails the check (the fills are
+    # kernels of their own, not counted below)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, checking():
         out = run(*inputs)
         torch.cuda.synchronize()
     spans = {name: 0.0 for name in names}
