@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events-reps", type=int, default=50)
     ap.add_argument("--out", type=Path, default=Path("timing_ranking"))
     args = ap.parse_args(argv)
+    from attnlab import gpu_compile
+
+    gpu_compile.TARGETS = ()  # events_ms compiles here: for this GPU only, as the timing worker does
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "variants"
     rows = []
@@ -271,15 +274,17 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in rows if r["notebook"] == nb]
         refs = [r["ratio"] for r in mine if r["variant"] == "reference" and r.get("ratio")]
         if len(refs) > 1:
+            cv = statistics.pstdev(refs) / statistics.mean(refs)
             lines.append(f"{nb}: reference against itself over {len(refs)} workers: ratios "
-                         f"{', '.join(f'{x:.3f}' for x in refs)}; CV {statistics.pstdev(refs) / statistics.mean(refs):.2%}")
+                         f"{', '.join(f'{x:.3f}' for x in refs)}; CV {cv:.2%}")
         first = [r for r in mine if r["run"] == 0]
         by_stage = [r["variant"] for r in sorted(first, key=lambda r: -(r.get("ratio") or 0))]
         by_events = [r["variant"] for r in sorted(first, key=lambda r: r["events_ms"])]
         verdict = "MATCH" if by_stage == by_events else "MATCH within 3% ties" if orders_agree(first) else "DIFFER"
         lines.append(f"{nb}: stage order {by_stage}; events order {by_events}; {verdict}")
         for r in sorted(first, key=lambda r: r["events_ms"]):
-            lines.append(f"   {r['variant']:26s} ratio {r.get('ratio') or 0:.3f}  {r.get('rate') or 0:8.1f} {r['unit']}  "
+            lines.append(f"   {r['variant']:26s} ratio {r.get('ratio') or 0:.3f}  {r.get('rate') or 0:8.1f} "
+                         f"{r['unit']}  "
                          f"stage {r.get('learner_ms') or 0:.3f} ms  events {r['events_ms']:.3f} ms  {r['status']}"
                          f"  job {r.get('phases', {}).get('job_s', '?')} s")
     (args.out / "summary.txt").write_text("\n".join(lines) + "\n")

@@ -178,6 +178,9 @@ def _graph_cases():
         k, v = (t[:, :, :4000].repeat_interleave(4, 1) for t in (k, v))
         return F.scaled_dot_product_attention(q, k, v)
 
+    def causal_sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
     attention = launch_backward.attention_function(_bwd)
     tuned = _tuned_kernel()
     return {
@@ -185,22 +188,22 @@ def _graph_cases():
                            lambda x: launch.launch_softmax(_softmax(), x), lambda x: torch.softmax(x, -1)),
         "triton_flash_attention": (lambda g: tuple(randn(g, 2, 4, 256, 64) for _ in range(3)),
                                    lambda q, k, v: launch.launch_flash_forward(_fwd(), q, k, v, causal=True)[0],
-                                   lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+                                   causal_sdpa),
         "triton_flash_attention_backward": (
             bwd_inputs, lambda q, k, v, o, lse, do: flat(launch_backward.launch_flash_backward(
                 _bwd(), q, k, v, o, lse, do, causal=True)),
-            lambda q, k, v, o, lse, do: grads(q, k, v, do, lambda *t: F.scaled_dot_product_attention(*t, is_causal=True))),
+            lambda q, k, v, o, lse, do: grads(q, k, v, do, causal_sdpa)),
         "triton_attention": (
             lambda g: tuple(randn(g, 2, 4, 256, 64) for _ in range(4)),
             lambda q, k, v, do: grads(q, k, v, do, lambda *t: attention(*t, causal=True)),
-            lambda q, k, v, do: grads(q, k, v, do, lambda *t: F.scaled_dot_product_attention(*t, is_causal=True))),
+            lambda q, k, v, do: grads(q, k, v, do, causal_sdpa)),
         "flash_decode": (decode_inputs, lambda q, k, v, lens: launch_decode.launch_flash_decode(
             *_dec(), q, k, v, lens)[0], sdpa_decode),
         "launch_tuned_forward": (
             lambda g: tuple(randn(g, 2, 4, 256, 64) for _ in range(3)),
             lambda q, k, v: launch_tuning.launch_tuned_forward(
                 tuned, q, k, v, causal=True, config=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3))[0],
-            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+            causal_sdpa),
     }
 
 
@@ -252,7 +255,8 @@ def replay_check(name: str, seed: int = 0) -> float:
     return worst
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or launch.checks_on("cuda"), reason="needs a GPU")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("name", LAUNCHERS)
-def test_launcher_replays_from_a_cuda_graph(name):
+def test_launcher_replays_from_a_cuda_graph(name, monkeypatch):
+    monkeypatch.setattr(gpu_compile, "TARGETS", ())  # the gate compiles for this GPU only: capturing is the point
     assert replay_check(name) < 2e-2

@@ -270,7 +270,8 @@ def step_both_ways(flash_decode, *, B: int = 1, H_q: int = 32, H_kv: int = 8, T_
         except Exception as exc:  # noqa: BLE001  (a step that cannot be captured is a result)
             rows[f"{name}, replayed from a CUDA graph"] = f"cannot be captured: {type(exc).__name__}: {exc}"[:200]
     if len(outs) == 2:
-        rows["max |flash_decode - SDPA| (graph)"] = float((outs["flash_decode"].float() - outs["SDPA"].float()).abs().max())
+        diff = outs["flash_decode"].float() - outs["SDPA"].float()
+        rows["max |flash_decode - SDPA| (graph)"] = float(diff.abs().max())
     rows["bytes"] = float(kv_bytes(B, H_kv, T_k, D, dtype.itemsize))
     return rows
 

@@ -1,8 +1,8 @@
 """The given launcher of notebook 08: split-K decoding (FlashDecoding) from two Triton kernels.
 
 The learner writes the kernels; these functions validate the inputs, pick the split count and tile
-sizes, allocate the partials and outputs (NaN-poisoned when checking: :func:`attnlab.launch.checking`), and launch (contract in DESIGN.md and
-:mod:`attnlab.reference_decode`):
+sizes, allocate the partials and outputs (NaN-poisoned when checking: :func:`attnlab.launch.checking`),
+and launch (contract in DESIGN.md and :mod:`attnlab.reference_decode`):
 
 - ``partial(Q, K, V, SEQLENS, O_PART, LSE_PART, stride_kb, stride_kh, stride_kt, H_kv, group, T_q,
   keys_per_split, num_splits, scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM)`` on grid

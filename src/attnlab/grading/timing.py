@@ -282,8 +282,8 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
                 results[i] = Timing(name, Status.NOT_TIMED, f"{name} has no timing stage")
                 continue
             if shape is None and not _gpu_here():
-                results[i] = Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader only",
-                                    unit=bench.unit)
+                results[i] = Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader "
+                                    "only", unit=bench.unit)
                 continue
             try:
                 mine = kernel_source(cells_of(Path(submitted), bench.cells))
