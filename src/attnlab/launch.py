@@ -61,7 +61,8 @@ def checking():
 def checks_on(device) -> bool:
     """True inside :func:`checking`, or for tensors in host memory (``device`` of type in
     :data:`HOST_DEVICES`): the launchers then NaN-poison outputs and read values to check them."""
-    return _CHECKING[0] > 0 or torch.device(device).type in HOST_DEVICES
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return _CHECKING[0] > 0 or kind in HOST_DEVICES
 
 
 def output(shape, extra: int, dtype, device) -> torch.Tensor:
