@@ -64,6 +64,18 @@ def test_reference_kernel_checked_on_every_repetition_and_not_timed_on_a_cpu():
     assert result.ratio is None and result.dropped == []
 
 
+def test_the_sandboxed_worker_reads_its_jobs_and_hands_back_its_results():
+    """As on a GPU grader: the worker under bubblewrap, as a kernel account (its scratch folder is a
+    tmpfs of the sandbox, so the jobs and results travel through a folder bound for them)."""
+    from attnlab.grading import sandbox
+
+    ok, why = sandbox.check()
+    if not ok:
+        pytest.skip(f"no sandbox here: {why}")
+    result = timing.time_notebook(SOFTMAX, SOFTMAX, reps=1, seed=3, sandbox=True, shape=SMALL)
+    assert result.status is timing.Status.NEEDS_GPU, result
+
+
 _STORE = "    tl.store(output_ptr + row * output_row_stride + cols, y.to(output_ptr.dtype.element_ty), mask=in_row)\n"
 _HOOK = """
 

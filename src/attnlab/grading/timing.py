@@ -349,13 +349,17 @@ def _gpu_here() -> bool:
 
 
 def _sandboxed(cmd: list[str], folder: str) -> list[str]:
-    """``cmd`` under bubblewrap with ``folder`` as its only writable place, when the sandbox works."""
+    """``cmd`` under bubblewrap, when the sandbox works, with ``folder`` (config, kernels, results) bound
+    read-write as a kernel's socket folder is: the sandbox's scratch folder is a tmpfs of its own, where
+    nothing of the host's folder is seen and nothing written comes back."""
     from . import sandbox
 
     ok, _ = sandbox.check()
     if not ok:
         return cmd
-    return sandbox.wrap(cmd, folder, None)  # as a kernel: an account of its own under a root grader
+    scratch = os.path.join(folder, "scratch")
+    os.makedirs(scratch, exist_ok=True)
+    return sandbox.wrap(cmd, scratch, folder)  # as a kernel: an account of its own under a root grader
 
 
 # ------------------------------------------------------------------------------------- the worker
