@@ -166,3 +166,39 @@ def test_graded_end_to_end_variant_and_copy(graded):
     out = nbformat.read(c.autograded / "copier" / c.assignment / f"{nb}.ipynb", as_version=4)
     shown, = (cell for cell in out.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == "shapes-predict-bytes")
     assert "the variant of student id 'copier'" in "".join(o.get("text", "") for o in shown.outputs)
+
+
+def test_workers_starting_together_share_one_course_secret(tmp_path, monkeypatch):
+    """Every grading worker needs the secret for its first notebook's seed key: when none exists yet,
+    processes that make it at the same time must all end up with the same one."""
+    import multiprocessing
+
+    from attnlab.grading.leaderboard import SECRET_ENV
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        root = tmp_path / str(attempt)
+        root.mkdir()
+        barrier, out = ctx.Barrier(8), ctx.Queue()
+        procs = [ctx.Process(target=_read_secret, args=(str(root), barrier, out)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join()
+        assert len(set(got)) == 1 and len(got[0]) == 64, got
+        assert [p.name for p in root.iterdir()] == [".attnlab-secret"]
+
+
+def _read_secret(root, barrier, out):
+    from pathlib import Path
+
+    from attnlab.grading.course import Course
+    from attnlab.grading.leaderboard import course_secret
+
+    barrier.wait()
+    try:
+        out.put(course_secret(Course(Path(root))).decode())
+    except Exception as exc:  # noqa: BLE001 (reported to the test)
+        out.put(f"{type(exc).__name__}: {exc}")
