@@ -202,3 +202,22 @@ def _read_secret(root, barrier, out):
         out.put(course_secret(Course(Path(root))).decode())
     except Exception as exc:  # noqa: BLE001 (reported to the test)
         out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_whose_variant_the_grader_gives_a_kernel(tmp_path, monkeypatch):
+    """nbgrader's student id with a seed key from the course secret; attnlab selfcheck's choice (the learner's
+    own id, or none) with the notebooks' own seeds."""
+    from traitlets.config import Config
+
+    from attnlab.grading.execute import GradingExecute
+    from attnlab.grading.leaderboard import SECRET_ENV
+
+    monkeypatch.setenv(SECRET_ENV, "s")
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path)
+    resources = {"nbgrader": {"student": BOB, "notebook": "01_online_softmax"}}
+    assert GradingExecute(config=config)._variant(resources) == (BOB, variants.seed_key(b"s", BOB))
+    assert GradingExecute(config=config)._variant({}) == (None, None)  # a plain nbconvert run
+    for chosen, whose in (("", None), (ALICE, ALICE)):
+        config.GradingExecute.variant_student = chosen
+        assert GradingExecute(config=config)._variant(resources) == (whose, None)
