@@ -55,7 +55,8 @@ def test_student_id_sources(grading, monkeypatch):
     monkeypatch.setenv(variants.HUB_ENV, BOB)  # a JupyterHub single-user server
     assert variants.student_id() == BOB
     monkeypatch.setenv(variants.STUDENT_ENV, ALICE)
-    assert variants.student_id() == ALICE and variants.shapes("predict-bytes") == variants.shapes("predict-bytes", ALICE)
+    assert variants.student_id() == ALICE
+    assert variants.shapes("predict-bytes") == variants.shapes("predict-bytes", ALICE)
     grading(None)  # the grader says: no id (attnlab selfcheck off a hub), whatever the environment says
     assert variants.student_id() is None and variants.shapes("predict-bytes")["T"] == 8192
     grading(BOB, 7)
@@ -85,12 +86,12 @@ def _predictions_of(student):
 
 def _run_01(edits):
     cells = autograded_notebook("01_online_softmax").cells
-    failed, ns = run_cells(cells, given=("setup", "shapes-predict-bytes"), edits_cell="predict-bytes", edits=edits,
+    failed, _ = run_cells(cells, given=("setup", "shapes-predict-bytes"), edits_cell="predict-bytes", edits=edits,
                            only={"test-predict-bytes"}, autograding=True)
     return failed
 
 
-def test_own_answers_pass_and_a_copy_loses_the_prediction_points(grading, capsys):
+def test_own_answers_pass_and_a_copy_loses_the_prediction_points(grading):
     grading(ALICE)
     assert _run_01(_predictions_of(ALICE)) == {}
     grading(BOB)  # BOB hands in ALICE's notebook

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 __all__ = ["QUESTIONS", "Question", "student_id", "shapes", "show_shapes", "check_predictions", "mix_seed",
-           "seed_key", "grading_expression", "describe", "SALT_ENV", "STUDENT_ENV", "HUB_ENV"]
+           "seed_key", "grading_expression", "describe", "record", "SALT_ENV", "STUDENT_ENV", "HUB_ENV"]
 
 STUDENT_ENV = "ATTNLAB_STUDENT"
 HUB_ENV = "JUPYTERHUB_USER"
