@@ -60,8 +60,8 @@ def _q(notebook: str, **dims: tuple[int, tuple[int, ...]]) -> Question:
     return Question(notebook, tuple((k, r) for k, (r, _) in dims.items()), tuple((k, c) for k, (_, c) in dims.items()))
 
 
-#: answer cell's grade_id -> its shapes. Every choice keeps the question's point: 02's tiles stay
-#: many, 03's FLOPs per byte (D/2) stay under an H200's ridge point, 07's sizes fit one GPU.
+#: answer cell's grade_id -> its shapes. Every choice keeps the question's point: 02 keeps at least 4
+#: tiles a side, 03's FLOPs per byte saved (D/2) stay under an H200's ridge point (~165).
 QUESTIONS = MappingProxyType({
     "predict-bytes": _q("01_online_softmax", T=(8192, (1024, 2048, 4096, 8192, 16384))),
     "predict-tiles": _q("02_flash_forward", T=(1024, (512, 1024, 2048, 4096)), block=(64, (32, 64, 128))),
