@@ -333,7 +333,7 @@ def test_kubernetes_job_is_an_indexed_job_of_shards():
     assert security["seccompProfile"]["type"] == "Unconfined"
 
 
-def test_make_test_installs_postgres_and_make_install_does_not():
+def test_make_test_installs_postgres_and_slurm_and_make_install_does_not():
     def dry_run(target: str) -> str:
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout
@@ -342,6 +342,7 @@ def test_make_test_installs_postgres_and_make_install_does_not():
     assert "install-postgres" not in install and "postgres]" not in install  # students never need a database
     assert "postgres]" in dry_run("dev")  # the driver comes with the developers' install (issue 31, item 12)
     assert "install-postgres" in dry_run("test")
+    assert "install-slurm" in dry_run("test") and "install-slurm" not in install  # the Slurm test's cluster
 
 
 def test_the_scratch_build_registers_in_its_own_sqlite_even_with_a_shared_gradebook(tmp_path, monkeypatch):
