@@ -161,7 +161,16 @@ class SlurmCluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        """Stop the daemons (jobs still running are killed with slurmd) and remove the folder."""
+        """Cancel the jobs still running (a test that failed half-way), stop the daemons and remove the
+        folder. slurmstepd, which runs a job, outlives slurmd: jobs are cancelled first."""
+        if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
+            try:
+                self.run("scancel", f"--user={getpass.getuser()}", check=False)
+                deadline = time.monotonic() + 20  # KillWait (5 s) and the job's end
+                while self.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         for name in ("slurmd", "slurmctld", "munged"):
             p = self.procs.get(name)
             if p is None or p.poll() is not None:

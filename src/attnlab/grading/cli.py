@@ -265,8 +265,8 @@ def _lms_export(course: Course, args) -> int:
     if args.canvas:
         written.append(("Canvas gradebook import", lms.write_canvas(args.canvas, rows, ids, columns)))
     if args.moodle:
-        written.append((f"Moodle grading worksheet ({args.assignment})",
-                        lms.write_moodle(args.moodle, rows, ids, args.assignment)))
+        written.append((f"Moodle grading worksheet ({args.moodle_assignment})",
+                        lms.write_moodle(args.moodle, rows, ids, args.moodle_assignment)))
     for what, out in written:
         print(f"{what}: {out.path} ({len(out.students)} students)")
         for line in out.notes():
@@ -429,12 +429,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--canvas", type=Path, default=None, metavar="CSV",
                    help="also write Canvas's gradebook import file, keyed by the Canvas user ids `attnlab collect` read")
     p.add_argument("--moodle", type=Path, default=None, metavar="CSV",
-                   help="also write the Moodle assignment's grading worksheet (--assignment), keyed by the "
+                   help="also write the Moodle assignment's grading worksheet (--moodle-assignment), keyed by the "
                         "participant ids `attnlab collect` read")
     p.add_argument("--lms-column", action="append", metavar="ASSIGNMENT=HEADER",
                    help="the Canvas column of an assignment, as Canvas names it: 'Name (assignment id)' "
                         "(default: the assignment's name; Canvas then asks which assignment it is)")
-    _assignment_option(p)
+    p.add_argument("--moodle-assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
+                   help=f"the assignment of the Moodle worksheet (default {ASSIGNMENT}): Moodle numbers its "
+                        "participants per assignment, so each gets a worksheet of its own")
     gradebook.add_db_option(p)
 
     p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)
