@@ -318,6 +318,22 @@ def test_slurm_script_is_valid_bash_and_runs_its_shard():
     assert "#SBATCH" in text and "attnlab report" in text
 
 
+def test_slurm_script_says_what_is_wrong_outside_an_array_task_or_a_course_folder(tmp_path):
+    """Slurm runs a spooled copy of the script: it finds the course through SLURM_SUBMIT_DIR only, and
+    says so where that is not a course folder. (On a real scheduler: tests/test_slurm.py.)"""
+    script = ROOT / "deploy" / "slurm-autograde.sh"
+    base = {"PATH": os.environ["PATH"], "SHARDS": "3", "ATTNLAB_DB_URL": "postgresql+psycopg://grader@db/course"}
+
+    def run(env: dict) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+
+    outside = run(base)
+    assert outside.returncode != 0 and "submit this script as an array job" in outside.stderr
+    elsewhere = run({**base, "SLURM_ARRAY_TASK_ID": "1", "SLURM_SUBMIT_DIR": str(tmp_path)})
+    assert elsewhere.returncode == 2 and f"{tmp_path} is not a course folder" in elsewhere.stderr
+    assert "run sbatch in the course folder" in elsewhere.stderr
+
+
 def test_kubernetes_job_is_an_indexed_job_of_shards():
     yaml = pytest.importorskip("yaml")
     job = yaml.safe_load((ROOT / "deploy" / "k8s-autograde-job.yaml").read_text())
