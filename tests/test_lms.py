@@ -40,7 +40,7 @@ def test_ids_are_read_from_canvas_and_moodle_exports_as_collect_names_students(t
                                            "zhangwei_2001_53_notes.pdf", "readme.txt"])
     moodle = _zip(tmp_path / "moodle.zip", [f"李明_1001_assignsubmission_file_/{NB}.ipynb",
                                            f"Wei Zhang_1003_assignsubmission_file_/{NB}.ipynb",
-                                           f"Wei Zhang_1003_assignsubmission_file_/sub/Eve_9_assignsubmission_file_/x.ipynb",
+                                           "Wei Zhang_1003_assignsubmission_file_/sub/Eve_9_assignsubmission_file_/x.ipynb",
                                            "__MACOSX/Wei Zhang_1004_assignsubmission_file_/._x.ipynb"])
     assert lms.ids_in_export(canvas, A1) == [lms.LmsId(A1, "zhangwei-2001", "canvas", "2001", "zhangwei"),
                                              lms.LmsId(A1, "zhangwei-2002", "canvas", "2002", "zhangwei")]
