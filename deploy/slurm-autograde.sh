@@ -8,7 +8,7 @@
 # Then (8 shards; change --array and SHARDS together; the log folder must exist):
 #   mkdir -p logs && sbatch --array=0-7 --export=ALL,SHARDS=8 deploy/slurm-autograde.sh
 # A task that failed (node lost, time limit, scancel) is simply submitted again; it regrades the same
-# students, and nothing of the run it replaces is kept:
+# students, replacing whatever the failed run had written for them:
 #   sbatch --array=3 --export=ALL,SHARDS=8 deploy/slurm-autograde.sh
 # Arguments after the script's name go to `attnlab autograde`, e.g. one notebook, one worker per task:
 #   sbatch --array=0-7 --export=ALL,SHARDS=8 deploy/slurm-autograde.sh --notebook 01_online_softmax --jobs 1
