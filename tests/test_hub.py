@@ -306,14 +306,16 @@ def _action(hub, student: str, action: str, assignment: str) -> list[dict]:
     return [x for x in out["value"] if x["assignment_id"] == assignment]
 
 
-def _lost(course: Course, assignment: str, student: str, notebook: str) -> tuple[set[str], float]:
-    """(test cells that lost points, autograded points) of one graded notebook, from nbgrader's gradebook."""
+def _lost(course: Course, assignment: str, student: str, notebook: str) -> tuple[set[str], float, float]:
+    """(test cells that lost points, autograded points earned, autograded points possible) of one graded
+    notebook, from nbgrader's gradebook."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(notebook, assignment, student)
         auto = [g for g in nb.grades if g.auto_score is not None]
-        return {g.name for g in auto if g.auto_score < g.max_score}, sum(g.max_score for g in auto)
+        return ({g.name for g in auto if g.auto_score < g.max_score}, sum(g.auto_score for g in auto),
+                sum(g.max_score for g in auto))
 
 
 def test_a_class_on_the_hub_from_release_to_feedback(released):
@@ -342,12 +344,14 @@ def test_a_class_on_the_hub_from_release_to_feedback(released):
                            env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     t_graded = time.monotonic() - t0
+    scores = {}
     for a in ASSIGNMENTS:
         for student in STUDENTS:
             for name in notebooks[a]:
-                lost, points = _lost(course, a, student, name)
+                lost, earned, possible = _lost(course, a, student, name)
                 expected = set(BOBS_MISTAKES[name].fails) if student == "bob" and name in BOBS_MISTAKES else set()
-                assert points > 0 and lost == expected, (student, name, lost, expected)
+                assert possible > 0 and lost == expected, (student, name, lost, expected)
+                scores[student, name] = f"<b>Autograded:</b> {earned:g} / {possible:g}"  # as the feedback says it
         out = hub.server(INSTRUCTOR, "POST", f"formgrader/api/assignment/{a}/release_feedback")
         assert out["success"], out
     for student in STUDENTS:
@@ -355,8 +359,10 @@ def test_a_class_on_the_hub_from_release_to_feedback(released):
             [mine] = [x for x in _action(hub, student, "fetch_feedback", a) if x["status"] == "submitted"]
             [submission] = mine["submissions"]
             assert submission["has_local_feedback"] and not submission["feedback_updated"], submission
-            pages = sorted(Path(p).stem for p in (hub.home / student / a / "feedback").glob("*/*.html"))
-            assert pages == notebooks[a], (student, a, pages)
+            pages = {Path(p).stem: Path(p) for p in (hub.home / student / a / "feedback").glob("*/*.html")}
+            assert sorted(pages) == notebooks[a], (student, a, sorted(pages))
+            for name, page in pages.items():  # every notebook has answers graded by hand: the line is there
+                assert scores[student, name] in page.read_text(), (student, name, scores[student, name])
     print(f"exchange (fetch, work, submit, collect): {t_exchange:.1f} s; autograde and feedback: "
           f"{t_graded - t_exchange:.1f} s; feedback released and fetched: {time.monotonic() - t0 - t_graded:.1f} s")
 
@@ -428,6 +434,8 @@ def test_doctor_hub_check_fails_what_stops_students_and_says_how_to_fix_it(tmp_p
     listing = "\n".join(f"    nbgrader.server_extensions.{n} enabled" for n in ("formgrader", "course_list"))
     [off] = check_hub_extensions(listing + "\n    nbgrader.server_extensions.assignment_list disabled")
     assert off.status == "FAIL" and "assignment_list" in off.detail and "course_list" not in off.detail
+    [unlisted] = check_hub_extensions("(could not run jupyter server extension list: timed out)")
+    assert unlisted.status == "FAIL" and "timed out" in unlisted.detail and "jupyter server extension list" in unlisted.advice
 
 
 def test_doctor_runs_the_hub_check_where_a_hub_is_detected_or_asked_for(monkeypatch):

@@ -286,7 +286,7 @@ def _check_hub() -> list[Check]:
     """The JupyterHub set-up: nbgrader's exchange and the extensions that use it (a Jupyter process: seconds)."""
     from .hub_check import check_hub
 
-    return check_hub(_jupyter("server", "extension", "list"))
+    return check_hub(_jupyter("server", "extension", "list", timeout=180))  # imports every extension: slow when busy
 
 
 def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> Iterator[Check]:

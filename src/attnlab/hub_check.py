@@ -19,7 +19,8 @@ from .doctor import FAIL, OK, WARN, Check
 
 __all__ = ["hub_detected", "exchange_settings", "check_exchange", "check_hub_extensions"]
 
-DEFAULT_EXCHANGE = "/srv/nbgrader/exchange"  # nbgrader's default Exchange.root
+#: nbgrader 0.9's default Exchange.root, and the folder docs/hub.md (and older nbgrader guides) name
+EXCHANGE_FOLDERS = ("/usr/local/share/nbgrader/exchange", "/srv/nbgrader/exchange")
 #: Server extensions by who needs them: students the Assignments and Courses tabs, instructors formgrader.
 HUB_EXTENSIONS = {"assignment_list": "the Assignments tab (fetch, submit, fetch feedback)",
                   "course_list": "the Courses tab",
@@ -28,8 +29,9 @@ HUB_EXTENSIONS = {"assignment_list": "the Assignments tab (fetch, submit, fetch 
 
 def hub_detected(environ=os.environ) -> bool:
     """Whether this looks like a hub: a server JupyterHub started (it sets JUPYTERHUB_* variables in
-    every single-user server and its terminals), or nbgrader's default exchange folder exists."""
-    return bool(environ.get("JUPYTERHUB_USER") or environ.get("JUPYTERHUB_API_URL")) or os.path.isdir(DEFAULT_EXCHANGE)
+    every single-user server and its terminals), or an exchange folder in a usual place exists."""
+    return (bool(environ.get("JUPYTERHUB_USER") or environ.get("JUPYTERHUB_API_URL"))
+            or any(os.path.isdir(f) for f in EXCHANGE_FOLDERS))
 
 
 def exchange_settings(cwd: str | os.PathLike | None = None) -> tuple[str, str, bool]:
@@ -108,6 +110,10 @@ def check_exchange(root: str, course_id: str, groupshared: bool = False) -> list
 
 def check_hub_extensions(server_extensions: str) -> list[Check]:
     """The nbgrader server extensions a hub's servers need, from ``jupyter server extension list``'s output."""
+    if "nbgrader.server_extensions" not in server_extensions:  # no listing at all (timed out, no jupyter)
+        return [Check("hub: nbgrader extensions", FAIL, f"no nbgrader extension listed: {server_extensions[-300:].strip()}",
+                      "Run `jupyter server extension list` in the environment the hub's servers run; install "
+                      "nbgrader there (pip install -e '.[course]').")]
     off = [f"{name} ({why})" for name, why in HUB_EXTENSIONS.items()
            if not re.search(rf"nbgrader\.server_extensions\.{name}\s+enabled", server_extensions)]
     if off:
