@@ -7,7 +7,7 @@ nbgrader, JupyterLab and nbgrader's lab and server extensions (for the Validate 
 ipywidgets and its lab extension (for the interactive figures); Google Colab; bubblewrap (the
 sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in); on a JupyterHub
 (detected, or asked for with --hub), nbgrader's exchange folder, its permissions and the server
-extensions that use it (attnlab.hub_check).
+extensions that use it.
 The exit status is 1 when any check FAILs (the course cannot run), else 0.
 """
 
@@ -346,7 +346,8 @@ def format_checks(checks: list[Check]) -> str:
 def _cmd(args) -> int:
     print(HEADER, end="\n\n", flush=True)
     checks = []
-    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick, hub=getattr(args, "hub", None) or None):  # each line as soon as it is known
+    hub = getattr(args, "hub", False) or None  # None: where a hub is detected
+    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick, hub=hub):  # each line as soon as it is known
         checks.append(c)
         print(format_check(c), flush=True)
     print(f"\n{summary(checks)}")
