@@ -299,3 +299,9 @@ def test_a_memory_hog_ends_its_kernel_only(abused):
 def test_the_hosts_cgroups_are_not_readable_from_a_kernel(abused):
     out = _outputs(abused.course, "abuse-cgroup-snoop")
     assert "CGROUPS SEEN 0 0" in out, out[:2000]
+
+
+def test_a_kernel_cannot_use_the_kernel_keyrings(abused):
+    """keyctl, add_key and request_key fail with EPERM in every kernel (the sandbox's seccomp filter)."""
+    out = _outputs(abused.course, "abuse-keyring-note")
+    assert "KEYRING EPERM EPERM EPERM" in out, out[:2000]

@@ -375,3 +375,43 @@ def test_through_the_grader_only_the_sandboxs_own_memory_folders_take_writes(tmp
     if os.geteuid() == 0 and not sandbox.kernel_accounts():  # the socket folder is taken back from the account
         assert seen["ipc"] == "PermissionError", seen
     assert folders and not any(os.path.exists(f) for f in folders)
+
+
+#: keyctl, add_key and request_key through ctypes (what the red team did through numpy's ctypes), then
+#: torch at work, as every notebook needs it.
+KEYRINGS = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {"x86_64": (250, 248, 249), "aarch64": (219, 217, 218)}[os.uname().machine]
+keyctl, add_key, request_key = calls
+results = [libc.syscall(keyctl, 0, -4, 1),  # KEYCTL_GET_KEYRING_ID of the user keyring, made if missing
+           libc.syscall(add_key, b"user", b"attnlab-note", b"secret", 6, -4),  # into the user keyring
+           libc.syscall(request_key, b"user", b"attnlab-note", None, 0)]
+print("KEYS", *[errno.errorcode.get(ctypes.get_errno(), "?") if r < 0 else "ALLOWED" for r in results[:1]],
+      *["ALLOWED" if r >= 0 else "DENIED" for r in results[1:]])
+errs = []
+for nr, args in ((keyctl, (0, -4, 1)), (add_key, (b"user", b"n", b"s", 1, -4)), (request_key, (b"user", b"n", None, 0))):
+    ctypes.set_errno(0)
+    libc.syscall(nr, *args)
+    errs.append(errno.errorcode.get(ctypes.get_errno(), "OK"))
+print("ERRNO", *errs)
+import torch
+print("TORCH", float(torch.arange(4.0).sum()))
+"""
+
+
+@pytest.mark.parametrize("how", ["bwrap", "forked", "grader-account"])
+def test_kernels_may_not_use_the_kernel_keyrings(how, monkeypatch):
+    """Keys live per uid, not per sandbox: a key one kernel adds to its user keyring is there for the next
+    kernel of that uid (red team, 2026-12-02). keyctl, add_key and request_key fail with EPERM (a seccomp
+    filter, libseccomp's), in kernels started by bwrap, forked by the fork server, and running as the
+    grader's own account (a grader that is not root; here ATTNLAB_KERNEL_ACCOUNT=root); torch still works."""
+    _sandboxed()
+    assert sandbox.describe_seccomp()[0], sandbox.describe_seccomp()[1]
+    if how == "forked" and (os.geteuid() != 0 or sandbox.kernel_accounts()):
+        pytest.skip("the fork server serves root graders whose kernels have accounts of their own")
+    if how == "grader-account":
+        monkeypatch.setenv(sandbox.KERNEL_ACCOUNT_ENV, "root")
+    out, _ = _run(KEYRINGS, fork_server=how == "forked")
+    assert "ERRNO EPERM EPERM EPERM" in out, out
+    assert "TORCH 6.0" in out, out
