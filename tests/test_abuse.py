@@ -305,3 +305,10 @@ def test_a_kernel_cannot_use_the_kernel_keyrings(abused):
     """keyctl, add_key and request_key fail with EPERM in every kernel (the sandbox's seccomp filter)."""
     out = _outputs(abused.course, "abuse-keyring-note")
     assert "KEYRING EPERM EPERM EPERM" in out, out[:2000]
+
+
+def test_a_flood_of_output_is_dropped_unread(abused):
+    """Messages over the grader's iopub cap are refused before they are read: the cell's output says it was
+    truncated, and what was kept is far below the flood (the grading process's memory: test_limits.py)."""
+    out = _outputs(abused.course, "abuse-print-flood")
+    assert "Output truncated" in out and len(out) < 1_000_000, out[-2000:]

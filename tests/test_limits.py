@@ -415,3 +415,53 @@ def test_kernels_may_not_use_the_kernel_keyrings(how, monkeypatch):
     out, _ = _run(KEYRINGS, fork_server=how == "forked")
     assert "ERRNO EPERM EPERM EPERM" in out, out
     assert "TORCH 6.0" in out, out
+
+
+#: Grades a notebook whose cell prints 3 x 256 MiB, then another student's, in one process (GradingExecute
+#: as autograde runs it); prints the cells' outputs and notes as JSON, and the process's peak RSS.
+FLOOD_GRADER = r"""
+import json, resource, sys, tempfile
+import nbformat
+from attnlab.grading.execute import GradingExecute
+
+def graded(cells):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    for i, (source, test) in enumerate(cells):
+        meta = {"nbgrader": {"grade_id": f"t{i}", "grade": True, "locked": True, "solution": False, "points": 1,
+                             "schema_version": 3}} if test else {}
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+    nb, _ = GradingExecute(timeout=240, prewarm=False, guard=False).preprocess(nb, {"metadata": {"path": tempfile.mkdtemp()}})
+    return {"outputs": [[{k: str(o.get(k, ""))[:300] for k in ("output_type", "name", "text", "ename")} for o in c.outputs]
+                        for c in nb.cells if c.cell_type == "code"], "notes": nb.metadata.get("attnlab", {}).get("notes", [])}
+
+flood = graded([("x = 1", True),
+                ("import sys\nfor _ in range(3):\n    sys.stdout.write('x' * (256 << 20))\n    sys.stdout.flush()", False),
+                ("print('still here'); assert x == 1", True),
+                ("import sys\nsys.stdout.write('y' * (20 << 20))\nsys.stdout.flush()\nassert x == 2, 'wrong x'", True)])
+honest = graded([("print('next student'); assert 1 + 1 == 2", True)])
+print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}))
+"""
+
+
+def test_a_flood_of_output_never_lands_whole_in_the_grader():
+    """A cell printing 3 x 256 MiB took the grader to 1.1 GiB (each message received whole, then cut to
+    100,000 characters). The grader's iopub socket refuses a message over its cap (16 MiB) unread and
+    connects again: the grading process stays under 400 MiB, the cell's output says it was truncated, the
+    notebook's other cells are graded (a failing one still fails), and the next student's notebook is
+    untouched."""
+    import json
+
+    _sandboxed()
+    proc = subprocess.run([sys.executable, "-c", FLOOD_GRADER], capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    flood, honest = result["flood"], result["honest"]
+    texts = ["".join(o["text"] for o in outs) for outs in flood["outputs"]]
+    assert "Output truncated" in texts[1] and "dropped unread" in " ".join(flood["notes"]), flood
+    assert "still here" in texts[2], flood
+    # the error a test cell raised right after a message over the cap (its message may be lost while the
+    # socket connects again) still fails the cell: the kernel's reply says "error"
+    assert [[o["ename"] for o in outs if o["ename"]] for outs in flood["outputs"]] == [[], [], [], ["AssertionError"]], flood
+    assert "next student" in honest["outputs"][0][0]["text"] and not honest["notes"], honest
+    assert result["maxrss_mib"] < 400, result["maxrss_mib"]

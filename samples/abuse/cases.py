@@ -869,7 +869,19 @@ def keyring_note(s):
         "print('KEYRING', *_errs)\n"))
 
 
+def print_flood(s):
+    # messages far over what the grader keeps (it received each whole, then cut it to 100,000 characters:
+    # 3 x 256 MiB took it to 1.1 GiB); 3 x 32 MiB here, over the iopub cap of 16 MiB, to keep the batch short
+    s.append(NB1, "online_softmax_stats", (
+        "import sys\n"
+        "for _ in range(3):\n"
+        "    sys.stdout.write('x' * (32 << 20))\n"
+        "    sys.stdout.flush()\n"))
+
+
 CASES += [
+    Abuse("print-flood", "three prints of 32 MiB each in one cell: each message past the grader's cap",
+          (NB1,), print_flood, {NB1: Expect(notes=("dropped unread",))}),
     Abuse("keyring-note", "keyctl and add_key through ctypes: a key in the uid's keyring outlives the kernel",
           (NB1,), keyring_note, {NB1: Expect()}),
     Abuse("deep-and-full", "2,500 nested folders and 100 MB in the scratch folder, then writes until the disk "

@@ -72,6 +72,7 @@ import tempfile
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import DottedObjectName, Type
 
 from . import tasks as _tasks
 from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
@@ -845,6 +846,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     The kernel talks over Unix sockets (``transport = "ipc"``) in a folder of its own, so the
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
+
+    # the grader's iopub socket refuses a message past a cap before reading it, and connects again
+    # (a cell's 256 MiB print no longer lands whole in the grader's memory: attnlab.grading.iopub)
+    client_class = DottedObjectName("attnlab.grading.iopub.CappedKernelClient")
+    client_factory = Type(klass="attnlab.grading.iopub.CappedKernelClient")
 
     def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, fork_server: bool = True,
                  memory_bytes: int = _tasks.MEMORY_BYTES, scratch_size: int | None = None, **kwargs):
