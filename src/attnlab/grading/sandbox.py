@@ -201,9 +201,10 @@ def _seccomp() -> tuple[str, str]:
         import seccomp as libseccomp
     except ImportError:
         try:
-            import pyseccomp as libseccomp
-        except ImportError:
-            return "", "no Python bindings for libseccomp (pip install pyseccomp, or Debian's python3-seccomp)"
+            import pyseccomp as libseccomp  # loads libseccomp.so.2 on import: OSError where it is missing
+        except (ImportError, OSError) as exc:
+            return "", (f"no Python bindings for libseccomp (pip install pyseccomp, or Debian's python3-seccomp; "
+                        f"both need libseccomp2): {type(exc).__name__}: {exc}")
     try:
         rules = libseccomp.SyscallFilter(defaction=libseccomp.ALLOW)
         for name in SECCOMP_DENIED:
