@@ -18,7 +18,8 @@ grid) and per program (``tl.program_id``),
   interpreter's tensors carry a data-flow tag (:class:`_Flow`) from each product through every tensor
   operation (the builder's ``create_*`` methods, reductions and scans, ``.T``) to the stores, so a
   product counts as work only if a value derived from it is stored (:meth:`Launch.feeding`); one
-  whose result is thrown away, or stored and then overwritten, does not.
+  whose result is thrown away, stored and then overwritten, or used where it changes nothing
+  (``0 * product``, an addition rounded away: :func:`_idle`) does not.
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
 so a wild load cannot crash the grader's Python process. A builder method that touches memory but
@@ -298,13 +299,38 @@ def _flows(fn, *, select: bool = False):
         if select and len(args) == 3 and hasattr(args[0], "data"):
             cond = np.asarray(args[0].data, dtype=bool)
             args = (args[0],) + ((args[1],) if cond.any() else ()) + ((args[2],) if not cond.all() else ())
-        tags = []
+        tags, tagged = [], []
         for a in args + tuple(kw.values()) if kw else args:  # the common case, flat handles, without _tags
             tag = _join(_tags(a, [])) if isinstance(a, (list, tuple)) else getattr(getattr(a, "handle", a), _FLOW, None)
-            if tag is not None and all(tag is not t for t in tags):
+            if tag is not None:
+                tagged.append((a, tag))
+        if len(args) > 1 and tagged:
+            tagged = [(a, tag) for a, tag in tagged if not _idle(a, args, result)]
+        for _, tag in tagged:
+            if all(tag is not t for t in tags):
                 tags.append(tag)
         return _tag(result, _join(tags)) if tags else result
     return wrapper
+
+
+def _same(x, result) -> bool:
+    """Whether handle ``x``'s values, broadcast, are exactly ``result``'s (NaN never equals)."""
+    try:
+        a, r = np.asarray(x.data), np.asarray(result.data)
+        return a.size > 0 and np.array_equal(np.broadcast_to(a, r.shape), r)
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
+def _idle(a, args, result) -> bool:
+    """Whether argument ``a`` of an operation did not change its result: the result is exactly another
+    argument's values and not ``a``'s own (``0 * product``, ``x + 1e-30 * product``, ``maximum(x,
+    product - inf)``, ``x + (product - product)``: a product whose values the output does not depend on
+    is not passed on). Honest arithmetic changes its result with each operand, except where an operand
+    is neutral for every element at once (``acc * 1``: then that operand passes nothing, rightly)."""
+    if not hasattr(result, "data") or isinstance(a, (list, tuple)) or _same(a, result):
+        return False
+    return any(b is not a and hasattr(b, "data") and _same(b, result) for b in args)
 
 
 def _width(ptrs) -> int:
@@ -413,7 +439,10 @@ def record(buffers: dict[str, torch.Tensor]):
 
     def create_dot(a, b, *rest, **kw):  # the result derives from the product and from a, b and the accumulator
         leaf = ledger._dot(where(), a, b)
-        return _tag(dot(a, b, *rest, **kw), _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
+        result = dot(a, b, *rest, **kw)
+        if rest and _same(rest[0], result):  # a product of zeros added to the accumulator changed nothing
+            return _tag(result, _join(_tags((rest[0],), [])))
+        return _tag(result, _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
 
     def create_dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
         leaf = ledger._dot(where(), lhs, rhs)
