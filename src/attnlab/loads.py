@@ -272,6 +272,13 @@ def _tag(result, tag):
     return result
 
 
+#: Builder operations on integers, booleans and pointers (offsets, masks, addresses), left unwrapped: most of
+#: a kernel's operations, and no product's value reaches an output through them in any honest kernel
+#: (a value sent through them loses its tag: only a kernel doing so loses counted FLOPs).
+_INDEX_OPS = re.compile(r"create_(?:addptr|make_range|get_program_id|get_num_programs|icmp\w*|int_cast|add|sub|mul|"
+                        r"[su]div|[su]rem|shl|lshr|ashr|and|or|xor|(?:min|max)[su]i)$")
+
+
 def _transpose_flows() -> None:
     """Make ``tensor.T`` pass flow tags on for the launch that starts (the interpreter sets its own
     ``T``, which makes a handle without the builder, when the launch patches the language, and puts
@@ -296,6 +303,12 @@ def _flows(fn, *, select: bool = False):
     (``tl.where(False, product, x)`` does not make ``x`` derive from the product)."""
     def wrapper(*args, **kw):
         result = fn(*args, **kw)
+        for a in args:  # the fast path: most operations (offsets, masks, pointers) see no tagged operand
+            if getattr(a, _FLOW, None) is not None or type(a) in (list, tuple) or hasattr(a, "handle"):
+                break
+        else:
+            if not kw:
+                return result
         if select and len(args) == 3 and hasattr(args[0], "data"):
             cond = np.asarray(args[0].data, dtype=bool)
             args = (args[0],) + ((args[1],) if cond.any() else ()) + ((args[2],) if not cond.all() else ())
@@ -317,20 +330,26 @@ def _same(x, result) -> bool:
     """Whether handle ``x``'s values, broadcast, are exactly ``result``'s (NaN never equals)."""
     try:
         a, r = np.asarray(x.data), np.asarray(result.data)
-        return a.size > 0 and np.array_equal(np.broadcast_to(a, r.shape), r)
+        if a.size == 0 or r.size == 0 or not a.flat[0] == r.flat[0]:  # most operands differ at once: cheap no
+            return False
+        if a.shape == r.shape:
+            return bool(np.array_equal(a, r))
+        return bool(np.array_equal(np.broadcast_to(a, r.shape), r))
     except (AttributeError, ValueError, TypeError):
         return False
 
 
 def _idle(a, args, result) -> bool:
-    """Whether argument ``a`` of an operation did not change its result: the result is exactly another
-    argument's values and not ``a``'s own (``0 * product``, ``x + 1e-30 * product``, ``maximum(x,
-    product - inf)``, ``x + (product - product)``: a product whose values the output does not depend on
-    is not passed on). Honest arithmetic changes its result with each operand, except where an operand
-    is neutral for every element at once (``acc * 1``: then that operand passes nothing, rightly)."""
+    """Whether argument ``a`` of an operation did not change its result: the result is exactly the values
+    of another argument that derives from no product, and not ``a``'s own (``0 * product``, ``x +
+    1e-30 * product``, ``maximum(x, product - inf)``, ``x + (product - product)``, with ``x`` computed
+    without products). Only an untagged operand counts: in an honest kernel a product's contribution
+    may underflow to nothing (growing scores make ``exp(s - m)`` 0 for a whole tile, ``acc * alpha``
+    with ``alpha`` 0), and the accumulator it is added to derives from products itself."""
     if not hasattr(result, "data") or isinstance(a, (list, tuple)) or _same(a, result):
         return False
-    return any(b is not a and hasattr(b, "data") and _same(b, result) for b in args)
+    return any(b is not a and hasattr(b, "data") and getattr(b, _FLOW, None) is None and _same(b, result)
+               for b in args)
 
 
 def _width(ptrs) -> int:
@@ -440,7 +459,7 @@ def record(buffers: dict[str, torch.Tensor]):
     def create_dot(a, b, *rest, **kw):  # the result derives from the product and from a, b and the accumulator
         leaf = ledger._dot(where(), a, b)
         result = dot(a, b, *rest, **kw)
-        if rest and _same(rest[0], result):  # a product of zeros added to the accumulator changed nothing
+        if rest and getattr(rest[0], _FLOW, None) is None and _same(rest[0], result):  # zeros added to a product-free accumulator
             return _tag(result, _join(_tags((rest[0],), [])))
         return _tag(result, _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
 
@@ -466,7 +485,7 @@ def record(buffers: dict[str, torch.Tensor]):
     # every other operation passes its arguments' flow tags on (loads start untagged: memory is data)
     wrappers.update({name: _flows(getattr(builder, name), select=name == "create_select")
                      for name in dir(type(builder)) if name.startswith("create_") and name not in wrappers
-                     and callable(getattr(builder, name))})
+                     and not _INDEX_OPS.match(name) and callable(getattr(builder, name))})
     for name, fn in wrappers.items():
         setattr(builder, name, fn)
     # the operations that make tensors without the builder: reductions and scans (restored on the
