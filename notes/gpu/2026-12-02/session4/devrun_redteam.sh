@@ -8,8 +8,8 @@ python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site
 export PYTHONPATH=/tmp/site:$PWD/src PATH=$PWD/.gpu/bwrap/bin:/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 mkdir -p $OUT
 timeout 150 python3 notes/gpu/2026-12-02/session4/redteam_cuda.py > $OUT/seccomp_cuda.log 2>&1; echo "exit $?" >> $OUT/seccomp_cuda.log
-timeout 240 python3 -m pytest tests/test_limits.py -q -p no:cacheprovider -n0 -k "keyrings or flood" > $OUT/limits.log 2>&1
+timeout 240 python3 -m pytest tests/test_limits.py -q -p no:cacheprovider -k "keyrings or flood" > $OUT/limits.log 2>&1
 echo "exit $?" >> $OUT/limits.log
-timeout 100 python3 -m pytest tests/test_work_ledger.py -q -p no:cacheprovider -n0 -k "dummy" > $OUT/ledger.log 2>&1
+timeout 100 python3 -m pytest tests/test_work_ledger.py -q -p no:cacheprovider -k "dummy" > $OUT/ledger.log 2>&1
 echo "exit $?" >> $OUT/ledger.log
 tail -8 $OUT/seccomp_cuda.log; tail -8 $OUT/limits.log; tail -4 $OUT/ledger.log
