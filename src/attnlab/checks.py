@@ -20,6 +20,7 @@ import torch
 from . import reference
 from .checking import integrity
 from .core.device import runtime
+from .variants import mix_seed
 
 __all__ = [
     "generator", "randn", "poisoned", "tolerance", "assert_close", "assert_finite",
@@ -42,9 +43,12 @@ def call_limit_s() -> float:
 
 
 def generator(seed: int, device="cpu") -> torch.Generator:
-    """A private random generator, so a learner re-seeding torch's global one changes nothing here."""
+    """A private random generator, so a learner re-seeding torch's global one changes nothing here.
+
+    While grading, ``seed`` is mixed with the student's seed key (:func:`attnlab.variants.mix_seed`):
+    each student's tests draw their own inputs."""
     g = torch.Generator(device=device)
-    g.manual_seed(seed)
+    g.manual_seed(mix_seed(seed))
     return g
 
 

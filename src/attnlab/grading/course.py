@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -15,6 +16,10 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: The one GPU device node (``/dev/nvidiaN``) a worker's kernels may open, read by the sandbox
 #: (:func:`.sandbox.gpu_nodes`); unset: every GPU's node is bound.
 GPU_DEVICE_ENV = "ATTNLAB_GPU_DEVICE"
+
+#: The course secret (leaderboard ids, the tests' seed keys) when set; else ``.attnlab-secret`` in the
+#: course folder. Never given to a kernel (:func:`.sandbox.kernel_env`).
+SECRET_ENV = "ATTNLAB_COURSE_SECRET"
 
 ASSIGNMENT = "attention_kernels"
 #: The second assignment (notebooks 07-09), released after the first one is graded.
@@ -160,3 +165,25 @@ class Course:
 
 class NbgraderTimeout(RuntimeError):
     """An nbgrader command ran past its wall-clock limit; it and its kernels were killed."""
+
+
+def course_secret(course: Course) -> bytes:
+    """The course secret: ``$ATTNLAB_COURSE_SECRET``, else ``.attnlab-secret`` in the course folder
+    (made on first use, readable by its owner only; keep it out of version control)."""
+    if os.environ.get(SECRET_ENV):
+        return os.environ[SECRET_ENV].encode()
+    path = course.root / ".attnlab-secret"
+    if not path.exists():
+        # written aside, then linked into place: grading workers that start together (each notebook's
+        # seed key needs it) all read the one secret that won, never a file still being written
+        aside = path.with_name(f".attnlab-secret.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(aside)
+    return path.read_text().strip().encode()

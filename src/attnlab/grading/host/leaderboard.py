@@ -18,30 +18,15 @@ import hashlib
 import hmac
 import html
 import io
-import os
-import secrets
 from pathlib import Path
 
-from ..course import Course
+from ..course import SECRET_ENV, Course, course_secret
 from .speed import load_timings
 from ..worker.timing import BENCHMARKS, Status
 
 __all__ = ["SECRET_ENV", "course_secret", "anonymous_id", "rank", "render_html", "render_csv", "write"]
 
-SECRET_ENV = "ATTNLAB_COURSE_SECRET"
 NAMES_FILE = "leaderboard_names.csv"
-
-
-def course_secret(course: Course) -> bytes:
-    """The course secret (see the module docstring), made once when there is none."""
-    if os.environ.get(SECRET_ENV):
-        return os.environ[SECRET_ENV].encode()
-    path = course.root / ".attnlab-secret"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
 
 
 def anonymous_id(student: str, secret: bytes) -> str:
