@@ -399,7 +399,7 @@ def test_student_sees_the_assignments_in_the_assignments_tab(released):
 # ------------------------------------------------------------------ attnlab doctor's hub check
 def test_doctor_hub_check_accepts_the_hub_it_ran_and_names_its_exchange(released, monkeypatch):
     """What `attnlab doctor --hub` reports in the instructor's terminal on the hub above."""
-    from attnlab import doctor
+    from attnlab.tools import doctor
 
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(released.config_path))  # the servers' nbgrader config
     monkeypatch.chdir(released.course.root)
@@ -439,7 +439,7 @@ def test_doctor_hub_check_fails_what_stops_students_and_says_how_to_fix_it(tmp_p
 
 
 def test_doctor_runs_the_hub_check_where_a_hub_is_detected_or_asked_for(monkeypatch):
-    from attnlab import doctor, hub_check
+    from attnlab.tools import doctor, hub_check
 
     assert hub_check.hub_detected({"JUPYTERHUB_USER": "alice"})  # a hub's server or terminal
     monkeypatch.setattr(doctor, "_check_hub", lambda: [doctor.Check("hub: exchange", doctor.OK, "checked")])

@@ -11,7 +11,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from attnlab.grading import lms
+from attnlab.grading.host import lms
 
 NB = "01_online_softmax"
 A1, A2 = "attention_kernels", "attention_kernels_beyond"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.grading import gradebook, shards
+from attnlab.grading.host import shards
+from attnlab.grading.worker import gradebook
 from attnlab.grading.build import generate_assignment
 from attnlab.grading.course import Course
 

@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.grading import sandbox, timing  # noqa: E402
+from attnlab.grading import sandbox  # noqa: E402
+from attnlab.grading.worker import timing  # noqa: E402
 
 SUBMISSIONS = {
     "attention_kernels_beyond": ("07_triton_backward", "08_flash_decoding"),

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab import bench_decode, device, launch, launch_decode  # noqa: E402
-from attnlab.grading import timing  # noqa: E402
+from attnlab.grading.worker import timing  # noqa: E402
 
 B, H_Q, H_KV, T, D = 1, 32, 8, 32768, 128
 

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[5]
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnlab.grading import cli  # noqa: E402
+from attnlab.grading.host import cli  # noqa: E402
 from attnlab.grading.course import assignment_of  # noqa: E402
 
 

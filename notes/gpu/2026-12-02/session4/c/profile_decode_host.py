@@ -15,7 +15,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_both_ways import B, D, H_KV, H_Q, T, reference_kernels  # noqa: E402
 
-from attnlab import device, launch_decode  # noqa: E402
+from attnlab import launch_decode  # noqa: E402
+from attnlab.core import device  # noqa: E402
 
 device.init(verbose=False)
 partial, merge = reference_kernels()
