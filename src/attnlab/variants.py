@@ -171,7 +171,7 @@ def check_predictions(question: str, answers: dict, expected, *, rel: float | di
         why = (f"the answers of {question} fit the shapes {_text(others[0])}, not this notebook's "
                f"({_text(mine)}{f', student id {student!r}' if student else ''})")
         if student:
-            from .review import flag
+            from .core.review import flag
 
             flag(why + ": copied from another student's notebook, or worked under another id?")
         raise AssertionError(f"{why}. Answer for your own shapes, printed above the question.") from None
