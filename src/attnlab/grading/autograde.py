@@ -537,12 +537,11 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
-    from .sandbox import describe_seccomp
     from .tasks import describe, describe_memory, prepare
 
     if not allow_unsafe:
         prepare()  # cgroup v2: the kernels' cgroups inside ours; the cgroups of a grader that was killed
-        for bounded, line in (describe(), describe_memory(), describe_seccomp()):
+        for bounded, line in (describe(), describe_memory()):
             if progress and not bounded:
                 progress(f"WARNING: {line}")
     results: dict[str, NotebookResult] = {}

@@ -68,7 +68,6 @@ from traitlets import Bool, Enum, Float, Integer, Unicode
 from ..device import FORCE_ENV
 from .. import variants
 from ..review import PREFIX as REVIEW
-from . import iopub as _iopub
 from . import proctree
 from . import sandbox as _sandbox
 from . import tasks as _tasks
@@ -382,7 +381,6 @@ class GradingExecute(Execute):
         if guarded and locked:
             before = self._guard_call("before_locked", cell)
         self._out_chars, self._fig_chars, self._truncated = 0, 0, False
-        dropped = self._dropped_messages()
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
         self._cell_start, self._stuck_busy = (monotonic(), proctree.thread_seconds(pid), pid), ""
         try:
@@ -390,8 +388,6 @@ class GradingExecute(Execute):
         except CellTimeoutError:  # read now: the kernel is shut down before preprocess() sees this
             self._stuck_busy = self._busy_all_along()
             raise
-        if self._dropped_messages() > dropped:
-            self._oversized(cell, index)
         if guarded and locked:
             after = self._guard_call("after_locked", cell)
             self._confirm_error(cell, index)
@@ -427,22 +423,6 @@ class GradingExecute(Execute):
                 out["evalue"] += busy
                 out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
             self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
-
-    def _dropped_messages(self) -> int:
-        """Connections the kernel client's iopub channel made again after one ended (a message over its
-        cap: :mod:`attnlab.grading.iopub`); 0 for a client without the cap."""
-        channel = getattr(getattr(self, "kc", None), "_iopub_channel", None)
-        return getattr(channel, "dropped", 0)
-
-    def _oversized(self, cell, index: int) -> None:
-        """A message of this cell was refused unread (a kernel that died instead raised DeadKernelError
-        out of preprocess_cell, before this is asked)."""
-        cap = _iopub.max_message_bytes()
-        cell.outputs.append(new_output("stream", name="stdout", text=(
-            f"\n[grader] Output truncated: this cell sent a message larger than the grader receives "
-            f"({cap >> 20} MiB); it was dropped unread, with what the cell printed meanwhile.\n")))
-        self._notes.append(f"{_label(cell, index)} sent output over {cap >> 20} MiB in one message; it was "
-                           f"dropped unread (output truncated)")
 
     def _busy_all_along(self) -> str:
         """:data:`attnlab.checks.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
