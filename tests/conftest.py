@@ -39,7 +39,7 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 #: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook", "test_hub", "test_slurm")
+FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook", "test_slurm")
 
 
 def _unit(nodeid: str) -> str:

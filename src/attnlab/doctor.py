@@ -5,9 +5,7 @@ Checks: Python; the support package and where its hidden tests come from; PyTorc
 GPU is used or Triton runs through its CPU interpreter (with a tiny kernel run through it); Triton;
 nbgrader, JupyterLab and nbgrader's lab and server extensions (for the Validate button);
 ipywidgets and its lab extension (for the interactive figures); Google Colab; bubblewrap (the
-sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in); on a JupyterHub
-(detected, or asked for with --hub), nbgrader's exchange folder, its permissions and the server
-extensions that use it.
+sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in).
 The exit status is 1 when any check FAILs (the course cannot run), else 0.
 """
 
@@ -282,24 +280,13 @@ def _check_sandbox() -> Check:
                  f"`attnlab selfcheck` checks your own notebooks without it.")
 
 
-def _check_hub() -> list[Check]:
-    """The JupyterHub set-up: nbgrader's exchange and the extensions that use it (a Jupyter process: seconds)."""
-    from .hub_check import check_hub
-
-    return check_hub(_jupyter("server", "extension", "list", timeout=180))  # imports every extension: slow when busy
-
-
-def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> Iterator[Check]:
+def iter_checks(smoke: bool = True, jupyter: bool = True) -> Iterator[Check]:
     """Every check, in report order, each as soon as it is known: the quick ones first, then the slow
     ones (a process each: the tiny Triton kernel if ``smoke``, the Jupyter extension listings if
-    ``jupyter``, the sandbox, the hub's set-up if ``hub``, by default where a hub is detected), which
-    start at once, side by side, in the background."""
-    from .hub_check import hub_detected
-
+    ``jupyter``, the sandbox), which start at once, side by side, in the background."""
     slow = [_check_triton_run] if smoke else []
     slow += [_check_extensions] if jupyter else []
     slow.append(lambda: [_check_sandbox()])
-    slow += [_check_hub] if (hub_detected() if hub is None else hub) else []
     with ThreadPoolExecutor(len(slow)) as pool:
         started = [pool.submit(f) for f in slow]
         yield _check_python()
@@ -313,9 +300,9 @@ def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = Non
             yield from f.result()
 
 
-def run_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> list[Check]:
+def run_checks(smoke: bool = True, jupyter: bool = True) -> list[Check]:
     """Every check, in report order (:func:`iter_checks`)."""
-    return list(iter_checks(smoke, jupyter, hub))
+    return list(iter_checks(smoke, jupyter))
 
 
 HEADER = "attnlab doctor: is this environment ready for the Attention Kernels Lab?"
@@ -346,8 +333,7 @@ def format_checks(checks: list[Check]) -> str:
 def _cmd(args) -> int:
     print(HEADER, end="\n\n", flush=True)
     checks = []
-    hub = getattr(args, "hub", False) or None  # None: where a hub is detected
-    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick, hub=hub):  # each line as soon as it is known
+    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick):  # each line as soon as it is known
         checks.append(c)
         print(format_check(c), flush=True)
     print(f"\n{summary(checks)}")
@@ -361,8 +347,6 @@ def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="check this environment: GPU or interpreter, versions, lab extensions",
                        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="skip the Triton kernel run and the Jupyter extension listing")
-    p.add_argument("--hub", action="store_true", help="check the JupyterHub set-up (nbgrader's exchange folder, its "
-                   "permissions, the extensions that use it) even where no hub is detected")
     p.set_defaults(func=_cmd)
 
 
