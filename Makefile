@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install dev browser sandbox postgres slurm build check grade test clean
+.PHONY: install dev browser sandbox postgres build check grade test clean
 
 # The student's and the instructor's packages: the course's package with JupyterLab and nbgrader (the
 # `course` extra). Nothing for the course's own tests.
@@ -43,18 +43,11 @@ sandbox:
 postgres:
 	@bash .ci/install-postgres
 
-# Debian's Slurm (slurm-wlm) and MUNGE, which the tests start as a throwaway one-node cluster to run
-# deploy/slurm-autograde.sh as a real array job (needs root and apt-get; otherwise that test skips and
-# says so). Only `make test` (and CI) wants it: students never need it.
-slurm:
-	@bash .ci/install-slurm
-
 # The student's and the instructor's install: the virtual environment and the sandbox.
 install: $(VENV)/.installed sandbox
 
-# The developer's install: `make install`, the test packages, and the browser, PostgreSQL and Slurm the
-# tests use.
-dev: install $(VENV)/.installed-dev browser postgres slurm
+# The developer's install: `make install`, the test packages, and the browser and PostgreSQL the tests use.
+dev: install $(VENV)/.installed-dev browser postgres
 
 # notebooks/ -> source/ -> release/
 build: install

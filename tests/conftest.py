@@ -39,7 +39,7 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 #: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook", "test_slurm")
+FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook")
 
 
 def _unit(nodeid: str) -> str:
@@ -342,21 +342,3 @@ def colab_venv(tmp_path_factory) -> Venv:
     assert pip_in(venv, "show", "attnlab", env=env).returncode != 0, "the fresh venv already has attnlab"
     print(f"Colab-like venv ready in {time.perf_counter() - start:.0f} s")
     return Venv(venv, env)
-
-
-# ------------------------------------------------------------------------------------ PostgreSQL
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL server (tests/pgserver.py), one per test module that asks for it."""
-    from .pgserver import PostgresServer, find_bindir
-
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed and could not be (as root: bash .ci/install-postgres, "
-                    "or apt-get install postgresql)")
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make dev)")
-    server = PostgresServer(bindir).start()
-    try:
-        yield server
-    finally:
-        server.stop()

@@ -377,7 +377,7 @@ exit 100
 
 
 @pytest.mark.parametrize("script, program", [("install-sandbox", "bwrap"), ("install-browser", "chromium"),
-                                             ("install-postgres", "initdb"), ("install-slurm", "slurmctld")])
+                                             ("install-postgres", "initdb")])
 def test_install_scripts_wait_for_apt_lock_then_fail_loudly(tmp_path, script, program):
     """`make install` (and `make test`) must stop when apt-get could not install a package (here: another
     install holds dpkg's lock), not carry on to grading or testing without it."""
