@@ -449,7 +449,7 @@ def online_softmax_stats("""
 
 def frame_reading_answer(s):
     s.edit(NB1, "predict-bytes",
-           "bytes_scores_one_head = T * T * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head", _ORACLE)
+           "bytes_scores_one_head = 8192 * 8192 * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head", _ORACLE)
 
 
 def torch_library_override(s):
@@ -541,7 +541,7 @@ def alias_guard(s):
 def swapped_builtins(s):
     """Wrong predictions, and the notebook's own __builtins__ swapped for a mapping whose __import__ hands
     the test cell a stand-in attnlab.checks (found by the red team of 2026-12-01, fifth session)."""
-    s.edit(NB1, "predict-bytes", "bytes_scores_one_head = T * T * 2", "bytes_scores_one_head = 1")
+    s.edit(NB1, "predict-bytes", "bytes_scores_one_head = 8192 * 8192 * 2", "bytes_scores_one_head = 1")
     s.append(NB1, "predict-bytes", (
         "import types as _T\n"
         "_g = globals()\n"

@@ -55,7 +55,6 @@ import shutil
 import signal
 import stat
 import tempfile
-from pathlib import Path
 from time import monotonic
 
 from nbclient.client import NotebookClient
@@ -63,10 +62,9 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_markdown_cell, new_output
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Enum, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer
 
 from ..device import FORCE_ENV
-from .. import variants
 from ..review import PREFIX as REVIEW
 from . import proctree
 from . import sandbox as _sandbox
@@ -208,10 +206,6 @@ class GradingExecute(Execute):
                                   "ATTNLAB_FORK_SERVER=0 also turns it off)").tag(config=True)
     sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
                               "False only on the instructor's explicit choice").tag(config=True)
-    variant_student = Unicode(None, allow_none=True, help="Whose variant (attnlab.variants) the kernels "
-                              "get: None, nbgrader's student id of the submission, with the tests' seeds "
-                              "keyed by the course secret; else this id ('' for none: the release's "
-                              "shapes) and the notebooks' own seeds (attnlab selfcheck)").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -330,15 +324,6 @@ class GradingExecute(Execute):
                 self.km.close_ipc()  # its sockets are made: its account may not write there any more
                 if self._kernel_eval(self.km.given_expression()) is None:  # into its scratch tmpfs
                     self._notes.append("the grader could not copy the submission's files into the kernel's folder")
-            # the variant is set before the guard's snapshot, which then keeps it as set
-            student, salt = self._variant(resources)
-            if self._kernel_eval(variants.grading_expression(student, salt)) is None:
-                self._notes.append("the grader could not set the student's variant in the kernel: the release's "
-                                   "shapes and seeds were used")
-            else:  # for the report and the gradebook (attnlab.variants.record); the feedback shows it in
-                # the cells that print the shapes and in its comments
-                notebook = str((resources or {}).get("nbgrader", {}).get("notebook") or "")
-                nb.metadata.setdefault("attnlab", {})["variant"] = variants.describe(notebook, student, salt)
             cwd = run_dir or os.getcwd()
             guarded = False
             if self.guard:
@@ -570,21 +555,6 @@ class GradingExecute(Execute):
             return json.loads(ast.literal_eval(result["data"]["text/plain"]))
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
-
-    def _variant(self, resources) -> tuple[str | None, int | None]:
-        """(student id, seed key) for this notebook's kernel: see ``variant_student``."""
-        if self.variant_student is not None:
-            return self.variant_student or None, None
-        student = (resources or {}).get("nbgrader", {}).get("student")
-        if not student:
-            return None, None
-        from nbgrader.coursedir import CourseDirectory
-
-        from .course import Course
-        from .leaderboard import course_secret
-
-        root = CourseDirectory(config=self.config).root
-        return student, variants.seed_key(course_secret(Course(Path(root))), student)
 
     def _memory_bytes(self) -> int:
         """What a sandboxed kernel may hold as a whole (its memory cgroup): ``memory_limit_gb``, 0 for none."""
