@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 
 SAMPLES := reference blank typical_mistakes
 
-.PHONY: install dev browser sandbox postgres build check grade test clean
+.PHONY: install dev browser sandbox postgres slurm hub build check grade test clean
 
 # The student's and the instructor's packages: the course's package with JupyterLab and nbgrader (the
 # `course` extra). Nothing for the course's own tests.
@@ -21,9 +21,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # What the course's developers (and `make test`, CI) need on top: pytest, pytest-xdist, Playwright (the
-# `test` extra) and psycopg (the `postgres` extra, for the PostgreSQL gradebook's tests).
+# `test` extra), psycopg (the `postgres` extra, for the PostgreSQL gradebook's tests) and JupyterHub (the
+# `hub` extra, for the hub test).
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e ".[course,test,postgres]"
+	$(BIN)/python -m pip install -q -e ".[course,test,postgres,hub]"
 	touch $@
 
 # Debian's chromium + chromium-driver for the course's own browser test, when missing (needs root and
@@ -43,11 +44,23 @@ sandbox:
 postgres:
 	@bash .ci/install-postgres
 
+# Debian's Slurm (slurm-wlm) and MUNGE, which the tests start as a throwaway one-node cluster to run
+# deploy/slurm-autograde.sh as a real array job (needs root and apt-get; otherwise that test skips and
+# says so). Only `make test` (and CI) wants it: students never need it.
+slurm:
+	@bash .ci/install-slurm
+
+# configurable-http-proxy, JupyterHub's proxy, from npm into the virtual environment, for the hub test
+# (tests/test_hub.py; without npm that test skips and says so). Only `make test` (and CI) wants it.
+hub: $(VENV)/.installed-dev
+	@VENV=$(VENV) bash .ci/install-hub
+
 # The student's and the instructor's install: the virtual environment and the sandbox.
 install: $(VENV)/.installed sandbox
 
-# The developer's install: `make install`, the test packages, and the browser and PostgreSQL the tests use.
-dev: install $(VENV)/.installed-dev browser postgres
+# The developer's install: `make install`, the test packages, and the browser, PostgreSQL, Slurm and
+# the hub's proxy the tests use.
+dev: install $(VENV)/.installed-dev browser postgres slurm hub
 
 # notebooks/ -> source/ -> release/
 build: install

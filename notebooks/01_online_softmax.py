@@ -60,17 +60,27 @@ from attnlab.verify import check_online_softmax
 # %% [markdown]
 # ### Predict before you measure
 #
-# Store each answer as a plain number (not a string). Units matter.
+# Store each answer as a plain number (not a string). Units matter. The cell below prints your
+# sequence length $T$: in a graded course each student gets their own (the release's is 8192), and
+# the answers are checked for yours.
 #
-# 1. `bytes_scores_one_head`: bytes of one $T \times T$ score matrix at $T = 8192$ in bf16.
+# 1. `bytes_scores_one_head`: bytes of one $T \times T$ score matrix at your $T$ in bf16.
 # 2. `hbm_bytes_naive_one_head`: bytes the naive pipeline moves for $S$ and $P$ alone (write $S$,
 #    read $S$, write $P$, read $P$), same size and dtype.
+
+# %% nbgrader={"grade_id": "shapes-predict-bytes", "locked": true}
+from attnlab.variants import show_shapes
+
+show_shapes("predict-bytes")
 
 # %% nbgrader={"grade_id": "predict-bytes", "solution": true}
 bytes_scores_one_head = None
 hbm_bytes_naive_one_head = None
 ### BEGIN SOLUTION
-bytes_scores_one_head = 8192 * 8192 * 2
+from attnlab.variants import shapes
+
+T = shapes("predict-bytes")["T"]  # the T printed above
+bytes_scores_one_head = T * T * 2
 hbm_bytes_naive_one_head = 4 * bytes_scores_one_head
 ### END SOLUTION
 
@@ -80,8 +90,11 @@ from attnlab.checks import assert_number, require_number
 require_number(bytes_scores_one_head, "bytes_scores_one_head")
 require_number(hbm_bytes_naive_one_head, "hbm_bytes_naive_one_head")
 ### BEGIN HIDDEN TESTS
-assert_number(bytes_scores_one_head, 8192**2 * 2, name="bytes_scores_one_head", rel=0.01)
-assert_number(hbm_bytes_naive_one_head, 4 * 8192**2 * 2, name="hbm_bytes_naive_one_head", rel=0.01)
+from attnlab.variants import check_predictions
+
+check_predictions("predict-bytes", {"bytes_scores_one_head": bytes_scores_one_head,
+                                    "hbm_bytes_naive_one_head": hbm_bytes_naive_one_head},
+                  lambda T: {"bytes_scores_one_head": T**2 * 2, "hbm_bytes_naive_one_head": 4 * T**2 * 2}, rel=0.01)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -187,16 +187,28 @@ print("bottom-right (KV-cache decoding): query i sees j <= i + T_k - T_q\n",
 # %% [markdown]
 # ### Predict before you measure
 #
-# 1. `causal_tiles_visited`: with $T_q = T_k = 1024$ and $b_q = b_k = 64$, how many (query tile, key
-#    tile) pairs does a causal forward visit? (A non-causal one visits $16 \times 16 = 256$.)
+# The cell below prints your $T$ and block size $b$: in a graded course each student gets their own
+# (the release's are $T = 1024$, $b = 64$), and the answers are checked for yours.
+#
+# 1. `causal_tiles_visited`: with $T_q = T_k = T$ and $b_q = b_k = b$, how many (query tile, key
+#    tile) pairs does a causal forward visit? (A non-causal one visits $(T/b)^2$: 256 at the
+#    release's sizes.)
 # 2. `causal_fraction_large_T`: as $T \to \infty$ with fixed equal blocks, what fraction of the
 #    non-causal tile count does the causal forward visit?
+
+# %% nbgrader={"grade_id": "shapes-predict-tiles", "locked": true}
+from attnlab.variants import show_shapes
+
+show_shapes("predict-tiles")
 
 # %% nbgrader={"grade_id": "predict-tiles", "solution": true}
 causal_tiles_visited = None
 causal_fraction_large_T = None
 ### BEGIN SOLUTION
-n_tiles = 1024 // 64
+from attnlab.variants import shapes
+
+_shapes = shapes("predict-tiles")  # the T and block printed above
+n_tiles = _shapes["T"] // _shapes["block"]
 causal_tiles_visited = n_tiles * (n_tiles + 1) // 2
 causal_fraction_large_T = 0.5
 ### END SOLUTION
@@ -207,7 +219,10 @@ from attnlab.checks import assert_number, require_number
 require_number(causal_tiles_visited, "causal_tiles_visited")
 require_number(causal_fraction_large_T, "causal_fraction_large_T")
 ### BEGIN HIDDEN TESTS
-assert_number(causal_tiles_visited, 136, name="causal_tiles_visited", rel=1e-9)
+from attnlab.variants import check_predictions
+
+check_predictions("predict-tiles", {"causal_tiles_visited": causal_tiles_visited},
+                  lambda T, block: {"causal_tiles_visited": (T // block) * (T // block + 1) // 2}, rel=1e-9)
 assert_number(causal_fraction_large_T, 0.5, name="causal_fraction_large_T", rel=0.02)
 ### END HIDDEN TESTS
 
@@ -215,8 +230,8 @@ assert_number(causal_fraction_large_T, 0.5, name="causal_fraction_large_T", rel=
 # ### Check your predictions
 #
 # Once your numbers are in, explore. The tile map shows which (query tile, key tile) pairs a causal
-# forward visits in full, masks on the diagonal, or skips, for any $T$, $b_q$ and $b_k$ (set
-# $T = 1024$ and blocks of 64 to check `causal_tiles_visited`). The calculator below it counts the
+# forward visits in full, masks on the diagonal, or skips, for any $T$, $b_q$ and $b_k$ (set your
+# $T$ and blocks to check `causal_tiles_visited`). The calculator below it counts the
 # HBM bytes and FLOPs of naive and fused attention and places both on a GPU's roofline: the memory
 # argument of section 4 in numbers. (Interactive in JupyterLab and Colab; elsewhere static figures.)
 

@@ -147,7 +147,9 @@ DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 # %% [markdown]
 # ## 2. Predict before you write
 #
-# For $B = 8$, $H = 16$, $T = 4096$, $D = 64$, causal, bf16. Count FLOPs the standard way: a matrix
+# For the $B$, $H$, $T$, $D$ the cell below prints (in a graded course each student gets their own;
+# the release's are $B = 8$, $H = 16$, $T = 4096$, $D = 64$, and the answers are checked for yours),
+# causal, bf16. Count FLOPs the standard way: a matrix
 # product of $(m \times k)$ by $(k \times n)$ is $2mkn$ FLOPs; the forward is $4 B H T^2 D$ (two
 # products), halved for causal. Store plain numbers.
 #
@@ -160,16 +162,24 @@ DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 # 4. `delta_bytes`: the bytes the preprocess kernel moves: it reads $O$ and $dO$ in bf16 and
 #    writes $\Delta$ in float32.
 
+# %% nbgrader={"grade_id": "shapes-predict-backward-cost", "locked": true}
+from attnlab.variants import show_shapes
+
+show_shapes("predict-backward-cost")
+
 # %% nbgrader={"grade_id": "predict-backward-cost", "solution": true}
 bwd_matmuls = None
 bwd_to_fwd = None
 causal_bwd_tflop = None
 delta_bytes = None
 ### BEGIN SOLUTION
+from attnlab.variants import shapes
+
+_s = shapes("predict-backward-cost")  # the B, H, T, D printed above
 bwd_matmuls = 5
 bwd_to_fwd = 5 / 2
-causal_bwd_tflop = 5 * 2 * 8 * 16 * 4096**2 * 64 / 2 / 1e12
-delta_bytes = 2 * 8 * 16 * 4096 * 64 * 2 + 8 * 16 * 4096 * 4
+causal_bwd_tflop = 5 * 2 * _s["B"] * _s["H"] * _s["T"] ** 2 * _s["D"] / 2 / 1e12
+delta_bytes = 2 * _s["B"] * _s["H"] * _s["T"] * _s["D"] * 2 + _s["B"] * _s["H"] * _s["T"] * 4
 ### END SOLUTION
 
 # %% nbgrader={"grade_id": "test-predict-backward-cost", "grade": true, "locked": true, "points": 1}
@@ -180,8 +190,11 @@ for _name in ("bwd_matmuls", "bwd_to_fwd", "causal_bwd_tflop", "delta_bytes"):
 ### BEGIN HIDDEN TESTS
 assert_number(bwd_matmuls, 5, name="bwd_matmuls", rel=0.001)
 assert_number(bwd_to_fwd, 2.5, name="bwd_to_fwd", rel=0.001)
-assert_number(causal_bwd_tflop, 5 * 2 * 8 * 16 * 4096**2 * 64 / 2 / 1e12, name="causal_bwd_tflop", rel=0.02)
-assert_number(delta_bytes, 2 * 8 * 16 * 4096 * 64 * 2 + 8 * 16 * 4096 * 4, name="delta_bytes", rel=0.02)
+from attnlab.variants import check_predictions
+
+check_predictions("predict-backward-cost", {"causal_bwd_tflop": causal_bwd_tflop, "delta_bytes": delta_bytes},
+                  lambda B, H, T, D: {"causal_bwd_tflop": 5 * 2 * B * H * T**2 * D / 2 / 1e12,
+                                      "delta_bytes": 2 * B * H * T * D * 2 + B * H * T * 4}, rel=0.02)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -191,7 +204,7 @@ assert_number(delta_bytes, 2 * 8 * 16 * 4096 * 64 * 2 + 8 * 16 * 4096 * 4, name=
 
 # %% [markdown] nbgrader={"grade_id": "answer-predict-backward", "solution": true, "grade": true, "points": 1}
 # The preprocess: it reads $O$ and $dO$ and does two FLOPs per element (a multiply and an add), far
-# below the ~150 FLOP/byte an H200's tensor cores need to stay busy; at the sizes above it moves
+# below the ~150 FLOP/byte an H200's tensor cores need to stay busy; at the release's sizes it moves
 # about 136 MB, some 35 µs at 4 TB/s, against about 2 ms for the two big kernels: one to two percent
 # of the backward. The backward is slower per FLOP than the forward because it does more work per
 # useful FLOP: $S$ and $dP$ are

@@ -454,10 +454,11 @@ if not RUNTIME.interpret:
 # interpreter), allocates the partials, and runs your two kernels one after the other.
 
 # %% nbgrader={"grade_id": "flash_decode", "locked": true}
-# Given: the launcher (attnlab.launch_decode). It checks the inputs (shapes, dtypes, int32 lengths
-# in [0, T_max], H_q a multiple of H_kv, D a power of two >= 16), allocates O, LSE and the partials
-# full of NaN, and launches the split kernel on (B * H_kv, num_splits, row_blocks), then the merge
-# kernel on (B * H_q * T_q,).
+# Given: the launcher (attnlab.launch_decode). It checks the inputs (shapes, dtypes, int32 lengths,
+# H_q a multiple of H_kv, D a power of two >= 16), allocates O, LSE and the partials, and launches the
+# split kernel on (B * H_kv, num_splits, row_blocks), then the merge kernel on (B * H_q * T_q,). It never
+# reads a GPU tensor's values (so it can be captured in a CUDA graph); the tests run it in checking mode,
+# where the lengths are checked to lie in [0, T_max] and the outputs start full of NaN.
 def flash_decode(q, k_cache, v_cache, cache_seqlens, causal=True, num_splits=None):
     """Split-K decoding by your two kernels: returns (o, lse), o in q's dtype, lse float32 (B, H_q, T_q)."""
     return launch_decode.launch_flash_decode(_decode_partial_kernel, _decode_merge_kernel, q, k_cache, v_cache,
@@ -599,6 +600,34 @@ else:
                                               lengths=(4096, 32768, 131072))
     print(bench_decode.format_table(decode_points, copy_gbs))
     bench_decode.plot_decode(decode_points, copy_gbs, title=f"one decoding step on {RUNTIME.name}, bf16")
+
+# %% [markdown]
+# ### The launcher itself, from Python and from a CUDA graph
+#
+# The sweep above timed your kernels into buffers allocated once. The next cell times what a decoding
+# loop actually calls, `flash_decode` (checks, split count, four allocations, two launches), at
+# $B = 1$, $H_q = 32$, $H_{kv} = 8$, 32k keys, $D = 128$, bf16, and SDPA beside it, each way: called
+# from Python, and captured once in a CUDA graph (`torch.cuda.graph`) then replayed. Every figure is the
+# median of 100 steps, each started on an idle GPU after the L2 cache is flushed, so the host's work
+# before the GPU can begin is part of the time, as it is in a real decoding loop.
+#
+# Why they differ: the K and V of this step are 134 MB, which the H200 streams in about 40 µs. Called
+# from Python, the host has to run the launcher and Triton's launch code for two kernels (validating
+# arguments, building the kernels' specialisation keys, talking to the driver) before the GPU receives
+# any work, and that costs tens of µs or more each step, as long as the kernels themselves or longer;
+# the GPU sits idle meanwhile. A CUDA graph records the two launches once, with their arguments, and a replay hands
+# the whole step to the GPU in one call, so what remains is the kernels' own time. The price is that
+# a graph replays the same addresses and shapes: a server writes each new token into the same cache
+# and length tensors and replays, which is why a launcher that wants to be captured must never read a
+# GPU value on the host (such a read waits for the GPU, and is refused while capturing). Until this
+# version the course's launcher read `cache_seqlens.min()` every step to check it: it could not be
+# captured and made the host wait for the previous step to finish.
+
+# %% nbgrader={"grade_id": "decode-both-ways", "locked": true}
+if RUNTIME.interpret or bench.autograding():  # timings are not graded
+    print("This measurement needs a GPU: it times flash_decode from Python and replayed from a CUDA graph.")
+else:
+    print(bench_decode.format_both_ways(bench_decode.step_both_ways(flash_decode)))
 
 # %% [markdown]
 # **Q1.** From the measurement: how close does split-K come to the copy bandwidth at $B = 1$,

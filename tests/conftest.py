@@ -39,7 +39,7 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 #: worker meanwhile runs the rest.
 SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
                          "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook")
+FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook", "test_hub", "test_slurm")
 
 
 def _unit(nodeid: str) -> str:
@@ -131,10 +131,26 @@ def graded(tmp_path_factory) -> GradedCourse:
     secret.chmod(0o600)
     (folder / "notes.txt").symlink_to(secret)
     jobs += [("linked", n) for n in first.notebook_names()[:1]]
+    # notebook 01 handed in by "copier" with the prediction numbers of the student "reference" typed in
+    # (tests/test_variants.py: a copy loses the prediction points)
+    write_submission(first, "copier", {"01_online_softmax": copied_predictions(first, "reference")})
+    jobs += [("copier", "01_online_softmax")]
     # one grading worker beside the suite's other xdist worker (2 cores), two when the suite runs alone
     workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     results = {(r.student, r.notebook): r for r in autograde_jobs(c, jobs, progress=print, workers=workers)}
     return GradedCourse(c, results)
+
+
+def copied_predictions(course: Course, student: str):
+    """Notebook 01, the reference, with the numbers of ``student``'s variant typed into its prediction cell."""
+    from attnlab import variants
+
+    nb = reference_notebook(course, "01_online_softmax")
+    cell, = (c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "predict-bytes")
+    old = 'T = shapes("predict-bytes")["T"]'
+    assert old in cell.source
+    cell.source = cell.source.replace(old, f"T = {variants.shapes('predict-bytes', student)['T']}")
+    return nb
 
 
 # ------------------------------------------------------------------------------------------ abuse
@@ -326,3 +342,21 @@ def colab_venv(tmp_path_factory) -> Venv:
     assert pip_in(venv, "show", "attnlab", env=env).returncode != 0, "the fresh venv already has attnlab"
     print(f"Colab-like venv ready in {time.perf_counter() - start:.0f} s")
     return Venv(venv, env)
+
+
+# ------------------------------------------------------------------------------------ PostgreSQL
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL server (tests/pgserver.py), one per test module that asks for it."""
+    from .pgserver import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed and could not be (as root: bash .ci/install-postgres, "
+                    "or apt-get install postgresql)")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make dev)")
+    server = PostgresServer(bindir).start()
+    try:
+        yield server
+    finally:
+        server.stop()

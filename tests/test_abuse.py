@@ -158,6 +158,10 @@ def test_feedback_shows_the_failing_checks_message_and_the_notes(abused):
     assert "Grader's notes" in text and "matched them back by content" in text
     ref = _text(abused.course.root / "feedback" / "reference" / "attention_kernels" / "01_online_softmax.html")
     assert "Grader's notes" not in ref and "AssertionError" not in ref
+    from attnlab.variants import shapes  # the variant, in the gradebook's comment on the answer cell
+
+    assert f"Shapes of these predictions: T = {shapes('predict-bytes', 'reference')['T']} (the variant of " \
+           f"student id 'reference')" in ref
     assert "NO FEEDBACK" not in abused.output["feedback"]
 
 
@@ -299,3 +303,16 @@ def test_a_memory_hog_ends_its_kernel_only(abused):
 def test_the_hosts_cgroups_are_not_readable_from_a_kernel(abused):
     out = _outputs(abused.course, "abuse-cgroup-snoop")
     assert "CGROUPS SEEN 0 0" in out, out[:2000]
+
+
+def test_a_kernel_cannot_use_the_kernel_keyrings(abused):
+    """keyctl, add_key and request_key fail with EPERM in every kernel (the sandbox's seccomp filter)."""
+    out = _outputs(abused.course, "abuse-keyring-note")
+    assert "KEYRING EPERM EPERM EPERM" in out, out[:2000]
+
+
+def test_a_flood_of_output_is_dropped_unread(abused):
+    """Messages over the grader's iopub cap are refused before they are read: the cell's output says it was
+    truncated, and what was kept is far below the flood (the grading process's memory: test_limits.py)."""
+    out = _outputs(abused.course, "abuse-print-flood")
+    assert "Output truncated" in out and len(out) < 1_000_000, out[-2000:]

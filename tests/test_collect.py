@@ -3,6 +3,7 @@ files that are not submissions. Nothing is merged or dropped without a word (cas
 
 from __future__ import annotations
 
+import csv
 import re
 import zipfile
 
@@ -71,10 +72,27 @@ def test_collect_keeps_students_of_one_name_apart_and_reports_what_it_leaves_out
 
     # ids in any alphabet go through nbgrader's gradebook, paths and reports
     code, out = run_cli(c, "autograde", "--notebook", NB, "--student", "李明-1001", "--student", "王芳-1002",
-                        "--student", "wei_zhang-1004")
+                        "--student", "wei_zhang-1004", "--student", "zhangwei-2001")
     assert code == 0, out
     rows = dict(re.findall(r"^(\S+) +\d+/\d+ +(\d+/\d+)$", out, re.MULTILINE))  # the table: student, 01, total
-    assert rows == {"李明-1001": "6/6", "王芳-1002": "0/6", "wei_zhang-1004": "0/6"}, out
+    assert rows == {"李明-1001": "6/6", "王芳-1002": "0/6", "wei_zhang-1004": "0/6", "zhangwei-2001": "6/6"}, out
+
+    # the grades go back keyed by the ids each LMS's export carried (src/attnlab/grading/lms.py)
+    code, out = run_cli(c, "export", "--to", str(tmp_path / "grades.csv"), "--canvas", str(tmp_path / "canvas.csv"),
+                        "--moodle", str(tmp_path / "moodle.csv"))
+    assert code == 0, out
+    with open(tmp_path / "grades.csv", newline="", encoding="utf-8") as f:
+        full = {r["student_id"]: r["max_score"] for r in csv.DictReader(f)}["zhangwei-2001"]
+    with open(tmp_path / "canvas.csv", newline="", encoding="utf-8") as f:
+        header, points, *students = list(csv.reader(f))
+    assert header[:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"] and header[5:] == ["attention_kernels"]
+    assert points[0].strip() == "Points Possible" and float(points[5]) == float(full) > 6
+    assert [(s[1], s[5]) for s in students] == [("2001", "6")]  # Canvas's user id; 2002 was not graded
+    with open(tmp_path / "moodle.csv", newline="", encoding="utf-8") as f:
+        moodle_rows = {r["Identifier"]: r["Grade"] for r in csv.DictReader(f)}
+    assert moodle_rows == {"Participant 1001": "6", "Participant 1002": "0", "Participant 1004": "0"}
+    assert "collected but not graded (no grade written): wei_zhang-1003" in out
+    assert "collected but not graded (no grade written): zhangwei-2002" in out
 
 
 @pytest.mark.parametrize("layout", ["auto", "moodle", "folders"])

@@ -31,7 +31,7 @@ from attnlab.grading.course import Course, tool_env
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook, write_submission
 
 from .conftest import copy_course, environment, run_cli
-from .pgserver import PostgresServer, find_bindir
+from .pgserver import PostgresServer
 
 pytestmark = pytest.mark.slow  # nbgrader end to end, about a minute of CPU
 
@@ -47,20 +47,6 @@ SNOOP = ("\nimport os as _os\n"
          "except PermissionError:\n"
          "    _pid1 = 'unreadable'\n"
          "print('DB-PROBE', sorted(k for k in _os.environ if 'DB_URL' in k or k.startswith('PG')), _pid1)\n")
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed and could not be (as root: bash .ci/install-postgres, "
-                    "or apt-get install postgresql)")
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed (make dev)")
-    server = PostgresServer(bindir).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _write_class(course: Course, students: dict[str, str] = STUDENTS) -> None:

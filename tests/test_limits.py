@@ -375,3 +375,116 @@ def test_through_the_grader_only_the_sandboxs_own_memory_folders_take_writes(tmp
     if os.geteuid() == 0 and not sandbox.kernel_accounts():  # the socket folder is taken back from the account
         assert seen["ipc"] == "PermissionError", seen
     assert folders and not any(os.path.exists(f) for f in folders)
+
+
+def test_without_libseccomp_bindings_doctor_and_grading_say_so(monkeypatch):
+    """No bindings (or no libseccomp2): kernels start without the filter, and the grader says so."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_seccomp(name, *args, **kw):
+        if name in ("seccomp", "pyseccomp"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_seccomp)
+    sandbox._seccomp.cache_clear()
+    try:
+        filtered, line = sandbox.describe_seccomp()
+        assert not filtered and sandbox.seccomp_program() == "" and "pyseccomp" in line and "keyring" in line, line
+        assert "-c" in sandbox.wrap(["true"], "/tmp/x", None, account=None, hidden=[])  # still starts, unfiltered
+    finally:
+        monkeypatch.undo()
+        sandbox._seccomp.cache_clear()
+    assert sandbox.describe_seccomp()[0]
+
+
+#: keyctl, add_key and request_key through ctypes (what the red team did through numpy's ctypes), then
+#: torch at work, as every notebook needs it.
+KEYRINGS = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {"x86_64": (250, 248, 249), "aarch64": (219, 217, 218)}[os.uname().machine]
+keyctl, add_key, request_key = calls
+results = [libc.syscall(keyctl, 0, -4, 1),  # KEYCTL_GET_KEYRING_ID of the user keyring, made if missing
+           libc.syscall(add_key, b"user", b"attnlab-note", b"secret", 6, -4),  # into the user keyring
+           libc.syscall(request_key, b"user", b"attnlab-note", None, 0)]
+print("KEYS", *[errno.errorcode.get(ctypes.get_errno(), "?") if r < 0 else "ALLOWED" for r in results[:1]],
+      *["ALLOWED" if r >= 0 else "DENIED" for r in results[1:]])
+errs = []
+for nr, args in ((keyctl, (0, -4, 1)), (add_key, (b"user", b"n", b"s", 1, -4)), (request_key, (b"user", b"n", None, 0))):
+    ctypes.set_errno(0)
+    libc.syscall(nr, *args)
+    errs.append(errno.errorcode.get(ctypes.get_errno(), "OK"))
+print("ERRNO", *errs)
+import torch
+print("TORCH", float(torch.arange(4.0).sum()))
+"""
+
+
+@pytest.mark.parametrize("how", ["bwrap", "forked", "grader-account"])
+def test_kernels_may_not_use_the_kernel_keyrings(how, monkeypatch):
+    """Keys live per uid, not per sandbox: a key one kernel adds to its user keyring is there for the next
+    kernel of that uid (red team, 2026-12-02). keyctl, add_key and request_key fail with EPERM (a seccomp
+    filter, libseccomp's), in kernels started by bwrap, forked by the fork server, and running as the
+    grader's own account (a grader that is not root; here ATTNLAB_KERNEL_ACCOUNT=root); torch still works."""
+    _sandboxed()
+    assert sandbox.describe_seccomp()[0], sandbox.describe_seccomp()[1]
+    if how == "forked" and (os.geteuid() != 0 or sandbox.kernel_accounts()):
+        pytest.skip("the fork server serves root graders whose kernels have accounts of their own")
+    if how == "grader-account":
+        monkeypatch.setenv(sandbox.KERNEL_ACCOUNT_ENV, "root")
+    out, _ = _run(KEYRINGS, fork_server=how == "forked")
+    assert "ERRNO EPERM EPERM EPERM" in out, out
+    assert "TORCH 6.0" in out, out
+
+
+#: Grades a notebook whose cell prints 3 x 256 MiB, then another student's, in one process (GradingExecute
+#: as autograde runs it); prints the cells' outputs and notes as JSON, and the process's peak RSS.
+FLOOD_GRADER = r"""
+import json, resource, sys, tempfile
+import nbformat
+from attnlab.grading.execute import GradingExecute
+
+def graded(cells):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    for i, (source, test) in enumerate(cells):
+        meta = {"nbgrader": {"grade_id": f"t{i}", "grade": True, "locked": True, "solution": False, "points": 1,
+                             "schema_version": 3}} if test else {}
+        nb.cells.append(nbformat.v4.new_code_cell(source, metadata=meta))
+    nb, _ = GradingExecute(timeout=240, prewarm=False, guard=False).preprocess(nb, {"metadata": {"path": tempfile.mkdtemp()}})
+    return {"outputs": [[{k: str(o.get(k, ""))[:300] for k in ("output_type", "name", "text", "ename")} for o in c.outputs]
+                        for c in nb.cells if c.cell_type == "code"], "notes": nb.metadata.get("attnlab", {}).get("notes", [])}
+
+flood = graded([("x = 1", True),
+                ("import sys\nfor _ in range(3):\n    sys.stdout.write('x' * (256 << 20))\n    sys.stdout.flush()", False),
+                ("print('still here'); assert x == 1", True),
+                ("import sys\nsys.stdout.write('y' * (20 << 20))\nsys.stdout.flush()\nassert x == 2, 'wrong x'", True)])
+honest = graded([("print('next student'); assert 1 + 1 == 2", True)])
+print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}))
+"""
+
+
+def test_a_flood_of_output_never_lands_whole_in_the_grader():
+    """A cell printing 3 x 256 MiB took the grader to 1.1 GiB (each message received whole, then cut to
+    100,000 characters). The grader's iopub socket refuses a message over its cap (16 MiB) unread and
+    connects again: the grading process stays under 400 MiB, the cell's output says it was truncated, the
+    notebook's other cells are graded (a failing one still fails), and the next student's notebook is
+    untouched."""
+    import json
+
+    _sandboxed()
+    proc = subprocess.run([sys.executable, "-c", FLOOD_GRADER], capture_output=True, text=True, timeout=560)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    flood, honest = result["flood"], result["honest"]
+    texts = ["".join(o["text"] for o in outs) for outs in flood["outputs"]]
+    assert "Output truncated" in texts[1] and "dropped unread" in " ".join(flood["notes"]), flood
+    assert "still here" in texts[2], flood
+    # the error a test cell raised right after a message over the cap (its message may be lost while the
+    # socket connects again) still fails the cell: the kernel's reply says "error"
+    assert [[o["ename"] for o in outs if o["ename"]] for outs in flood["outputs"]] == [[], [], [], ["AssertionError"]], flood
+    assert "next student" in honest["outputs"][0][0]["text"] and not honest["notes"], honest
+    assert result["maxrss_mib"] < 400, result["maxrss_mib"]

@@ -344,7 +344,7 @@ def test_help_lists_each_command_once_names_no_internals_and_says_which_take_ass
 
 # ------------------------------------------------------------------------ the student's path
 def test_make_install_gives_students_only_what_they_need_and_make_test_the_rest():
-    """A student's `make install` brings no test tools, browser or database driver; `make dev` and
+    """A student's `make install` brings no test tools, browser, database driver or hub; `make dev` and
     `make test` (what CI runs) bring all of them."""
     import tomllib
 
@@ -353,16 +353,17 @@ def test_make_install_gives_students_only_what_they_need_and_make_test_the_rest(
                               text=True, timeout=60).stdout
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    dev_only = ("pytest", "playwright", "psycopg")
+    dev_only = ("pytest", "playwright", "psycopg", "jupyterhub")
     assert not [r for r in extras["course"] if r.startswith(dev_only)], extras["course"]
     install = dry_run("install")
     assert 'pip install -q -e ".[course]"' in install
-    assert not re.search(r"\.\[[^]]*(test|postgres)", install) and "install-browser" not in install, install
+    assert not re.search(r"\.\[[^]]*(test|postgres|hub)", install), install
+    assert "install-browser" not in install and "install-hub" not in install, install
     for target in ("dev", "test"):
         out = dry_run(target)
-        assert 'pip install -q -e ".[course,test,postgres]"' in out and "install-browser" in out, out
-        assert "install-postgres" in out and "install-sandbox" in out
-    wanted = {r for e in ("course", "test", "postgres") for r in extras[e]}
+        assert 'pip install -q -e ".[course,test,postgres,hub]"' in out and "install-browser" in out, out
+        assert "install-postgres" in out and "install-sandbox" in out and "install-hub" in out
+    wanted = {r for e in ("course", "test", "postgres", "hub") for r in extras[e]}
     assert {d for d in dev_only if any(r.startswith(d) for r in wanted)} == set(dev_only)
     conda = (ROOT / "environment.yml").read_text()
     assert "-e .[course]\n" in conda
@@ -377,7 +378,7 @@ exit 100
 
 
 @pytest.mark.parametrize("script, program", [("install-sandbox", "bwrap"), ("install-browser", "chromium"),
-                                             ("install-postgres", "initdb")])
+                                             ("install-postgres", "initdb"), ("install-slurm", "slurmctld")])
 def test_install_scripts_wait_for_apt_lock_then_fail_loudly(tmp_path, script, program):
     """`make install` (and `make test`) must stop when apt-get could not install a package (here: another
     install holds dpkg's lock), not carry on to grading or testing without it."""

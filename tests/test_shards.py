@@ -318,6 +318,22 @@ def test_slurm_script_is_valid_bash_and_runs_its_shard():
     assert "#SBATCH" in text and "attnlab report" in text
 
 
+def test_slurm_script_says_what_is_wrong_outside_an_array_task_or_a_course_folder(tmp_path):
+    """Slurm runs a spooled copy of the script: it finds the course through SLURM_SUBMIT_DIR only, and
+    says so where that is not a course folder. (On a real scheduler: tests/test_slurm.py.)"""
+    script = ROOT / "deploy" / "slurm-autograde.sh"
+    base = {"PATH": os.environ["PATH"], "SHARDS": "3", "ATTNLAB_DB_URL": "postgresql+psycopg://grader@db/course"}
+
+    def run(env: dict) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+
+    outside = run(base)
+    assert outside.returncode != 0 and "submit this script as an array job" in outside.stderr
+    elsewhere = run({**base, "SLURM_ARRAY_TASK_ID": "1", "SLURM_SUBMIT_DIR": str(tmp_path)})
+    assert elsewhere.returncode == 2 and f"{tmp_path} is not a course folder" in elsewhere.stderr
+    assert "run sbatch in the course folder" in elsewhere.stderr
+
+
 def test_kubernetes_job_is_an_indexed_job_of_shards():
     yaml = pytest.importorskip("yaml")
     job = yaml.safe_load((ROOT / "deploy" / "k8s-autograde-job.yaml").read_text())
@@ -333,7 +349,7 @@ def test_kubernetes_job_is_an_indexed_job_of_shards():
     assert security["seccompProfile"]["type"] == "Unconfined"
 
 
-def test_make_test_installs_postgres_and_make_install_does_not():
+def test_make_test_installs_postgres_and_slurm_and_make_install_does_not():
     def dry_run(target: str) -> str:
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout
@@ -342,6 +358,7 @@ def test_make_test_installs_postgres_and_make_install_does_not():
     assert "install-postgres" not in install and "postgres]" not in install  # students never need a database
     assert "postgres]" in dry_run("dev")  # the driver comes with the developers' install (issue 31, item 12)
     assert "install-postgres" in dry_run("test")
+    assert "install-slurm" in dry_run("test") and "install-slurm" not in install  # the Slurm test's cluster
 
 
 def test_the_scratch_build_registers_in_its_own_sqlite_even_with_a_shared_gradebook(tmp_path, monkeypatch):

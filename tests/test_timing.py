@@ -137,3 +137,16 @@ def test_timer_bypass_families_never_reach_the_timed_process(tmp_path, family):
     assert src.defined == ("_softmax_kernel",)  # ... and the kernel's definition is all that is kept
     result = timing.time_notebook(path, SOFTMAX, reps=1, seed=4, sandbox=False, shape=SMALL)
     assert result.status is timing.Status.NEEDS_GPU, result
+
+
+def test_a_students_notebooks_share_one_worker_and_a_failure_ends_only_its_own(tmp_path):
+    broken = _with_cell(tmp_path, lambda s: s.replace("y = num / tl.sum(num, axis=0)", "y = num / undefined_name"))
+    shapes = {SOFTMAX.stem: SMALL}
+    first, second = timing.time_notebooks([(SOFTMAX, SOFTMAX), (SOFTMAX, SOFTMAX)], reps=1, seed=3, sandbox=False,
+                                          shapes=shapes)
+    assert first.status is second.status is timing.Status.NEEDS_GPU, (first, second)
+    assert first.phases["worker_start_s"] > 0 and second.phases["worker_start_s"] == 0  # one worker for both
+    failed, after = timing.time_notebooks([(broken, SOFTMAX), (SOFTMAX, SOFTMAX)], reps=1, seed=3, sandbox=False,
+                                          shapes=shapes)
+    assert failed.status is timing.Status.FAILED and "undefined_name" in failed.message, failed
+    assert after.status is timing.Status.NEEDS_GPU and after.phases["worker_start_s"] > 0, after  # a fresh worker

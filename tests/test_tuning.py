@@ -407,8 +407,48 @@ def test_a_reference_called_from_learner_code_fails_the_check_and_is_flagged(nam
 def test_every_model_the_checks_compare_with_is_wired():
     from attnlab import verify_tuning as vt
 
-    wired = {name for name, f in vars(vt).items() if getattr(f, "__code__", None) is vt.expected_smem.__code__}
+    wired = {name for name, f in vars(vt).items()
+             if "_refuse_learner_callers" in getattr(getattr(f, "__code__", None), "co_names", ())}
     assert wired == set(_REFERENCE_CALLS)
+
+
+def _unwrapped(fn):
+    """Every callable learner code can reach from ``fn``'s attributes: closure cells, ``__wrapped__``,
+    defaults, its ``__dict__`` (the red team's ``__closure__[0].cell_contents``)."""
+    found = [c.cell_contents for c in fn.__closure__ or ()]
+    found += [getattr(fn, "__wrapped__", None), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values(),
+              *vars(fn).values()]
+    return [f for f in found if callable(f)]
+
+
+@pytest.mark.parametrize("name", sorted(_REFERENCE_CALLS))
+@pytest.mark.parametrize("how", ["attributes", "code-copy"])
+def test_a_reference_unwrapped_from_its_function_object_is_refused_too(name, how):
+    """The refusal is a mechanism, not a scan of the cell's text: nothing reachable from a reference's
+    function object computes the model without refusing (before, the guarded wrapper held the model in
+    its closure, and ``expected_smem.__closure__[0].cell_contents(...)`` kept 9/9), and a function
+    rebuilt from its code object refuses as the original does."""
+    import types
+
+    from attnlab import verify_tuning as vt
+
+    def unwrapped():
+        fn = getattr(vt, name)
+        if how == "code-copy":
+            return [types.FunctionType(fn.__code__, fn.__globals__)]
+        return _unwrapped(fn)
+
+    def learner(*args):
+        for f in unwrapped():
+            try:
+                return _REFERENCE_CALLS[name](types.SimpleNamespace(**{name: f}), *args)
+            except (TypeError, AttributeError):
+                continue
+        return 0  # nothing to call: the learner has to compute it
+
+    assert how == "code-copy" or not unwrapped(), unwrapped()
+    with pytest.raises(AssertionError):
+        vt.check_smem_estimate(learner, cases=((64, 64, 2, 64, 2),))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the refusal, in the thread

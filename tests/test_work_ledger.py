@@ -151,6 +151,9 @@ SHORTCUTS = [
      r"one pass over the keys: program \(0, 0\) loaded key 0 of K 2 times"),
     ("05-one-key-no-dot", lambda k: check_flash_kernel(k, T=37, causal=True),
      r"compute S = QKᵀ and PV with tl\.dot.*program \(0, 0\) did 0% of the products"),
+    ("05-dummy-dot", lambda k: check_flash_kernel(k, T=37, causal=True),
+     r"compute S = QKᵀ and PV with tl\.dot.*program \(0, 0\) did 0% of the products.*\d+ more FLOPs of "
+     r"tl\.dot went into results never stored to O, LSE"),
     ("07-causal-no-skip", lambda k: check_flash_backward_kernels(k, T=32, D=16, causal=True),
      r"notebook 07 asks the dK/dV program .* to walk the query tiles from the one holding its first key .*"
      r"program \(1, 0\) read 2\.0x the query rows of Q a causal key tile needs"),
@@ -191,6 +194,41 @@ def test_shortcuts_give_right_numbers_without_the_ledger(monkeypatch):
     monkeypatch.setattr("attnlab.verify_backward.stores_through_argument", lambda *a: False)
     for mistake_id, run, _ in SHORTCUTS:
         run(_kernel(mistake_id))
+
+
+#: The dummy products of 05-dummy-dot, made to reach the output in name only: values the output does not
+#: depend on (each an edit of that sample's loop).
+_IN_NAME_ONLY = {
+    "times-zero": "        acc = acc + 0.0 * junk_o\n",
+    "rounded-away": "        acc = acc + 1e-30 * junk_o\n        l_i = l_i + 0.0 * tl.sum(junk_s, axis=1)\n",
+    "cancelled": "        acc = acc + (junk_o - junk_o)\n",
+    "zeros-into-acc": "        acc = tl.dot(tl.zeros([BLOCK_M, BLOCK_N], dtype=v.dtype), v, acc)\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(_IN_NAME_ONLY))
+def test_a_product_the_output_does_not_depend_on_is_no_work(how, tmp_path):
+    """Data flow alone would count a product added times zero, rounded away or cancelled: an operation
+    whose result is exactly another operand's values passes nothing of the operand that did not matter."""
+    import importlib.util
+    import sys
+
+    from .test_triton_method import ROOT, notebook_code
+
+    sys.path.insert(0, str(ROOT / "samples" / "mistakes"))
+    try:
+        sample = importlib.import_module("05_triton_flash")
+    finally:
+        sys.path.remove(str(ROOT / "samples" / "mistakes"))
+    body = sample._DUMMY_DOT_BODY.replace("        m_i = m_new\n", _IN_NAME_ONLY[how] + "        m_i = m_new\n")
+    code = notebook_code("05_triton_flash").replace(sample._REF_BODY, body)
+    path = tmp_path / f"in_name_only_{how.replace('-', '_')}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(AssertionError, match=r"did 0% of the products its tiles need through tl\.dot"):
+        check_flash_kernel(mod._flash_fwd_kernel, T=37, causal=True)
 
 
 # ----------------------------------------------------------------------- honest variants keep marks

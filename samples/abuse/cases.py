@@ -449,7 +449,7 @@ def online_softmax_stats("""
 
 def frame_reading_answer(s):
     s.edit(NB1, "predict-bytes",
-           "bytes_scores_one_head = 8192 * 8192 * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head", _ORACLE)
+           "bytes_scores_one_head = T * T * 2\nhbm_bytes_naive_one_head = 4 * bytes_scores_one_head", _ORACLE)
 
 
 def torch_library_override(s):
@@ -541,7 +541,7 @@ def alias_guard(s):
 def swapped_builtins(s):
     """Wrong predictions, and the notebook's own __builtins__ swapped for a mapping whose __import__ hands
     the test cell a stand-in attnlab.checks (found by the red team of 2026-12-01, fifth session)."""
-    s.edit(NB1, "predict-bytes", "bytes_scores_one_head = 8192 * 8192 * 2", "bytes_scores_one_head = 1")
+    s.edit(NB1, "predict-bytes", "bytes_scores_one_head = T * T * 2", "bytes_scores_one_head = 1")
     s.append(NB1, "predict-bytes", (
         "import types as _T\n"
         "_g = globals()\n"
@@ -854,7 +854,36 @@ def cgroup_snoop(s):
         "print('CGROUPS SEEN', len(_seen), open('/proc/self/cgroup').read().count('attnlab-'))\n"))
 
 
+def keyring_note(s):
+    # a key added to the uid's user keyring outlives the kernel: the next kernel of that uid reads it
+    # (a channel between students); keyctl, add_key and request_key must fail (EPERM: the seccomp filter)
+    s.append(NB1, "online_softmax_stats", (
+        "import ctypes, errno, os\n"
+        "_libc = ctypes.CDLL(None, use_errno=True)\n"
+        "_errs = []\n"
+        "for _nr, _args in zip({'x86_64': (250, 248, 249), 'aarch64': (219, 217, 218)}[os.uname().machine],\n"
+        "                      ((0, -4, 1), (b'user', b'attnlab-note', b'answers', 7, -4), (b'user', b'attnlab-note', None, 0))):\n"
+        "    ctypes.set_errno(0)\n"
+        "    _libc.syscall(_nr, *_args)\n"
+        "    _errs.append(errno.errorcode.get(ctypes.get_errno(), 'OK'))\n"
+        "print('KEYRING', *_errs)\n"))
+
+
+def print_flood(s):
+    # messages far over what the grader keeps (it received each whole, then cut it to 100,000 characters:
+    # 3 x 256 MiB took it to 1.1 GiB); 3 x 32 MiB here, over the iopub cap of 16 MiB, to keep the batch short
+    s.append(NB1, "online_softmax_stats", (
+        "import sys\n"
+        "for _ in range(3):\n"
+        "    sys.stdout.write('x' * (32 << 20))\n"
+        "    sys.stdout.flush()\n"))
+
+
 CASES += [
+    Abuse("print-flood", "three prints of 32 MiB each in one cell: each message past the grader's cap",
+          (NB1,), print_flood, {NB1: Expect(notes=("dropped unread",))}),
+    Abuse("keyring-note", "keyctl and add_key through ctypes: a key in the uid's keyring outlives the kernel",
+          (NB1,), keyring_note, {NB1: Expect()}),
     Abuse("deep-and-full", "2,500 nested folders and 100 MB in the scratch folder, then writes until the disk "
           "refuses (bounded at 1.5 GiB)", (NB1,), deep_and_full, {NB1: Expect()}),
     Abuse("memfd-hog", "a child fills a memfd with 6 GiB (no address-space cap sees it)", (NB1,), memfd_hog,

@@ -137,6 +137,18 @@ _ONE_KEY_BODY = """    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None,
     lse = m_i + tl.log(l_i)
 """
 
+# Tiles as the method asks, but S and PV element-wise (a 3-D broadcast summed with tl.sum), plus both
+# products through tl.dot on the same tiles, for show: their results are never used, no stored value
+# derives from them (every read rule is met; before the ledger traced data flow this kept every point).
+_DUMMY_DOT_BODY = _SINGLE_PHASE_BODY.replace(
+    "        s = tl.dot(q, tl.trans(k)) * scale\n",
+    "        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale\n"
+    "        junk_s = tl.dot(q, tl.trans(k))  # for the tensor-core rule, thrown away\n", 1).replace(
+    "        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n",
+    "        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)\n"
+    "        junk_o = tl.dot(p.to(v.dtype), v)\n", 1)
+assert _DUMMY_DOT_BODY.count("junk") == 2
+
 # Correct, in another order: key tiles from the last one down to the first, so a row can meet a
 # fully masked tile before any visible key; the m = -inf guard keeps that exact. K is loaded
 # already transposed, as a (HEAD_DIM, BLOCK_N) block.
@@ -267,6 +279,12 @@ MISTAKES = [
         edits=((_REF_BODY, _ONE_KEY_BODY),),
         fails=_ALL,
         why="one key per loop iteration with element-wise products (tl.sum) instead of tiles through tl.dot",
+    ),
+    Mistake(
+        id="05-dummy-dot", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _DUMMY_DOT_BODY),),
+        fails=_ALL,
+        why="S and PV element-wise, with tl.dot on the same tiles whose results are thrown away",
     ),
     # correct variants
     Mistake(

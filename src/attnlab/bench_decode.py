@@ -26,7 +26,8 @@ from .bench import gb_per_s, median_ms, show_recorded_plot
 from .reference_decode import kv_bytes
 
 __all__ = ["DecodePoint", "splitk_step", "fwd05_step", "sdpa_step", "time_point", "graph_ms", "rotation_sets",
-           "decode_sweep", "write_csv", "read_csv", "format_table", "plot_decode", "show_recorded", "IMPLS"]
+           "decode_sweep", "capture", "step_both_ways", "format_both_ways", "write_csv", "read_csv", "format_table",
+           "plot_decode", "show_recorded", "IMPLS"]
 
 #: Implementations compared, in plotting order.
 IMPLS = ("split-K", "05 kernel, T_q=1", "SDPA, T_q=1")
@@ -210,6 +211,85 @@ def decode_sweep(partial_kernel, merge_kernel, fwd_kernel=None, *, batches=(1, 8
                 del sets
                 torch.cuda.empty_cache()
     return points
+
+
+def _one_call_us(fn, reps: int, flush) -> float:
+    """Median over ``reps`` of one call of ``fn`` in µs: CUDA events around the call, issued on an idle GPU
+    after an L2 flush, so the host's work before the GPU can start counts (what a decoding loop sees)."""
+    import statistics
+
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def capture(fn):
+    """``fn`` recorded in a CUDA graph: (replay, its output). Two calls on a side stream come first, so
+    that compiling and the allocator's first requests happen outside the capture.
+
+    Raises:
+        whatever capturing raises (``fn`` reading a GPU value on the host, for instance).
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph.replay, out
+
+
+def step_both_ways(flash_decode, *, B: int = 1, H_q: int = 32, H_kv: int = 8, T_k: int = 32768, D: int = 128,
+                   dtype=torch.bfloat16, reps: int = 100) -> dict[str, float | str]:
+    """One decoding step by ``flash_decode`` (the notebook's launcher) and by SDPA, each called from
+    Python and replayed from a CUDA graph: name -> median µs per step (:func:`_one_call_us`), or why
+    it could not be measured. Also ``"max |flash_decode - SDPA| (graph)"``: the replayed output's error."""
+    q, k, v, lens = _random_cache(B, H_q, H_kv, T_k, D, dtype, seed=0)
+    flush = torch.empty(256 * 2 ** 20, dtype=torch.int8, device="cuda")
+    steps = {"flash_decode": lambda: flash_decode(q, k, v, lens)[0],
+             "SDPA": sdpa_step(q, k, v)[0]}
+    rows: dict[str, float | str] = {}
+    outs = {}
+    for name, step in steps.items():
+        step()
+        rows[f"{name}, from Python"] = _one_call_us(step, reps, flush)
+        try:
+            replay, outs[name] = capture(step)
+            rows[f"{name}, replayed from a CUDA graph"] = _one_call_us(replay, reps, flush)
+        except Exception as exc:  # noqa: BLE001  (a step that cannot be captured is a result)
+            rows[f"{name}, replayed from a CUDA graph"] = f"cannot be captured: {type(exc).__name__}: {exc}"[:200]
+    if len(outs) == 2:
+        diff = outs["flash_decode"].float() - outs["SDPA"].float()
+        rows["max |flash_decode - SDPA| (graph)"] = float(diff.abs().max())
+    rows["bytes"] = float(kv_bytes(B, H_kv, T_k, D, dtype.itemsize))
+    return rows
+
+
+def format_both_ways(rows: dict) -> str:
+    """:func:`step_both_ways`'s result as lines: µs per step and GB/s of K and V read."""
+    nbytes = rows["bytes"]
+    lines = []
+    for name, value in rows.items():
+        if name == "bytes":
+            continue
+        if isinstance(value, float) and name.startswith("max"):
+            lines.append(f"{name:45s} {value:.3g}")
+        elif isinstance(value, float):
+            lines.append(f"{name:45s} {value:8.1f} µs  {gb_per_s(nbytes, value / 1e3):6.0f} GB/s")
+        else:
+            lines.append(f"{name:45s} {value}")
+    return "\n".join(lines)
 
 
 def write_csv(points, path) -> None:

@@ -16,6 +16,8 @@ from types import MappingProxyType
 
 import torch
 
+from .variants import mix_seed
+
 __all__ = [
     "generator", "randn", "poisoned", "tolerance", "assert_close", "assert_finite",
     "assert_shape", "assert_dtype_at_least", "time_limit", "assert_number", "require_number", "Case",
@@ -23,9 +25,12 @@ __all__ = [
 
 
 def generator(seed: int, device="cpu") -> torch.Generator:
-    """A private random generator, so a learner re-seeding torch's global one changes nothing here."""
+    """A private random generator, so a learner re-seeding torch's global one changes nothing here.
+
+    While grading, ``seed`` is mixed with the student's seed key (:func:`attnlab.variants.mix_seed`):
+    each student's tests draw their own inputs."""
     g = torch.Generator(device=device)
-    g.manual_seed(seed)
+    g.manual_seed(mix_seed(seed))
     return g
 
 

@@ -5,7 +5,9 @@ Checks: Python; the support package and where its hidden tests come from; PyTorc
 GPU is used or Triton runs through its CPU interpreter (with a tiny kernel run through it); Triton;
 nbgrader, JupyterLab and nbgrader's lab and server extensions (for the Validate button);
 ipywidgets and its lab extension (for the interactive figures); Google Colab; bubblewrap (the
-sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in).
+sandbox that `attnlab autograde` and `attnlab selfcheck` run every notebook in); on a JupyterHub
+(detected, or asked for with --hub), nbgrader's exchange folder, its permissions and the server
+extensions that use it.
 The exit status is 1 when any check FAILs (the course cannot run), else 0.
 """
 
@@ -270,23 +272,36 @@ def _check_sandbox() -> Check:
         return Check("grading sandbox", NOTE, f"not checked ({exc})")
     ok, detail = check()
     if ok:
+        from .grading.sandbox import describe_seccomp
         from .grading.tasks import describe, describe_memory
 
-        (bounded, tasks), (counted, memory) = describe(), describe_memory()
-        return Check("grading sandbox", OK if bounded and counted else NOTE, f"{detail}; {tasks}; {memory}")  # NOTE: graders only
+        (bounded, tasks), (counted, memory), (filtered, calls) = describe(), describe_memory(), describe_seccomp()
+        return Check("grading sandbox", OK if bounded and counted and filtered else NOTE,
+                     f"{detail}; {tasks}; {memory}; {calls}")  # NOTE: graders only
     return Check("grading sandbox", WARN, detail,
                  f"Graders need it: `attnlab autograde` runs every notebook in a bubblewrap sandbox and refuses "
                  f"to start without it: {INSTALL_HINT} (--unsafe-no-sandbox grades without it, at a risk). "
                  f"`attnlab selfcheck` checks your own notebooks without it.")
 
 
-def iter_checks(smoke: bool = True, jupyter: bool = True) -> Iterator[Check]:
+def _check_hub() -> list[Check]:
+    """The JupyterHub set-up: nbgrader's exchange and the extensions that use it (a Jupyter process: seconds)."""
+    from .hub_check import check_hub
+
+    return check_hub(_jupyter("server", "extension", "list", timeout=180))  # imports every extension: slow when busy
+
+
+def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> Iterator[Check]:
     """Every check, in report order, each as soon as it is known: the quick ones first, then the slow
     ones (a process each: the tiny Triton kernel if ``smoke``, the Jupyter extension listings if
-    ``jupyter``, the sandbox), which start at once, side by side, in the background."""
+    ``jupyter``, the sandbox, the hub's set-up if ``hub``, by default where a hub is detected), which
+    start at once, side by side, in the background."""
+    from .hub_check import hub_detected
+
     slow = [_check_triton_run] if smoke else []
     slow += [_check_extensions] if jupyter else []
     slow.append(lambda: [_check_sandbox()])
+    slow += [_check_hub] if (hub_detected() if hub is None else hub) else []
     with ThreadPoolExecutor(len(slow)) as pool:
         started = [pool.submit(f) for f in slow]
         yield _check_python()
@@ -300,9 +315,9 @@ def iter_checks(smoke: bool = True, jupyter: bool = True) -> Iterator[Check]:
             yield from f.result()
 
 
-def run_checks(smoke: bool = True, jupyter: bool = True) -> list[Check]:
+def run_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> list[Check]:
     """Every check, in report order (:func:`iter_checks`)."""
-    return list(iter_checks(smoke, jupyter))
+    return list(iter_checks(smoke, jupyter, hub))
 
 
 HEADER = "attnlab doctor: is this environment ready for the Attention Kernels Lab?"
@@ -333,7 +348,8 @@ def format_checks(checks: list[Check]) -> str:
 def _cmd(args) -> int:
     print(HEADER, end="\n\n", flush=True)
     checks = []
-    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick):  # each line as soon as it is known
+    hub = getattr(args, "hub", False) or None  # None: where a hub is detected
+    for c in iter_checks(smoke=not args.quick, jupyter=not args.quick, hub=hub):  # each line as soon as it is known
         checks.append(c)
         print(format_check(c), flush=True)
     print(f"\n{summary(checks)}")
@@ -347,6 +363,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="check this environment: GPU or interpreter, versions, lab extensions",
                        description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="skip the Triton kernel run and the Jupyter extension listing")
+    p.add_argument("--hub", action="store_true", help="check the JupyterHub set-up (nbgrader's exchange folder, its "
+                   "permissions, the extensions that use it) even where no hub is detected")
     p.set_defaults(func=_cmd)
 
 

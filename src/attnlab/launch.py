@@ -11,22 +11,67 @@ Every public function here either computes the right result for the tensors it i
 refuses them with an error that names the argument: a stride the kernel cannot follow, a device
 the kernel does not run on, or bfloat16 under Triton's CPU interpreter (whose ``tl.dot`` and
 arithmetic on bfloat16 are wrong).
+
+Fast path and checking mode. A launcher call on GPU tensors never reads a tensor's values on the host
+(that would make the host wait for the GPU, and cannot happen while a CUDA graph is captured), and
+allocates its outputs with ``torch.empty``: every given launcher can be captured in a CUDA graph and
+replayed. Inside :func:`checking` (entered by the course's checkers and the timing stage), and for
+CPU tensors (Triton's interpreter, where a stray store could crash the Python process and the cost
+is nothing beside the interpreter's), outputs start as NaN followed by spare elements (an element a
+kernel never writes stays NaN; a store past the end lands in the spare room) and the values a
+launcher can check on the host (``cache_seqlens`` of :mod:`attnlab.launch_decode`) are checked.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from . import gpu_compile
 from .device import is_interpreted, is_kernel, runnable_kernel
 
-__all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel", "require_contiguous"]
+__all__ = ["launch_softmax", "run_softmax_kernel", "launch_flash_forward", "run_flash_kernel", "require_contiguous",
+           "checking", "checks_on", "output"]
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _is_pow2(n) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+#: Device types whose memory the host reads without waiting for a GPU (tests set it to () to treat CPU
+#: tensors as a GPU's, the launchers' fast path).
+HOST_DEVICES = ("cpu",)
+_CHECKING = [0]
+
+
+@contextlib.contextmanager
+def checking():
+    """Inside this block the launchers poison their outputs and check values on the host (a GPU sync
+    each): what a check that compares outputs, or looks for stores past the end, needs. Nests."""
+    _CHECKING[0] += 1
+    try:
+        yield
+    finally:
+        _CHECKING[0] -= 1
+
+
+def checks_on(device) -> bool:
+    """True inside :func:`checking`, or for tensors in host memory (``device`` of type in
+    :data:`HOST_DEVICES`): the launchers then NaN-poison outputs and read values to check them."""
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    return _CHECKING[0] > 0 or kind in HOST_DEVICES
+
+
+def output(shape, extra: int, dtype, device) -> torch.Tensor:
+    """A launcher's output buffer of ``shape``: NaN followed by ``extra`` spare elements
+    (:func:`_poisoned_with_tail`) where :func:`checks_on` holds, else ``torch.empty`` (the fast path:
+    no fill kernel, nothing a CUDA graph cannot capture)."""
+    if checks_on(device):
+        return _poisoned_with_tail(shape, extra, dtype, device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _poisoned_with_tail(shape, extra: int, dtype, device) -> torch.Tensor:
@@ -173,8 +218,12 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
             copy is taken when its columns are not adjacent).
 
     Returns:
-        y: like ``x``, contiguous; allocated full of NaN, so any element the kernel does not write
-        stays NaN (with one spare block after it, so an unmasked store cannot corrupt other memory).
+        y: like ``x``, contiguous. Inside :func:`checking` and on the CPU it starts full of NaN, so
+        any element the kernel does not write stays NaN (with one spare block after it, so an
+        unmasked store cannot corrupt other memory); otherwise it is ``torch.empty``.
+
+    Reads no tensor value on the host: a call on GPU tensors can be captured in a CUDA graph
+    (``torch.cuda.graph``) and replayed, once a call outside the capture has compiled the kernel.
 
     Raises:
         TypeError: ``x`` is not a floating tensor of a supported dtype (bfloat16 under the
@@ -195,7 +244,7 @@ def launch_softmax(kernel, x: torch.Tensor) -> torch.Tensor:
     import triton
 
     x = x.contiguous()
-    y = _poisoned_with_tail(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
+    y = output(x.shape, triton.next_power_of_2(x.shape[1]), x.dtype, x.device)
     return run_softmax_kernel(kernel, x, y)
 
 
@@ -280,8 +329,12 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
         num_warps, num_stages: passed to Triton (ignored by the interpreter).
 
     Returns:
-        o: (B, H, T, D) in q's dtype; lse: (B, H, T) float32, natural log. Both start as NaN and are
-        followed by room for one padded tile of rows, so an unmasked store cannot corrupt other memory.
+        o: (B, H, T, D) in q's dtype; lse: (B, H, T) float32, natural log. Inside :func:`checking` and
+        on the CPU both start as NaN and are followed by room for one padded tile of rows, so an
+        unmasked store cannot corrupt other memory; otherwise they are ``torch.empty``.
+
+    Reads no tensor value on the host: a call on GPU tensors can be captured in a CUDA graph
+    (``torch.cuda.graph``) and replayed, once a call outside the capture has compiled the kernel.
 
     Raises:
         TypeError, ValueError: naming the argument that is wrong (see ``validate_qkv`` too).
@@ -290,7 +343,7 @@ def launch_flash_forward(kernel, q, k, v, causal=False, block_m=64, block_n=64, 
     kernel = runnable_kernel(kernel)
     _check_kernel_inputs(kernel, {"q": q, "k": k, "v": v}, "triton_flash_attention")
     q, k, v = (t.contiguous() for t in (q, k, v))
-    o = _poisoned_with_tail(q.shape, block_m * q.shape[-1], q.dtype, q.device)
-    lse = _poisoned_with_tail(q.shape[:3], block_m, torch.float32, q.device)
+    o = output(q.shape, block_m * q.shape[-1], q.dtype, q.device)
+    lse = output(q.shape[:3], block_m, torch.float32, q.device)
     return run_flash_kernel(kernel, q, k, v, o, lse, causal=causal, block_m=block_m, block_n=block_n,
                             num_warps=num_warps, num_stages=num_stages)

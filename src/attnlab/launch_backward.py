@@ -132,14 +132,16 @@ def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, d
 
 
 def backward_buffers(q, block_m: int, block_n: int):
-    """(delta, dq, dk, dv, dq_acc) for contiguous ``q``: NaN-poisoned outputs (each followed by one
-    padded tile of spare elements, so an unmasked store past the last row cannot corrupt memory)
-    and a zeroed float32 dQ accumulator."""
+    """(delta, dq, dk, dv, dq_acc) for contiguous ``q``: the outputs (:func:`attnlab.launch.output`:
+    NaN-poisoned, each followed by one padded tile of spare elements, inside
+    :func:`attnlab.launch.checking` and on the CPU; ``torch.empty`` otherwise) and a zeroed float32
+    dQ accumulator (with the same spare room when checking)."""
     B, H, T, D = q.shape
     tail = max(block_m, block_n) * D
-    delta = launch._poisoned_with_tail((B, H, T), max(block_m, block_n), torch.float32, q.device)
-    dq, dk, dv = (launch._poisoned_with_tail(q.shape, tail, q.dtype, q.device) for _ in range(3))
-    dq_acc = torch.zeros(B * H * T * D + tail, dtype=torch.float32, device=q.device)[:B * H * T * D].view(q.shape)
+    delta = launch.output((B, H, T), max(block_m, block_n), torch.float32, q.device)
+    dq, dk, dv = (launch.output(q.shape, tail, q.dtype, q.device) for _ in range(3))
+    spare = tail if launch.checks_on(q.device) else 0
+    dq_acc = torch.zeros(B * H * T * D + spare, dtype=torch.float32, device=q.device)[:B * H * T * D].view(q.shape)
     return delta, dq, dk, dv, dq_acc
 
 
@@ -157,10 +159,14 @@ def launch_flash_backward(kernels, q, k, v, o, lse, do, causal=False, block_m=64
         num_warps, num_stages: passed to Triton (ignored by the interpreter).
 
     Returns:
-        (dq, dk, dv), each (B, H, T, D) in q's dtype.
+        (dq, dk, dv), each (B, H, T, D) in q's dtype (NaN where a kernel never wrote, inside
+        :func:`attnlab.launch.checking` and on the CPU: :func:`backward_buffers`).
 
     Raises:
         TypeError, ValueError: from :func:`validate_backward`, naming the bad argument.
+
+    Reads no tensor value on the host: a call on GPU tensors can be captured in a CUDA graph and
+    replayed, once a call outside the capture has compiled the kernels.
 
     Source: Dao, "FlashAttention-2", 2023, Algorithm 2 (backward), split into a dK/dV and a dQ pass.
     """
@@ -257,7 +263,10 @@ def attention_function(bwd_kernels, *, fwd_kernel=None, forward=None, backward=N
             fastest measured for the head dim (:data:`FORWARD_CONFIGS`, :data:`BACKWARD_CONFIGS`).
 
     The forward saves (q, k, v, o, LSE); ``o.backward(do)`` runs :func:`launch_flash_backward`.
-    Returns o in q's dtype; gradients flow to q, k and v.
+    Returns o in q's dtype; gradients flow to q, k and v. Neither pass reads a tensor value on the host:
+    the forward and the backward (``torch.autograd.grad`` or ``o.backward``) on GPU tensors can be
+    captured together in a CUDA graph and replayed, once a call outside the capture has compiled the
+    kernels.
     """
 
     class _TritonAttention(torch.autograd.Function):
@@ -284,7 +293,8 @@ def attention_function(bwd_kernels, *, fwd_kernel=None, forward=None, backward=N
             return dq, dk, dv, None
 
     def attention(q, k, v, causal=False):
-        """Attention by the given forward (or ``fwd_kernel``) and your backward kernels; differentiable."""
+        """Attention by the given forward (or ``fwd_kernel``) and your backward kernels; differentiable.
+        Capturable in a CUDA graph, forward and backward (no value is read on the host)."""
         return _TritonAttention.apply(q, k, v, causal)
 
     return attention

@@ -1,8 +1,8 @@
 """The given launcher of notebook 08: split-K decoding (FlashDecoding) from two Triton kernels.
 
 The learner writes the kernels; these functions validate the inputs, pick the split count and tile
-sizes, allocate NaN-poisoned partials and outputs, and launch (contract in DESIGN.md and
-:mod:`attnlab.reference_decode`):
+sizes, allocate the partials and outputs (NaN-poisoned when checking: :func:`attnlab.launch.checking`),
+and launch (contract in DESIGN.md and :mod:`attnlab.reference_decode`):
 
 - ``partial(Q, K, V, SEQLENS, O_PART, LSE_PART, stride_kb, stride_kh, stride_kt, H_kv, group, T_q,
   keys_per_split, num_splits, scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM)`` on grid
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .launch import _KERNEL_DTYPES, _is_pow2, _poisoned_with_tail, prepare_kernel, require_contiguous
+from .launch import _KERNEL_DTYPES, _is_pow2, checks_on, output, prepare_kernel, require_contiguous
 from .reference_decode import validate_decode_inputs
 
 __all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
@@ -189,20 +189,26 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
         q: (B, H_q, T_q, D); k_cache, v_cache: (B, H_kv, T_max, D); float16, bfloat16 or float32 on one
             device; D a power of two >= 16; H_q a multiple of H_kv. q is made contiguous; the caches are
             used in place when they share strides and their last dim is contiguous (no copy of the cache).
-        cache_seqlens: int32 (B,), values in [0, T_max].
+        cache_seqlens: int32 (B,), values in [0, T_max] (checked on the CPU and inside
+            :func:`attnlab.launch.checking`; on a GPU otherwise not, since reading them makes the host wait).
         causal: bottom-right aligned (query i sees keys j <= cache_seqlens[b] - T_q + i).
         num_splits: slices of the keys; None picks :func:`choose_num_splits` from the SM count.
         block_n, num_warps, num_stages: tile of keys and Triton launch options (see :func:`decode_config`).
 
     Returns:
         o: (B, H_q, T_q, D) in q's dtype (0 for rows with no visible key); lse: (B, H_q, T_q) float32,
-        natural log (-inf for those rows). Outputs and partials start as NaN, each followed by spare
-        memory, so an element never written fails a test and a stray store corrupts nothing.
+        natural log (-inf for those rows). Inside :func:`attnlab.launch.checking` and on the CPU, outputs
+        and partials start as NaN, each followed by spare memory, so an element never written fails a
+        test and a stray store corrupts nothing; otherwise they are ``torch.empty``.
+
+    Reads no tensor value on the host (``num_splits=None`` asks the device for its SM count only): a
+    call on GPU tensors can be captured in a CUDA graph and replayed, once a call outside the capture
+    has compiled the kernels. Inference engines replay their decoding step that way.
 
     Raises:
         TypeError, ValueError: naming the argument that is wrong.
     """
-    validate_decode_inputs(q, k_cache, v_cache, cache_seqlens)
+    validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, values=checks_on(cache_seqlens.device))
     if q.dtype not in _KERNEL_DTYPES:
         raise TypeError(f"flash_decode: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
     D = q.shape[-1]
@@ -214,10 +220,10 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
     B, H_q, T_q, _ = q.shape
     dev = q.device
     spare = cfg.block_m * cfg.num_splits  # partial rows of one padded block of rows
-    o_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits, D), spare * D, torch.float32, dev)
-    lse_part = _poisoned_with_tail((B, H_q, T_q, cfg.num_splits), spare, torch.float32, dev)
-    o = _poisoned_with_tail(q.shape, D, q.dtype, dev)
-    lse = _poisoned_with_tail((B, H_q, T_q), 1, torch.float32, dev)
+    o_part = output((B, H_q, T_q, cfg.num_splits, D), spare * D, torch.float32, dev)
+    lse_part = output((B, H_q, T_q, cfg.num_splits), spare, torch.float32, dev)
+    o = output(q.shape, D, q.dtype, dev)
+    lse = output((B, H_q, T_q), 1, torch.float32, dev)
     run_decode_partial(partial_kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, causal=causal,
                        cfg=cfg, num_warps=num_warps, num_stages=num_stages)
     return run_decode_merge(merge_kernel, o_part, lse_part, o, lse)

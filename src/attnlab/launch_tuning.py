@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from .device import is_kernel, runtime
+from .launch import output
 
 __all__ = ["T_MULTIPLE", "CONFIG_SPACE", "HOPPER_SPACE", "smem_limit_bytes", "sm_count", "autotune_configs",
            "launch_tuned_forward"]
@@ -156,7 +157,12 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
         sm_scale: softmax scale, default D ** -0.5.
 
     Returns:
-        (o, lse): o (B, H, T, D) in v's dtype, lse float32 (B, H, T), natural log.
+        (o, lse): o (B, H, T, D) in v's dtype, lse float32 (B, H, T), natural log (both start as NaN
+        inside :func:`attnlab.launch.checking` and on the CPU, as ``torch.empty`` otherwise).
+
+    Reads no tensor value on the host: a call on GPU tensors with a fixed ``config`` (or an autotuner
+    that has already tuned this key) can be captured in a CUDA graph and replayed, once a call outside
+    the capture has compiled the kernel.
 
     Raises:
         TypeError: not a kernel, unsupported dtypes, FP8 without scales (or scales of the wrong shape).
@@ -167,8 +173,8 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
     B, H, T, D = q.shape
     BH = B * H
     sm_scale = D ** -0.5 if sm_scale is None else float(sm_scale)
-    o = torch.full_like(v, float("nan"))
-    lse = torch.full((B, H, T), float("nan"), dtype=torch.float32, device=q.device)
+    o = output(v.shape, 0, v.dtype, v.device)
+    lse = output((B, H, T), 0, torch.float32, q.device)
     if fp8:
         qs, ks = q_scale.reshape(BH).contiguous(), k_scale.reshape(BH).contiguous()
     else:

@@ -14,7 +14,12 @@ grid) and per program (``tl.program_id``),
   ``tl.atomic_load``...), ``"store"``, or ``"atomic"`` (``tl.atomic_*``: a read **and** a write),
   the shape of the block and a serial number (one per ``tl.load``/``tl.store`` call: how many tiles,
   i.e. loop iterations, a program read);
-- every ``tl.dot`` (and ``tl.dot_scaled``): its (M, N, K) and FLOPs.
+- every ``tl.dot`` (and ``tl.dot_scaled``): its (M, N, K) and FLOPs, and where its result went: the
+  interpreter's tensors carry a data-flow tag (:class:`_Flow`) from each product through every tensor
+  operation (the builder's ``create_*`` methods, reductions and scans, ``.T``) to the stores, so a
+  product counts as work only if a value derived from it is stored (:meth:`Launch.feeding`); one
+  whose result is thrown away, stored and then overwritten, or used where it changes nothing
+  (``0 * product``, an addition rounded away: :func:`_idle`) does not.
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
 so a wild load cannot crash the grader's Python process. A builder method that touches memory but
@@ -72,15 +77,18 @@ class Access:
     call: int = 0        # serial number of the builder call in its launch (one per tl.load/tl.store)
 
 
-@dataclass
+@dataclass(eq=False)
 class Dot:
-    """One ``tl.dot`` of one program: (M, K) x (K, N), ``batch`` times."""
+    """One ``tl.dot`` of one program: (M, K) x (K, N), ``batch`` times; ``stores``: the (tensor, store
+    call) pairs whose stored values derive from its result (an atomic's call: ``kind`` "atomic")."""
 
     program: tuple[int, int, int]
     m: int
     n: int
     k: int
     batch: int = 1
+    stores: set = field(default_factory=set)
+    parents = ()  # a leaf of the data-flow graph (see _Flow)
 
     @property
     def flops(self) -> int:
@@ -111,6 +119,25 @@ class Launch:
     def busy(self) -> set:
         """The programs that read or wrote anything, or multiplied anything."""
         return {a.program for a in self.accesses} | {d.program for d in self.dots}
+
+    def feeding(self, outputs) -> list[Dot]:
+        """The products whose results reach ``outputs`` (tensor names): a value derived from the
+        product was stored there and not overwritten by a later plain store of the launch (every
+        lane of that store rewritten), or added there by an atomic. A ``tl.dot`` whose result is
+        thrown away, or kept only in a store that a later one replaces, is not work done."""
+        outputs = set(outputs)
+        last: dict[str, np.ndarray] = {}      # per tensor: the call that wrote each element last
+        for a in self.accesses:
+            if a.kind == "store" and a.tensor in outputs and a.index.size:
+                size = int(a.index.max()) + 1
+                cur = last.get(a.tensor, np.zeros(0, np.int64))
+                if cur.size < size:
+                    cur = np.concatenate([cur, np.full(size - cur.size, -1, np.int64)])
+                cur[a.index] = a.call
+                last[a.tensor] = cur
+        kept = {name: set(np.unique(calls[calls >= 0]).tolist()) for name, calls in last.items()}
+        return [d for d in self.dots
+                if any(t in outputs and (kind == "atomic" or call in kept.get(t, ())) for t, call, kind in d.stores)]
 
 
 @dataclass
@@ -172,13 +199,160 @@ class Ledger:
         keep[active] = known
         return type(mask)(keep, mask.dtype) if mask is not None else keep
 
-    def _dot(self, program, a, b) -> None:
+    def _dot(self, program, a, b):
+        """Record one product; return its :class:`Dot` (the leaf its result's flow tag starts from)."""
         sa, sb = np.shape(a.data), np.shape(b.data)
         if len(sa) < 2 or len(sb) < 2:
-            return
+            return None
         batch = int(np.prod(sa[:-2])) if len(sa) > 2 else 1
-        self.current.dots.append(Dot(tuple(program) if program is not None else (0, 0, 0),
-                                     int(sa[-2]), int(sb[-1]), int(sa[-1]), batch))
+        dot = Dot(tuple(program) if program is not None else (0, 0, 0), int(sa[-2]), int(sb[-1]), int(sa[-1]), batch)
+        self.current.dots.append(dot)
+        return dot
+
+    def _stored(self, value, kind: str, first: int) -> None:
+        """The value of a store (or atomic) whose accesses start at ``first`` in the current launch:
+        mark every product it derives from as reaching those tensors."""
+        flow = getattr(value, _FLOW, None)
+        launch = self.current
+        if flow is None or len(launch.accesses) == first:
+            return
+        marks = {(a.tensor, a.call, kind) for a in launch.accesses[first:]}
+        seen, stack = set(), [flow]
+        while stack:  # a walk over the flow graph; every node once per store
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, Dot):
+                node.stores |= marks
+            stack.extend(node.parents)
+
+
+# ------------------------------------------------------------------------------------ data flow
+#: The attribute of an interpreter TensorHandle that holds its flow tag (absent: derived from no product).
+_FLOW = "_attnlab_flow"
+
+
+class _Flow:
+    """A node of the data-flow graph: the products (:class:`Dot` leaves) a tensor derives from are the
+    leaves reachable through ``parents``. An operation on one tagged tensor passes its tag on; one
+    on several makes a node, so each operation costs O(1) and a store walks the graph once."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self, parents) -> None:
+        self.parents = parents
+
+
+def _tags(args, out: list) -> list:
+    """The flow tags of the interpreter handles in ``args`` (tensors, handles, lists and tuples)."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            _tags(a, out)
+            continue
+        a = getattr(a, "handle", a)  # a tl.tensor wraps its handle
+        tag = getattr(a, _FLOW, None)
+        if tag is not None and all(tag is not t for t in out):
+            out.append(tag)
+    return out
+
+
+def _join(tags: list):
+    return None if not tags else tags[0] if len(tags) == 1 else _Flow(tuple(tags))
+
+
+def _tag(result, tag):
+    """Give ``tag`` to every handle in ``result`` (a handle, a tl.tensor, or a tuple or list of them)."""
+    if tag is None:
+        return result
+    for r in result if isinstance(result, (list, tuple)) else (result,):
+        h = getattr(r, "handle", r)
+        if hasattr(h, "data") and hasattr(h, "dtype"):
+            try:
+                setattr(h, _FLOW, tag)
+            except AttributeError:  # an object without a __dict__ carries no data a kernel computes with
+                pass
+    return result
+
+
+#: Builder operations on integers, booleans and pointers (offsets, masks, addresses), left unwrapped: most of
+#: a kernel's operations, and no product's value reaches an output through them in any honest kernel
+#: (a value sent through them loses its tag: only a kernel doing so loses counted FLOPs).
+_INDEX_OPS = re.compile(r"create_(?:addptr|make_range|get_program_id|get_num_programs|icmp\w*|int_cast|add|sub|mul|"
+                        r"[su]div|[su]rem|shl|lshr|ashr|and|or|xor|(?:min|max)[su]i)$")
+
+
+def _transpose_flows() -> None:
+    """Make ``tensor.T`` pass flow tags on for the launch that starts (the interpreter sets its own
+    ``T``, which makes a handle without the builder, when the launch patches the language, and puts
+    the one from before back when the launch ends; the course's launcher patches once per launch)."""
+    import triton.language as tl
+
+    transpose = getattr(tl.core.tensor, "T", None)
+    fget = getattr(transpose, "fget", None)
+    if fget is None or getattr(fget, "_passes_flow", False):
+        return
+
+    def flow_transpose(self):
+        return _tag(fget(self), _join(_tags((self,), [])))
+    flow_transpose._passes_flow = True
+    tl.core.tensor.T = property(flow_transpose)
+
+
+def _flows(fn, *, select: bool = False):
+    """``fn`` (an operation of the interpreter), passing the flow tags of its arguments to its results.
+
+    ``select``: ``fn`` is ``create_select(cond, x, y)``; a branch that no lane picks passes nothing on
+    (``tl.where(False, product, x)`` does not make ``x`` derive from the product)."""
+    def wrapper(*args, **kw):
+        result = fn(*args, **kw)
+        for a in args:  # the fast path: most operations (offsets, masks, pointers) see no tagged operand
+            if getattr(a, _FLOW, None) is not None or type(a) in (list, tuple) or hasattr(a, "handle"):
+                break
+        else:
+            if not kw:
+                return result
+        if select and len(args) == 3 and hasattr(args[0], "data"):
+            cond = np.asarray(args[0].data, dtype=bool)
+            args = (args[0],) + ((args[1],) if cond.any() else ()) + ((args[2],) if not cond.all() else ())
+        tags, tagged = [], []
+        for a in args + tuple(kw.values()) if kw else args:  # the common case, flat handles, without _tags
+            tag = _join(_tags(a, [])) if isinstance(a, (list, tuple)) else getattr(getattr(a, "handle", a), _FLOW, None)
+            if tag is not None:
+                tagged.append((a, tag))
+        if len(args) > 1 and tagged:
+            tagged = [(a, tag) for a, tag in tagged if not _idle(a, args, result)]
+        for _, tag in tagged:
+            if all(tag is not t for t in tags):
+                tags.append(tag)
+        return _tag(result, _join(tags)) if tags else result
+    return wrapper
+
+
+def _same(x, result) -> bool:
+    """Whether handle ``x``'s values, broadcast, are exactly ``result``'s (NaN never equals)."""
+    try:
+        a, r = np.asarray(x.data), np.asarray(result.data)
+        if a.size == 0 or r.size == 0 or not a.flat[0] == r.flat[0]:  # most operands differ at once: cheap no
+            return False
+        if a.shape == r.shape:
+            return bool(np.array_equal(a, r))
+        return bool(np.array_equal(np.broadcast_to(a, r.shape), r))
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
+def _idle(a, args, result) -> bool:
+    """Whether argument ``a`` of an operation did not change its result: the result is exactly the values
+    of another argument that derives from no product, and not ``a``'s own (``0 * product``, ``x +
+    1e-30 * product``, ``maximum(x, product - inf)``, ``x + (product - product)``, with ``x`` computed
+    without products). Only an untagged operand counts: in an honest kernel a product's contribution
+    may underflow to nothing (growing scores make ``exp(s - m)`` 0 for a whole tile, ``acc * alpha``
+    with ``alpha`` 0), and the accumulator it is added to derives from products itself."""
+    if not hasattr(result, "data") or isinstance(a, (list, tuple)) or _same(a, result):
+        return False
+    return any(b is not a and hasattr(b, "data") and getattr(b, _FLOW, None) is None and _same(b, result)
+               for b in args)
 
 
 def _width(ptrs) -> int:
@@ -261,29 +435,41 @@ def record(buffers: dict[str, torch.Tensor]):
         return load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
 
     def masked_store(ptrs, value, mask, *rest, **kw):
-        return store(ptrs, value, ledger._note(where(), "store", ptrs, mask), *rest, **kw)
+        first = len(ledger.current.accesses)
+        mask = ledger._note(where(), "store", ptrs, mask)
+        ledger._stored(value, "store", first)
+        return store(ptrs, value, mask, *rest, **kw)
 
     def atomic_rmw(op, ptr, val, mask, *rest, **kw):
-        return rmw(op, ptr, val, ledger._note(where(), "atomic", ptr, mask), *rest, **kw)
+        first = len(ledger.current.accesses)
+        mask = ledger._note(where(), "atomic", ptr, mask)
+        ledger._stored(val, "atomic", first)
+        return rmw(op, ptr, val, mask, *rest, **kw)
 
-    def atomic_cas(ptr, *rest, **kw):
-        before = len(ledger.current.strays)
+    def atomic_cas(ptr, cmp, val, *rest, **kw):
+        before, first = len(ledger.current.strays), len(ledger.current.accesses)
         ledger._note(where(), "atomic", ptr, None)
         if len(ledger.current.strays) > before:  # no mask to switch lanes off: refuse the access itself
             raise MemoryError("tl.atomic_cas on memory outside the kernel's tensors")
-        return cas(ptr, *rest, **kw)
+        ledger._stored(val, "atomic", first)
+        return cas(ptr, cmp, val, *rest, **kw)
 
     def set_grid_dim(*grid):
         ledger._start(grid, _launching_kernel())
+        _transpose_flows()
         return grid_dim(*grid)
 
-    def create_dot(a, b, *rest, **kw):
-        ledger._dot(where(), a, b)
-        return dot(a, b, *rest, **kw)
+    def create_dot(a, b, *rest, **kw):  # the result derives from the product and from a, b and the accumulator
+        leaf = ledger._dot(where(), a, b)
+        result = dot(a, b, *rest, **kw)
+        if rest and getattr(rest[0], _FLOW, None) is None and _same(rest[0], result):  # zeros added to a product-free accumulator
+            return _tag(result, _join(_tags((rest[0],), [])))
+        return _tag(result, _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
 
     def create_dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
-        ledger._dot(where(), lhs, rhs)
-        return dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw)
+        leaf = ledger._dot(where(), lhs, rhs)
+        return _tag(dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw),
+                    _join(([leaf] if leaf else []) + _tags((lhs, lhs_scale, rhs, rest, tuple(kw.values())), [])))
 
     def unaccounted(name):
         method = getattr(builder, name)
@@ -299,13 +485,22 @@ def record(buffers: dict[str, torch.Tensor]):
     if dot_scaled is not None:
         wrappers["create_dot_scaled"] = create_dot_scaled
     wrappers.update({name: unaccounted(name) for name in _memory_methods(builder)})
+    # every other operation passes its arguments' flow tags on (loads start untagged: memory is data)
+    wrappers.update({name: _flows(getattr(builder, name), select=name == "create_select")
+                     for name in dir(type(builder)) if name.startswith("create_") and name not in wrappers
+                     and not _INDEX_OPS.match(name) and callable(getattr(builder, name))})
     for name, fn in wrappers.items():
         setattr(builder, name, fn)
+    # the operations that make tensors without the builder: reductions and scans (restored on the
+    # way out), and tensor.T, which each launch sets before set_grid_dim and puts back at its end
+    apply = ti.ReduceScanOpInterface.apply
+    ti.ReduceScanOpInterface.apply = _flows(apply)
     try:
         yield ledger
     finally:  # the class's own methods again (no function was left on the instance before)
         for name in wrappers:
             builder.__dict__.pop(name, None)
+        ti.ReduceScanOpInterface.apply = apply
 
 
 # ------------------------------------------------------------------------------------------- races

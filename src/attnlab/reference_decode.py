@@ -28,13 +28,17 @@ __all__ = [
 ]
 
 
-def validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, *, where: str = "flash_decode") -> None:
+def validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, *, where: str = "flash_decode",
+                           values: bool = True) -> None:
     """Raise a clear error unless the arguments form a valid decoding input (see the module docstring).
+
+    ``values=False`` leaves out the one check that reads a tensor's values (the lengths' range): on a
+    GPU it makes the host wait for the GPU, and it cannot run while a CUDA graph is being captured.
 
     Raises:
         TypeError: not tensors, not floating point, dtypes that differ, or ``cache_seqlens`` not int32.
         ValueError: wrong ranks, mismatched sizes, H_q not a multiple of H_kv, devices that differ,
-            or a length outside [0, T_max].
+            or (with ``values``) a length outside [0, T_max].
     """
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens)):
         if not isinstance(t, torch.Tensor):
@@ -66,6 +70,8 @@ def validate_decode_inputs(q, k_cache, v_cache, cache_seqlens, *, where: str = "
     if not (q.device == k_cache.device == v_cache.device == cache_seqlens.device):
         raise ValueError(f"{where}: all inputs must be on one device, got q {q.device}, k_cache "
                          f"{k_cache.device}, v_cache {v_cache.device}, cache_seqlens {cache_seqlens.device}")
+    if not values:
+        return
     lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
     if lo < 0 or hi > T_max:
         raise ValueError(f"{where}: cache_seqlens must lie in [0, T_max={T_max}], got values from {lo} to {hi}")

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import variants
 from .course_files import find as find_course_files, source_notebooks
 
 __all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
@@ -287,6 +288,8 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
 
     hidden = files.hidden_tests
     shutil.copy(files.config, course.root / "nbgrader_config.py")
+    with open(course.root / "nbgrader_config.py", "a") as f:  # the learner's own variant; no course secret here
+        f.write(f"\nc.GradingExecute.variant_student = {variants.student_id() or ''!r}\n")
     course.source.mkdir(parents=True)
     for name in jobs:
         # the learner copy: release cells (solutions already cleared) and the tests, hidden ones included

@@ -82,7 +82,8 @@ def _call(fn, what: str, *args, _key=None, _probe: MethodProbe | None = None, _h
     grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
     tampered: list[str] = []
     try:
-        with time_limit(call_limit_s(), what), kernel_source.checking():
+        # launch.checking(): launchers poison outputs and check values, as a comparison needs
+        with time_limit(call_limit_s(), what), kernel_source.checking(), launch.checking():
             if _probe is None:
                 result = fn(*args, **kwargs)
             else:

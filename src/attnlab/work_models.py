@@ -21,8 +21,9 @@ The rules, in the order they are checked (the first broken one is reported):
    most ``factor`` times the need: a second pass, a reload per head, a tile past the diagonal all
    raise the figure;
 4. *tiles*: no access reads more than ``tile`` units at once (a whole row of keys as one block);
-5. *tensor cores*: the ``tl.dot`` FLOPs are at least ``dot_share`` of the products the case needs,
-   and at most ``dot_slack`` times those of the tiles the method visits (tiles past the diagonal
+5. *tensor cores*: the ``tl.dot`` FLOPs whose results reach an output (a stored value derives from
+   them: :meth:`attnlab.loads.Launch.feeding`) are at least ``dot_share`` of the products the case needs,
+   and all ``tl.dot`` FLOPs at most ``dot_slack`` times those of the tiles the method visits (tiles past the diagonal
    loaded fully masked, and multiplied, are work the method skips);
 6. *iterations*: at most ``loads_per_tile`` read calls per tile needed (one key per loop iteration).
 
@@ -230,13 +231,19 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
         done: dict = {}
         for d in launch.dots:
             done[d.program] = done.get(d.program, 0) + d.flops
+        useful: dict = {}  # the products whose results reach an output: a product thrown away is no work done
+        for d in launch.feeding(model.outputs):
+            useful[d.program] = useful.get(d.program, 0) + d.flops
         for p in launch.programs():
-            need = int(model.dot_flops[p])
-            if need and done.get(p, 0) < model.dot_share * need:
-                out.append(f"{asks} to {model.dot_rule}: {_program(p, dims)} did {done.get(p, 0) / need:.0%} of the "
-                           f"products its tiles need through tl.dot ({done.get(p, 0)} of {need} FLOPs; at least "
-                           f"{model.dot_share:.0%}). Element-wise products summed with tl.sum take no tensor core: "
-                           f"multiply whole tiles with tl.dot")
+            need, got = int(model.dot_flops[p]), useful.get(p, 0)
+            if need and got < model.dot_share * need:
+                lost = (f"; {done.get(p, 0) - got} more FLOPs of tl.dot went into results never stored to "
+                        f"{', '.join(model.outputs)}") if done.get(p, 0) > got else ""
+                out.append(f"{asks} to {model.dot_rule}: {_program(p, dims)} did {got / need:.0%} of the "
+                           f"products its tiles need through tl.dot ({got} of {need} FLOPs; at least "
+                           f"{model.dot_share:.0%}{lost}). Element-wise products summed with tl.sum take no "
+                           f"tensor core, and a tl.dot counts only when the output is computed from its result: "
+                           f"multiply whole tiles with tl.dot and use the products")
                 break
         for p in launch.programs() if model.dot_cap is not None else ():
             cap = int(model.dot_cap[p])

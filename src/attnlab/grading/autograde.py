@@ -61,6 +61,7 @@ class NotebookResult:
     notes: list[str] = field(default_factory=list)  # what the grader noticed or repaired
     needs_review: list[str] = field(default_factory=list)  # "needs review: ..." notes from the checks
     gradebook: list[str] = field(default_factory=list)  # hand grading kept or reopened, outages waited out
+    variant: str = ""  # whose variant the kernel had (attnlab.variants.describe)
 
     def losses(self) -> list[str]:
         if self.status != "graded":
@@ -108,6 +109,14 @@ def grader_notes(nb_path: Path) -> list[str]:
     except Exception:  # noqa: BLE001 (unreadable: the grades in the gradebook still stand)
         return ["the autograded notebook could not be read back"]
     return [str(n) for n in notes] if isinstance(notes, list) else []
+
+
+def _variant_of(nb_path: Path) -> str:
+    """The variant the grader set in an autograded notebook's kernel (``metadata.attnlab.variant``), or ""."""
+    try:
+        return str(nbformat.read(nb_path, as_version=4).metadata.get("attnlab", {}).get("variant", ""))
+    except Exception:  # noqa: BLE001 (unreadable: said by grader_notes)
+        return ""
 
 
 def cell_errors(nb_path: Path) -> dict[str, str]:
@@ -467,6 +476,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
         return res
     errors = cell_errors(out)
     notes = grader_notes(out)
+    res.variant = _variant_of(out)
     res.notes = [n for n in notes if not n.startswith(REVIEW)]
     res.needs_review = [n for n in notes if n.startswith(REVIEW)]
     grades = _read_grades(course, student, notebook)
@@ -527,11 +537,12 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     wait_for_gradebook_locks()  # the workers write to the gradebook while this process reads it
     if allow_unsafe and progress:
         progress(warning)
+    from .sandbox import describe_seccomp
     from .tasks import describe, describe_memory, prepare
 
     if not allow_unsafe:
         prepare()  # cgroup v2: the kernels' cgroups inside ours; the cgroups of a grader that was killed
-        for bounded, line in (describe(), describe_memory()):
+        for bounded, line in (describe(), describe_memory(), describe_seccomp()):
             if progress and not bounded:
                 progress(f"WARNING: {line}")
     results: dict[str, NotebookResult] = {}
@@ -752,11 +763,12 @@ def write_report_csv(results: list[NotebookResult], path: Path) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
-                    "seconds", "losses", "needs_review", "notes", "gradebook"])
+                    "seconds", "losses", "needs_review", "notes", "gradebook", "variant"])
         for r in results:
             w.writerow([_cell(r.student), _cell(r.notebook), r.status, f"{r.points:g}", f"{r.max_points:g}",
                         f"{r.manual_max:g}", f"{r.seconds:.1f}", _cell(" | ".join(r.losses())),
-                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes)), _cell(" | ".join(r.gradebook))])
+                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes)), _cell(" | ".join(r.gradebook)),
+                        _cell(r.variant)])
 
 
 def write_report_json(results: list[NotebookResult], path: Path) -> None:

@@ -16,7 +16,8 @@ Grading learners' submissions (docs/grading.md in the course repository):
     attnlab autograde [options]    grade submitted/ (--jobs N workers side by side), print the report
                                    (--shard I/N: one shard of the class, for several machines)
     attnlab report                 merge the shards' reports into the class report
-    attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export)
+    attnlab export [--to CSV]      the gradebook as a CSV (nbgrader export); --canvas/--moodle FILE: the
+                                   LMS's import file, keyed by the ids `attnlab collect` read
     attnlab feedback [--student S] feedback/<student>/<assignment>/*.html (nbgrader generate_feedback)
     attnlab speed                  time the submitted kernels on this GPU against the reference (after autograde)
     attnlab leaderboard            the class's speed leaderboard (HTML, CSV) and each student's standing
@@ -237,7 +238,42 @@ def _cmd_export(args) -> int:
         print(f"attnlab export: {exc}")
         return 1
     print(f"gradebook exported by nbgrader: {args.to}")
+    if args.canvas or args.moodle:
+        return _lms_export(course, args)
     return 0
+
+
+def _lms_export(course: Course, args) -> int:
+    """The LMS import files from the CSV nbgrader just wrote (:mod:`.lms`)."""
+    import csv
+
+    from . import lms
+    from .autograde import printable
+
+    columns = {}
+    for spec in args.lms_column or []:
+        assignment, sep, header = spec.partition("=")
+        if not sep or assignment not in ASSIGNMENTS or not header.strip():
+            print(f"attnlab export: --lms-column {spec!r}: expected ASSIGNMENT=HEADER with ASSIGNMENT one of "
+                  f"{', '.join(ASSIGNMENTS)}, e.g. {ASSIGNMENT}='Attention kernels (4711)'")
+            return 2
+        columns[assignment] = header.strip()
+    with open(args.to, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    ids = lms.read_ids(course.root)
+    written = []
+    if args.canvas:
+        written.append(("Canvas gradebook import", lms.write_canvas(args.canvas, rows, ids, columns)))
+    if args.moodle:
+        written.append((f"Moodle grading worksheet ({args.moodle_assignment})",
+                        lms.write_moodle(args.moodle, rows, ids, args.moodle_assignment)))
+    for what, out in written:
+        print(f"{what}: {out.path} ({len(out.students)} students)")
+        for line in out.notes():
+            print(printable(f"  {line}"))
+    if not ids:
+        print(f"  no LMS ids recorded ({lms.IDS_FILE}): `attnlab collect` records them from a Canvas or Moodle export")
+    return 0 if all(out.students for _, out in written) else 1
 
 
 def _feedback(course: Course, students) -> int:
@@ -310,7 +346,9 @@ _DESCRIPTIONS = {
                "reason.",
     "export": "Export the gradebook (autograded and manual scores) to a CSV, one row per graded submission "
               "(nbgrader export); answers not graded by hand yet count 0 in score, their points are in "
-              "to_be_graded (complete: no).",
+              "to_be_graded (complete: no). --canvas and --moodle also write the import files of Canvas's "
+              "gradebook and of a Moodle assignment's grading worksheet, for the students `attnlab collect` "
+              "read from that LMS's export (their ids are in lms_ids.csv).",
     "feedback": "Write feedback/<student>/<assignment>/<notebook>.html for each graded student "
                 "(nbgrader generate_feedback): the autograded notebook with the hidden tests, each failing "
                 "check's message and the grader's notes; answers not graded by hand yet are marked \"to be "
@@ -388,6 +426,17 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("export", "export the gradebook to a CSV (nbgrader export)", _cmd_export)
     p.add_argument("--to", type=Path, default=Path("grades.csv"), help="the CSV to write (default grades.csv)")
+    p.add_argument("--canvas", type=Path, default=None, metavar="CSV",
+                   help="also write Canvas's gradebook import file, keyed by the Canvas user ids `attnlab collect` read")
+    p.add_argument("--moodle", type=Path, default=None, metavar="CSV",
+                   help="also write the Moodle assignment's grading worksheet (--moodle-assignment), keyed by the "
+                        "participant ids `attnlab collect` read")
+    p.add_argument("--lms-column", action="append", metavar="ASSIGNMENT=HEADER",
+                   help="the Canvas column of an assignment, as Canvas names it: 'Name (assignment id)' "
+                        "(default: the assignment's name; Canvas then asks which assignment it is)")
+    p.add_argument("--moodle-assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
+                   help=f"the assignment of the Moodle worksheet (default {ASSIGNMENT}): Moodle numbers its "
+                        "participants per assignment, so each gets a worksheet of its own")
     gradebook.add_db_option(p)
 
     p = command("feedback", "feedback HTML per student (nbgrader generate_feedback)", _cmd_feedback)

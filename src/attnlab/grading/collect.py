@@ -57,8 +57,10 @@ def _with_id(name: str, lms_id: str) -> str:
     return f"{slug(name)}-{lms_id}"
 
 
-def parse(rel_path: str, layout: str = "auto") -> dict | None:
-    """``{"student_id", "file_id"}`` from a file's path inside the extracted export, or None.
+def lms_identity(rel_path: str, layout: str = "auto") -> dict | None:
+    """Who a file of a Canvas or Moodle export belongs to: ``{"student_id", "file_id", "lms", "lms_id",
+    "name"}`` (``lms``: ``canvas`` or ``moodle``; ``lms_id``: Canvas's user id or Moodle's participant
+    id; ``name`` as the export wrote it), or None for a path of neither layout (or not of ``layout``).
 
     ``rel_path`` starts with the folder nbgrader extracted the archive into.
     """
@@ -70,15 +72,26 @@ def parse(rel_path: str, layout: str = "auto") -> dict | None:
         for d in dirs:
             m = _MOODLE.match(d)
             if m:
-                return {"student_id": _with_id(m["name"], m["id"]), "file_id": name}
-        if layout == "moodle":
-            return None
+                return {"student_id": _with_id(m["name"], m["id"]), "file_id": name, "lms": "moodle",
+                        "lms_id": m["id"], "name": m["name"]}
     if layout in ("auto", "canvas"):
         m = _CANVAS.match(name)
         if m:
-            return {"student_id": _with_id(m["login"], m["uid"]), "file_id": m["file"]}
-        if layout == "canvas":
-            return None
+            return {"student_id": _with_id(m["login"], m["uid"]), "file_id": m["file"], "lms": "canvas",
+                    "lms_id": m["uid"], "name": m["login"]}
+    return None
+
+
+def parse(rel_path: str, layout: str = "auto") -> dict | None:
+    """``{"student_id", "file_id"}`` from a file's path inside the extracted export, or None.
+
+    ``rel_path`` starts with the folder nbgrader extracted the archive into.
+    """
+    if layout != "folders":
+        found = lms_identity(rel_path, layout)
+        if found or layout != "auto":
+            return {k: found[k] for k in ("student_id", "file_id")} if found else None
+    *dirs, name = rel_path.replace(os.sep, "/").split("/")
     # folders: the outermost folder below the archive's own that is not a generic name
     for d in dirs[1:]:
         if d.lower() not in _SKIP_DIRS and not d.startswith("."):
@@ -167,6 +180,12 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
     if proc.returncode != 0:
         raise RuntimeError(f"nbgrader zip_collect failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     collected = _collected_students(proc.stdout + proc.stderr, course) or sorted(set(_students(course)) - before)
+    if not regexp:  # the LMS ids, for the grades' way back (`attnlab export --canvas/--moodle`)
+        from .lms import ids_in_export, remember
+
+        ids = [i for i in ids_in_export(archive, course.assignment, layout) if i.student_id in collected]
+        if ids:
+            remember(course.root, ids)
     names = course.notebook_names()
     notes = {s: normalize_submission(course.submitted / s / course.assignment, names) for s in collected}
     return notes, left_out(proc.stdout + proc.stderr)

@@ -55,6 +55,7 @@ import shutil
 import signal
 import stat
 import tempfile
+from pathlib import Path
 from time import monotonic
 
 from nbclient.client import NotebookClient
@@ -62,10 +63,12 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_markdown_cell, new_output
 from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Enum, Float, Integer
+from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from ..device import FORCE_ENV
+from .. import variants
 from ..review import PREFIX as REVIEW
+from . import iopub as _iopub
 from . import proctree
 from . import sandbox as _sandbox
 from . import tasks as _tasks
@@ -206,6 +209,10 @@ class GradingExecute(Execute):
                                   "ATTNLAB_FORK_SERVER=0 also turns it off)").tag(config=True)
     sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
                               "False only on the instructor's explicit choice").tag(config=True)
+    variant_student = Unicode(None, allow_none=True, help="Whose variant (attnlab.variants) the kernels "
+                              "get: None, nbgrader's student id of the submission, with the tests' seeds "
+                              "keyed by the course secret; else this id ('' for none: the release's "
+                              "shapes) and the notebooks' own seeds (attnlab selfcheck)").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -324,6 +331,15 @@ class GradingExecute(Execute):
                 self.km.close_ipc()  # its sockets are made: its account may not write there any more
                 if self._kernel_eval(self.km.given_expression()) is None:  # into its scratch tmpfs
                     self._notes.append("the grader could not copy the submission's files into the kernel's folder")
+            # the variant is set before the guard's snapshot, which then keeps it as set
+            student, salt = self._variant(resources)
+            if self._kernel_eval(variants.grading_expression(student, salt)) is None:
+                self._notes.append("the grader could not set the student's variant in the kernel: the release's "
+                                   "shapes and seeds were used")
+            else:  # for the report and the gradebook (attnlab.variants.record); the feedback shows it in
+                # the cells that print the shapes and in its comments
+                notebook = str((resources or {}).get("nbgrader", {}).get("notebook") or "")
+                nb.metadata.setdefault("attnlab", {})["variant"] = variants.describe(notebook, student, salt)
             cwd = run_dir or os.getcwd()
             guarded = False
             if self.guard:
@@ -366,6 +382,7 @@ class GradingExecute(Execute):
         if guarded and locked:
             before = self._guard_call("before_locked", cell)
         self._out_chars, self._fig_chars, self._truncated = 0, 0, False
+        dropped = self._dropped_messages()
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
         self._cell_start, self._stuck_busy = (monotonic(), proctree.thread_seconds(pid), pid), ""
         try:
@@ -373,6 +390,8 @@ class GradingExecute(Execute):
         except CellTimeoutError:  # read now: the kernel is shut down before preprocess() sees this
             self._stuck_busy = self._busy_all_along()
             raise
+        if self._dropped_messages() > dropped:
+            self._oversized(cell, index)
         if guarded and locked:
             after = self._guard_call("after_locked", cell)
             self._confirm_error(cell, index)
@@ -408,6 +427,22 @@ class GradingExecute(Execute):
                 out["evalue"] += busy
                 out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
             self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
+
+    def _dropped_messages(self) -> int:
+        """Connections the kernel client's iopub channel made again after one ended (a message over its
+        cap: :mod:`attnlab.grading.iopub`); 0 for a client without the cap."""
+        channel = getattr(getattr(self, "kc", None), "_iopub_channel", None)
+        return getattr(channel, "dropped", 0)
+
+    def _oversized(self, cell, index: int) -> None:
+        """A message of this cell was refused unread (a kernel that died instead raised DeadKernelError
+        out of preprocess_cell, before this is asked)."""
+        cap = _iopub.max_message_bytes()
+        cell.outputs.append(new_output("stream", name="stdout", text=(
+            f"\n[grader] Output truncated: this cell sent a message larger than the grader receives "
+            f"({cap >> 20} MiB); it was dropped unread, with what the cell printed meanwhile.\n")))
+        self._notes.append(f"{_label(cell, index)} sent output over {cap >> 20} MiB in one message; it was "
+                           f"dropped unread (output truncated)")
 
     def _busy_all_along(self) -> str:
         """:data:`attnlab.checks.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
@@ -555,6 +590,21 @@ class GradingExecute(Execute):
             return json.loads(ast.literal_eval(result["data"]["text/plain"]))
         except (ValueError, SyntaxError, KeyError, TypeError):
             return None
+
+    def _variant(self, resources) -> tuple[str | None, int | None]:
+        """(student id, seed key) for this notebook's kernel: see ``variant_student``."""
+        if self.variant_student is not None:
+            return self.variant_student or None, None
+        student = (resources or {}).get("nbgrader", {}).get("student")
+        if not student:
+            return None, None
+        from nbgrader.coursedir import CourseDirectory
+
+        from .course import Course
+        from .leaderboard import course_secret
+
+        root = CourseDirectory(config=self.config).root
+        return student, variants.seed_key(course_secret(Course(Path(root))), student)
 
     def _memory_bytes(self) -> int:
         """What a sandboxed kernel may hold as a whole (its memory cgroup): ``memory_limit_gb``, 0 for none."""

@@ -173,6 +173,7 @@ def _become_kernel(request: dict, status: int) -> None:
     scope: dict = {}
     exec(sandbox.DROP_FUNCTION, scope)  # the very code bwrap's kernels run (sandbox._DROP)
     scope["drop"](int(request["uid"]), int(request["gid"]), [int(g) for g in request["groups"]], request["cwd"])
+    scope["seccomp"](request.get("seccomp", ""))  # the filter bwrap's kernels get (sandbox._DROP), before any learner code
     # a uid change makes a process undumpable (its /proc files root's), an exec would undo it: do so here
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     os.environ.clear()

@@ -26,13 +26,15 @@ from .course import COURSE_ID, Course
 
 #: The environment variable that points the course at its gradebook (read by nbgrader_config.py).
 DB_URL_ENV = "ATTNLAB_DB_URL"
-#: Other variables a database client may read (libpq's PG*, the common DATABASE_URL): never given to a kernel.
-_SECRET = re.compile(r"^(ATTNLAB_DB_URL|DATABASE_URL|PG[A-Z_]*)$")
+#: Other variables a database client may read (libpq's PG*, the common DATABASE_URL), and the course
+#: secret (leaderboard ids, the tests' seed keys): never given to a kernel.
+_SECRET = re.compile(r"^(ATTNLAB_DB_URL|DATABASE_URL|PG[A-Z_]*|ATTNLAB_COURSE_SECRET)$")
 
 
 def kernel_env(env: dict | None = None) -> dict:
     """A copy of ``env`` (default: this process's) without the gradebook's URL or libpq's settings
-    (``ATTNLAB_DB_URL``, ``DATABASE_URL``, ``PGPASSWORD``, ``PGPASSFILE``, every ``PG*``)."""
+    (``ATTNLAB_DB_URL``, ``DATABASE_URL``, ``PGPASSWORD``, ``PGPASSFILE``, every ``PG*``) or the course
+    secret (``ATTNLAB_COURSE_SECRET``)."""
     return {k: v for k, v in (os.environ if env is None else env).items() if not _SECRET.match(k)}
 
 

@@ -43,6 +43,9 @@ _MODULES = (
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
     "attnlab.hints", "attnlab.review", "attnlab.kernel_source",
+    # the student's variant and seed key, set by the grader before the snapshot (a cell that rebound them
+    # would be checked against another student's shapes or draw inputs it knows)
+    "attnlab.variants",
     # 09's checkers: their references, their tripwire and the replay number read at import (a cell that
     # rebound them would grade against its own values or replay a draw it knows)
     "attnlab.verify_tuning", "attnlab.launch_tuning",

@@ -38,9 +38,18 @@ def course_secret(course: Course) -> bytes:
         return os.environ[SECRET_ENV].encode()
     path = course.root / ".attnlab-secret"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # written aside, then linked into place: grading workers that start together (each notebook's
+        # seed key needs it) all read the one secret that won, never a file still being written
+        aside = path.with_name(f".attnlab-secret.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(aside)
     return path.read_text().strip().encode()
 
 

@@ -59,6 +59,7 @@ on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -71,6 +72,7 @@ import tempfile
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import DottedObjectName, Type
 
 from . import tasks as _tasks
 from .parallel import GPU_DEVICE_ENV  # set per worker by the plan
@@ -139,11 +141,36 @@ def drop(uid, gid, groups, folder):
     left = [f"{k} {v}" for k, v in caps if int(v, 16) != (k == "NoNewPrivs:")]
     if os.getresuid() != (uid,) * 3 or os.getresgid() != (gid,) * 3 or left:
         sys.exit(f"attnlab sandbox: could not drop to uid {uid} without capabilities: {left}")
+def seccomp(program_hex):
+    # a seccomp filter (classic BPF, compiled by the grader: sandbox.seccomp_program) for this process and
+    # every thread and child it makes; no_new_privs is set (bwrap and the fork server set it), which
+    # lets a process without capabilities install one
+    if not program_hex:
+        return
+    program = bytes.fromhex(program_hex)
+    buf = ctypes.create_string_buffer(program, len(program))
+    class fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(22, 2, ctypes.byref(fprog(len(program) // 8, ctypes.addressof(buf))), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        sys.exit(f"attnlab sandbox: could not install the seccomp filter: {os.strerror(ctypes.get_errno())}")
 """
-#: bwrap's command when kernels run as an account: argv = uid gid groups folder -- command...
+#: bwrap's command when kernels run as an account: argv = uid gid groups folder seccomp -- command...
 _DROP = DROP_FUNCTION + """drop(int(sys.argv[1]), int(sys.argv[2]), [int(g) for g in sys.argv[3].split(",") if g], sys.argv[4])
-os.execvp(sys.argv[6], sys.argv[6:])
+seccomp(sys.argv[5])
+os.execvp(sys.argv[7], sys.argv[7:])
 """
+#: bwrap's command when kernels run as the grader's account (a grader that is not root): argv = seccomp -- command...
+_FILTER = DROP_FUNCTION + """seccomp(sys.argv[1])
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+#: System calls a kernel may not make (they fail with EPERM), and why no notebook needs them. The kernel
+#: keyrings (keyctl, add_key, request_key) are kept by the kernel per uid, not per sandbox: keys a kernel
+#: adds to its user keyring outlive it and are there for the next kernel of the same uid (every kernel
+#: of a grader that is not root; an account's uid once reused), a channel between students (red team,
+#: 2026-12-02). Mounts, kexec, module loading, ptrace of the grader and the like are out of reach already
+#: (no capability, other namespaces), so the list stays the calls that namespaces and uids do not cover.
+SECCOMP_DENIED = ("keyctl", "add_key", "request_key")
 _AUTO = object()
 #: Seconds bwrap may take to build a sandbox for the fork server's kernel and start its placeholder.
 SANDBOX_START_TIMEOUT = 30.0
@@ -163,6 +190,48 @@ class SandboxUnavailable(RuntimeError):
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp() -> tuple[str, str]:
+    """(program, why not): the kernels' seccomp filter as hex of classic BPF, built by libseccomp (through
+    its Python bindings: Debian's ``python3-seccomp`` or PyPI's ``pyseccomp``) for this machine's
+    architecture: :data:`SECCOMP_DENIED` fail with EPERM, everything else is allowed."""
+    try:
+        import seccomp as libseccomp
+    except ImportError:
+        try:
+            import pyseccomp as libseccomp  # loads libseccomp.so.2 on import: OSError where it is missing
+        except (ImportError, OSError) as exc:
+            return "", (f"no Python bindings for libseccomp (pip install pyseccomp, or Debian's python3-seccomp; "
+                        f"both need libseccomp2): {type(exc).__name__}: {exc}")
+    try:
+        rules = libseccomp.SyscallFilter(defaction=libseccomp.ALLOW)
+        for name in SECCOMP_DENIED:
+            rules.add_rule(libseccomp.ERRNO(errno.EPERM), name)
+        read, write = os.pipe()
+        with os.fdopen(write, "wb") as out:
+            rules.export_bpf(out)
+        with os.fdopen(read, "rb") as inp:
+            program = inp.read()
+    except Exception as exc:  # noqa: BLE001 (libseccomp missing or too old: say so, as for a missing controller)
+        return "", f"libseccomp could not build the filter ({type(exc).__name__}: {exc})"
+    return program.hex(), ""
+
+
+def seccomp_program() -> str:
+    """The kernels' seccomp filter (hex of a classic BPF program), "" where none can be built here
+    (:func:`describe_seccomp` says why)."""
+    return _seccomp()[0]
+
+
+def describe_seccomp() -> tuple[bool, str]:
+    """(filtered, a line for doctor and the grader): whether kernels run under the seccomp filter."""
+    program, why = _seccomp()
+    if program:
+        return True, f"kernels may not call {', '.join(SECCOMP_DENIED)} (seccomp)"
+    return False, (f"kernels run without a seccomp filter: {why}; keys a kernel adds to its uid's keyring "
+                   f"outlive it")
 
 
 @functools.lru_cache(maxsize=1)
@@ -696,7 +765,7 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
         args += ["--setenv", key, value]
     args += ["--unsetenv", "JPY_PARENT_PID"]  # see kernel_environment
     if account is None:
-        return [*args, "--", *cmd]
+        return [*args, "--", sys.executable, "-I", "-S", "-c", _FILTER, seccomp_program(), "--", *cmd]
     for folder in (scratch, ipc_dir):
         if folder:
             hand_over(folder, account)
@@ -710,7 +779,7 @@ def wrap(cmd: list[str], scratch: str, ipc_dir: str | None, read_only: list[str]
     args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_CHOWN"]
     groups = ",".join(str(g) for g in _device_groups(devices))  # as kernel_groups
     return [*args, "--", sys.executable, "-I", "-S", "-c", _DROP, str(account), str(account), groups, scratch,
-            "--", *cmd]
+            seccomp_program(), "--", *cmd]
 
 
 def kernel_environment(env: dict, scratch: str, account: int | None) -> dict[str, str]:
@@ -778,6 +847,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     The kernel talks over Unix sockets (``transport = "ipc"``) in a folder of its own, so the
     sandbox needs no network; interrupts go as messages (a signal to bwrap would not reach it).
     """
+
+    # the grader's iopub socket refuses a message past a cap before reading it, and connects again
+    # (a cell's 256 MiB print no longer lands whole in the grader's memory: attnlab.grading.iopub)
+    client_class = DottedObjectName("attnlab.grading.iopub.CappedKernelClient")
+    client_factory = Type(klass="attnlab.grading.iopub.CappedKernelClient")
 
     def __init__(self, gpu: bool = True, max_tasks: int = _tasks.MAX_TASKS, fork_server: bool = True,
                  memory_bytes: int = _tasks.MEMORY_BYTES, scratch_size: int | None = None, **kwargs):
@@ -901,7 +975,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         request = {"ns_pid": int(info["child-pid"]), "uid": self.account, "gid": self.account,
                    "ns_inodes": {ns: info[f"{ns}-namespace"] for ns in forkserver.NAMESPACES if f"{ns}-namespace" in info},
                    "groups": kernel_groups(self.gpu), "cwd": self.scratch, "env": env, "argv": argv,
-                   "cgroups": [str(c) for c in self.cgroups], "oom_score_adj": KERNEL_OOM_SCORE}
+                   "cgroups": [str(c) for c in self.cgroups], "oom_score_adj": KERNEL_OOM_SCORE,
+                   "seccomp": seccomp_program()}
         return await asyncio.to_thread(server.start, request)
 
     async def _async_pre_start_kernel(self, **kw):

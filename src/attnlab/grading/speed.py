@@ -9,7 +9,8 @@ tests did not all pass is not timed; on a grader without a GPU nothing is timed 
 says "needs GPU timing". :mod:`.leaderboard` reads the files back.
 
 Figures (H200, 2026-12-02): the reference of 05 against itself varies by 0.04% (coefficient of
-variation over 5 reruns); one notebook's stage takes 12-21 s (notes/gpu/2026-12-02/timing/).
+variation over 5 reruns); one notebook's stage took 12-21 s with 30 repetitions in a worker of its own
+(notes/gpu/2026-12-02/timing/); a student's notebooks now share one worker and 10 repetitions.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 from .course import Course
-from .timing import BENCHMARKS, Status, Timing, time_notebook
+from .timing import BENCHMARKS, DEFAULT_REPS, Status, Timing, time_notebooks
 
 __all__ = ["TIMINGS", "SPEED_CELL", "SpeedPoints", "speed_points", "record_in_gradebook", "timing_path",
            "tests_passed", "time_student", "load_timings"]
@@ -113,9 +114,10 @@ def tests_passed(course: Course, student: str, notebook: str) -> bool | None:
         return bool(tests) and all(g.auto_score >= g.max_score for g in tests)
 
 
-def time_student(course: Course, student: str, *, reps: int = 30, sandbox: bool = True,
+def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sandbox: bool = True,
                  check_tests: bool = True) -> list[tuple[Path, Timing]]:
-    """Time each timed notebook of ``student``'s submission and write its outcome file.
+    """Time each timed notebook of ``student``'s submission (all in one worker process:
+    :func:`.timing.time_notebooks`) and write its outcome file.
 
     Returns:
         (file written, outcome) per timed notebook of the assignment that the student submitted.
@@ -123,17 +125,22 @@ def time_student(course: Course, student: str, *, reps: int = 30, sandbox: bool 
     written = []
     rule = SpeedPoints.of(course)
     folder = course.submitted / student / course.assignment
+    outcomes: dict[str, tuple[bool | None, Timing | None]] = {}
     for name in course.notebook_names():
         if name not in BENCHMARKS or not (folder / f"{name}.ipynb").is_file():
             continue
         passed = tests_passed(course, student, name) if check_tests else True
         if passed is None:
-            timing = Timing(name, Status.NOT_TIMED, "not autograded yet: run attnlab autograde first")
+            outcomes[name] = passed, Timing(name, Status.NOT_TIMED, "not autograded yet: run attnlab autograde first")
         elif not passed:
-            timing = Timing(name, Status.NOT_TIMED, "its autograded tests did not all pass")
+            outcomes[name] = passed, Timing(name, Status.NOT_TIMED, "its autograded tests did not all pass")
         else:
-            timing = time_notebook(folder / f"{name}.ipynb", course.source / f"{name}.ipynb", reps=reps,
-                                   sandbox=sandbox)
+            outcomes[name] = passed, None
+    timed = [name for name, (_, timing) in outcomes.items() if timing is None]
+    pairs = [(folder / f"{name}.ipynb", course.source / f"{name}.ipynb") for name in timed]
+    for name, timing in zip(timed, time_notebooks(pairs, reps=reps, sandbox=sandbox)):
+        outcomes[name] = outcomes[name][0], timing
+    for name, (passed, timing) in outcomes.items():
         if passed is not None:
             record_in_gradebook(course, student, timing, rule)
         record = {"student": student, "assignment": course.assignment,
@@ -168,7 +175,8 @@ def add_parser(sub, parents) -> None:
                        description=DESCRIPTION, parents=parents)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     p.add_argument("--shard", default=None, metavar="I/N", help="shard I of N of the class, as for autograde")
-    p.add_argument("--reps", type=int, default=30, help="timed repetitions of each kernel (default 30)")
+    p.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                   help=f"timed repetitions of each kernel (default {DEFAULT_REPS})")
     p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
                    help=f"the assignment to work on (default {ASSIGNMENT})")
     p.add_argument("--unsafe-no-sandbox", action="store_true",

@@ -4,8 +4,9 @@ What is timed is the kernel that the learner's solution cells *define*, nothing 
 :func:`kernel_source` keeps, of each kernel cell, only the ``@triton.jit`` function definitions and
 plain numeric constants, and drops every other statement (module-level code could patch a timer, a
 stream or the checker). Those definitions are written into a module of their own and loaded in a
-fresh process (:func:`run_worker`, sandboxed like a notebook's kernel when bubblewrap works), which
-never ran the notebook. There the course's given launcher runs the learner's kernels and the
+fresh process (:func:`run_worker`, sandboxed like a notebook's kernel when bubblewrap works; one per
+student, for all of that student's timed notebooks: :func:`time_notebooks`), which never ran a
+notebook. There the course's given launcher runs the learner's kernels and the
 course's reference kernels (the instructor notebook's solution cells, extracted the same way) on one
 documented shape per notebook (:data:`BENCHMARKS`):
 
@@ -44,7 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 __all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "cells_of", "time_notebook",
-           "run_worker"]
+           "time_notebooks", "run_worker", "DEFAULT_REPS"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class Timing:
         rate: the learner's throughput in ``unit``; cv: the learner's times' coefficient of variation.
         message: for people: why it was not timed, or what was measured.
         dropped: statements of the kernel cells that were not run (not function definitions).
+        phases: where the stage's wall time went, in seconds (``worker_start_s``: the worker's start-up,
+            paid by the first notebook of a worker; ``warmup_s``: the checked warm-up, compiles included;
+            ``reps_s``: the timed repetitions; ``job_s``: this notebook's whole time in the worker).
     """
 
     notebook: str
@@ -115,6 +119,7 @@ class Timing:
     device: str = ""
     versions: dict = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    phases: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {**asdict(self), "status": self.status.value}
@@ -221,13 +226,21 @@ def cells_of(notebook: Path, grade_ids: tuple[str, ...]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------- the host
-def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int | None = None,
+#: Timed repetitions per kernel by default. The reference of 05 against itself varied by 0.04% over five
+#: reruns at 30 repetitions, 07's by 0.08% and 08's by 0.20% at 20 (H200, notes/gpu/2026-12-02/): ten keep
+#: the spread far inside the 2% the issue allows, at a third of the time.
+DEFAULT_REPS = 10
+#: Checked calls of each side before the timed ones (the first compiles).
+WARMUP = 1
+
+
+def time_notebook(submitted: Path, reference: Path, *, reps: int = DEFAULT_REPS, seed: int | None = None,
                   sandbox: bool = True, timeout_s: float = 300.0, shape: dict | None = None) -> Timing:
     """Time the kernels a submitted notebook defines against the reference notebook's.
 
     Args:
         submitted: the learner's ``NN_name.ipynb``; reference: the instructor's (solutions filled).
-        reps: timed repetitions of each (after two checked warm-ups).
+        reps: timed repetitions of each (after :data:`WARMUP` checked ones).
         seed: the inputs' seed; None draws a secret one (grading).
         sandbox: run the worker under bubblewrap (:mod:`.sandbox`) when it works here.
         shape: override the benchmark's shape (tests: small sizes under the interpreter).
@@ -235,45 +248,98 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = 20, seed: int
     Returns:
         A :class:`Timing`; never raises for a learner's fault (a kernel that fails is ``FAILED``).
     """
-    name = submitted.stem
-    bench = BENCHMARKS.get(name)
-    if bench is None:
-        return Timing(name, Status.NOT_TIMED, f"{name} has no timing stage")
-    if shape is None and not _gpu_here():
-        return Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader only",
-                      unit=bench.unit)
-    try:
-        mine = kernel_source(cells_of(submitted, bench.cells))
-        ref = kernel_source(cells_of(reference, bench.cells))
-    except (LookupError, SyntaxError) as exc:
-        return Timing(name, Status.FAILED, f"could not read the kernels: {exc}", unit=bench.unit)
+    shapes = None if shape is None else {submitted.stem: shape}
+    return time_notebooks([(submitted, reference)], reps=reps, seed=seed, sandbox=sandbox, timeout_s=timeout_s,
+                          shapes=shapes)[0]
+
+
+def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, sandbox: bool = True,
+                   timeout_s: float = 300.0, shapes: dict | None = None) -> list[Timing]:
+    """Time several submitted notebooks (one student's) against their references in one worker process.
+
+    One process pays Python's, torch's and Triton's start-up once for all of them. A notebook whose
+    stage fails ends that worker (a kernel that faulted may leave the GPU unusable to the process); the
+    notebooks after it are timed in a fresh one, so one bad kernel never costs another notebook its time.
+
+    Args:
+        pairs: (submitted notebook, reference notebook) paths.
+        reps, seed, sandbox: as :func:`time_notebook`; ``timeout_s`` is per notebook.
+        shapes: notebook name -> a shape overriding its benchmark's (tests).
+
+    Returns:
+        One :class:`Timing` per pair, in order; never raises for a learner's fault.
+    """
+    results: list[Timing | None] = [None] * len(pairs)
+    dropped: dict[int, list[str]] = {}
     folder = tempfile.mkdtemp(prefix="attnlab-timing-")
     try:
-        for file, src in (("learner_kernels.py", mine.text), ("reference_kernels.py", ref.text)):
-            Path(folder, file).write_text(src)
-        config = {"notebook": name, "reps": reps, "seed": secrets.randbits(62) if seed is None else seed,
-                  "shape": dict(shape or bench.shape)}
-        Path(folder, "config.json").write_text(json.dumps(config))
-        # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
-        cmd = [sys.executable, "-s", "-m", "attnlab.grading.timing", "--worker", folder]
-        if sandbox:
-            cmd = _sandboxed(cmd, folder)
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
-                                  env={**os.environ, "PYTHONSAFEPATH": "1"})
-        except subprocess.TimeoutExpired:
-            return Timing(name, Status.FAILED, f"the timing stage ran past {timeout_s:g} s", unit=bench.unit,
-                          dropped=list(mine.dropped))
-        out = Path(folder, "result.json")
-        if not out.exists():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            return Timing(name, Status.FAILED, f"the timing worker ended with code {done.returncode}: "
-                          + " | ".join(tail), unit=bench.unit, dropped=list(mine.dropped))
-        result = json.loads(out.read_text())
+        jobs = []
+        for i, (submitted, reference) in enumerate(pairs):
+            name = Path(submitted).stem
+            bench = BENCHMARKS.get(name)
+            shape = (shapes or {}).get(name)
+            if bench is None:
+                results[i] = Timing(name, Status.NOT_TIMED, f"{name} has no timing stage")
+                continue
+            if shape is None and not _gpu_here():
+                results[i] = Timing(name, Status.NEEDS_GPU, "no GPU on this grader: speed is timed on a GPU grader "
+                                    "only", unit=bench.unit)
+                continue
+            try:
+                mine = kernel_source(cells_of(Path(submitted), bench.cells))
+                ref = kernel_source(cells_of(Path(reference), bench.cells))
+            except (LookupError, SyntaxError) as exc:
+                results[i] = Timing(name, Status.FAILED, f"could not read the kernels: {exc}", unit=bench.unit)
+                continue
+            dropped[i] = list(mine.dropped)
+            job = Path(folder, f"job{i}")
+            job.mkdir()
+            for file, src in (("learner_kernels.py", mine.text), ("reference_kernels.py", ref.text)):
+                Path(job, file).write_text(src)
+            jobs.append({"index": i, "folder": job.name, "notebook": name, "reps": reps,
+                         "seed": secrets.randbits(62) if seed is None else seed, "shape": dict(shape or bench.shape)})
+        while jobs:
+            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs))
+            for job in jobs:
+                i = job["index"]
+                if str(i) in done:
+                    result = done[str(i)]
+                    result["status"] = Status(result["status"])
+                    results[i] = Timing(**{**result, "dropped": dropped[i]})
+            finished = [j for j in jobs if str(j["index"]) in done]
+            pending = jobs[len(finished):]  # the worker does its jobs in order
+            stopped = finished and results[finished[-1]["index"]].status is Status.FAILED
+            if pending and not stopped:  # the worker died, or ran out of time, in the first of these
+                first = pending.pop(0)
+                results[first["index"]] = Timing(first["notebook"], Status.FAILED, done["error"],
+                                                 unit=BENCHMARKS[first["notebook"]].unit,
+                                                 dropped=dropped[first["index"]])
+            jobs = pending
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    result["status"] = Status(result["status"])
-    return Timing(**{**result, "dropped": list(mine.dropped)})
+    return results
+
+
+def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float) -> dict:
+    """Run one worker on ``jobs``: {str(index): result fields} of the jobs it finished, and ``"error"``:
+    why it stopped early, when it did."""
+    Path(folder, "config.json").write_text(json.dumps({"jobs": jobs}))
+    out = Path(folder, "results.json")
+    out.unlink(missing_ok=True)
+    # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
+    cmd = [sys.executable, "-s", "-m", "attnlab.grading.timing", "--worker", folder]
+    if sandbox:
+        cmd = _sandboxed(cmd, folder)
+    error = None
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
+                              env={**os.environ, "PYTHONSAFEPATH": "1"})
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        error = f"the timing worker ended with code {done.returncode}: " + " | ".join(tail)
+    except subprocess.TimeoutExpired:
+        error = f"the timing stage ran past {timeout_s:g} s"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    return {**results, "error": error}
 
 
 def _gpu_here() -> bool:
@@ -382,16 +448,21 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
 
     import torch
 
+    from ..launch import checking
+
     if device != "cuda":
         t0 = time.perf_counter()
-        out = run(*inputs)
+        with checking():
+            out = run(*inputs)
         return (time.perf_counter() - t0) * 1e3, out
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     flush.zero_()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # checking(): outputs start as NaN, so an element never written fails the check (the fills are
+    # kernels of their own, not counted below)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, checking():
         out = run(*inputs)
         torch.cuda.synchronize()
     spans = {name: 0.0 for name in names}
@@ -407,49 +478,74 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
 
 
 def run_worker(folder: Path) -> dict:
-    """The worker's whole job (in a fresh process): load both kernel modules, time, check, report.
+    """The worker's whole job (in a fresh process): for each job of ``folder/config.json``, load both
+    kernel modules, time, check, report. Results go to ``folder/results.json`` ({index: fields of a
+    :class:`Timing`}) after every job, so a worker that dies keeps what it finished; it stops after a
+    job that failed (a faulted kernel may leave the GPU unusable to this process).
 
     Returns:
-        The fields of a :class:`Timing`, also written to ``folder/result.json``.
+        The results written.
     """
-    import statistics
+    import time
 
-    config = json.loads(Path(folder, "config.json").read_text())
-    name, shape = config["notebook"], config["shape"]
-    bench = BENCHMARKS[name]
+    start = time.perf_counter()
+    jobs = json.loads(Path(folder, "config.json").read_text())["jobs"]
     from .. import device as device_
 
     rt = device_.init(verbose=False)
     import torch
-    import triton
 
     from .. import gpu_compile
 
     if rt.device == "cuda":  # the autograder judged the other GPUs; here only this one's compile counts
         gpu_compile.TARGETS = ()
+    results: dict[str, dict] = {}
+    ready_s = time.perf_counter() - start
+    for job in jobs:
+        t0 = time.perf_counter()
+        result = _run_job(Path(folder, job["folder"]), job, rt.device, torch)
+        result["phases"] = {**result.get("phases", {}), "worker_start_s": round(ready_s, 2),
+                            "job_s": round(time.perf_counter() - t0, 2)}
+        ready_s = 0.0  # paid once, by the first job
+        results[str(job["index"])] = result
+        Path(folder, "results.json").write_text(json.dumps(results))
+        if result["status"] == Status.FAILED.value:
+            break
+    return results
 
-    device = rt.device
+
+def _run_job(folder: Path, config: dict, device: str, torch) -> dict:
+    """One notebook's stage in this worker: the fields of a :class:`Timing`."""
+    import statistics
+    import time
+
+    import triton
+
+    name, shape = config["notebook"], config["shape"]
+    bench = BENCHMARKS[name]
     dtype = getattr(torch, shape.get("dtype", "float32")) if device == "cuda" else torch.float32
     base = {"notebook": name, "unit": bench.unit, "device": torch.cuda.get_device_name() if device == "cuda" else "CPU",
             "versions": {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0]}}
+    phases = {}
 
     def finish(**fields) -> dict:
-        result = {**base, **fields}
-        Path(folder, "result.json").write_text(json.dumps(result))
-        return result
+        return {**base, **fields, "phases": phases}
 
     sides = {}
     for side in ("learner", "reference"):
         try:
-            module = _load(Path(folder, f"{side}_kernels.py"), f"{side}_kernels")
+            module = _load(Path(folder, f"{side}_kernels.py"), f"{side}_kernels_{folder.name}")
             sides[side] = _harness(name, shape, tuple(getattr(module, c) for c in bench.cells), device, dtype)
         except Exception as exc:  # noqa: BLE001  (a learner's module that does not load: reported, not raised)
             return finish(status="failed", message=f"{side} kernels: {type(exc).__name__}: {exc}")
     flush = torch.empty(256 * 2 ** 20, dtype=torch.int8, device=device) if device == "cuda" else None
     times = {"learner": [], "reference": []}
     gen = torch.Generator(device=device)
-    warmup = 2
-    for rep in range(warmup + config["reps"]):
+    t0 = time.perf_counter()
+    for rep in range(WARMUP + config["reps"]):
+        if rep == WARMUP:
+            phases["warmup_s"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
         gen.manual_seed((config["seed"] + rep * 0x9E3779B97F4A7C15) % 2 ** 63)  # a new draw per repetition
         inputs = sides["learner"][0](gen)
         target = None
@@ -471,9 +567,10 @@ def run_worker(folder: Path) -> dict:
                 what = "the learner's" if side == "learner" else "the reference"
                 return finish(status="wrong", message=f"{what} output of repetition {rep} is wrong (relative "
                                                       f"error {err:.2g} > {tol:g}): not timed", reps=rep)
-            if rep >= warmup:
+            if rep >= WARMUP:
                 times[side].append(ms)
         del inputs, target
+    phases["reps_s"] = round(time.perf_counter() - t0, 2)
     mine, ref = (statistics.median(times[s]) for s in ("learner", "reference"))
     work = sides["learner"][3]
     rate = work / (mine * 1e-3) / (1e12 if bench.unit == "TFLOP/s" else 1e9)
@@ -489,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnlab.grading.timing", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebook", nargs="?", type=Path, help="a submitted NN_name.ipynb")
     parser.add_argument("--reference", type=Path, help="the instructor's notebook (default: source/<assignment>/)")
-    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--reps", type=int, default=DEFAULT_REPS)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the result here")

@@ -109,6 +109,30 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _record_variant(api, url: str, assignment: str, student: str, notebook: str) -> list[str]:
+    """The variant's shapes into the gradebook's comments of the answer cells (:func:`attnlab.variants.record`);
+    lines for the report when that fails (the grades stand)."""
+    from nbgrader.api import Gradebook
+
+    from .. import variants
+    from .gradebook import redact_text, retrying
+
+    if not any(q.notebook == notebook for q in variants.QUESTIONS.values()):
+        return []
+    chosen = api.config.get("GradingExecute", {}).get("variant_student")  # set: attnlab selfcheck's
+    whose = student if chosen is None else (chosen or None)
+
+    def write():
+        with Gradebook(url, api.coursedir.course_id) as gb:
+            variants.record(gb, assignment, student, notebook, whose)
+    try:
+        retrying(write)
+    except Exception as exc:  # noqa: BLE001
+        return [f"the variant could not be written into the gradebook's comments ({type(exc).__name__}: "
+                f"{redact_text(str(exc))[:200]})"]
+    return []
+
+
 #: How many times one notebook is graded again after the gradebook's connection was lost during it.
 LOST_CONNECTION_RETRIES = 2
 
@@ -159,6 +183,8 @@ def autograde_one(api, assignment: str, student: str, notebook: str) -> tuple[bo
             break
         notes.append("the gradebook's connection was lost during grading: graded again once the server answered")
     success = bool(result.get("success"))
+    if success:
+        notes += _record_variant(api, url, assignment, student, notebook)
     if success and before:
         def keep():
             with Gradebook(url, coursedir.course_id) as gb:
