@@ -510,7 +510,10 @@ class _FlakyApi:
     def __init__(self, root: Path, url: str, failures: int):
         from nbgrader.coursedir import CourseDirectory
 
+        from traitlets.config import Config
+
         self.coursedir = CourseDirectory(root=str(root), db_url=url, course_id="attention-kernels")
+        self.config = Config()  # the worker reads the variant's choice from it (attnlab.variants)
         self.failures, self.calls = failures, 0
 
     def autograde(self, assignment, student, force=True, create=True):

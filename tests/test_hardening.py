@@ -4,6 +4,7 @@ submission folders, LMS export layouts, the in-kernel guard, time limits (Triton
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import re
@@ -1124,18 +1125,25 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
 @needs_bwrap
 @pytest.mark.skipif(os.geteuid() != 0 or os.uname().machine != "x86_64", reason="root on x86_64 (keyctl's number)")
 def test_a_kernel_account_leaves_the_graders_session_keyring():
-    """A grader in a session keyring of its own (a container's, a service's): the kernel account joins a
-    new one, so it neither reads the grader's keys nor passes its own on to the next kernel."""
+    """A grader in a session keyring of its own (a container's, a service's): a kernel never reaches it.
+    With the sandbox's seccomp filter keyctl itself fails (EPERM); without it (no libseccomp bindings) the
+    kernel account joins a new keyring, so it neither reads the grader's keys nor passes its own on."""
     from attnlab.grading import sandbox
 
-    probe = "import ctypes; print(ctypes.CDLL(None).syscall(250, 0, ctypes.c_long(-3), 0))"  # the session keyring's id
+    probe = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True)\n"
+             "r = libc.syscall(250, 0, ctypes.c_long(-3), 0)\n"  # the session keyring's id
+             "print(r if r > 0 else -ctypes.get_errno())")
     parent = ("import ctypes, subprocess, sys\nlibc = ctypes.CDLL(None)\n"
               "print(libc.syscall(250, 1, b'attnlab-test-session'))\n"  # join a new named session keyring
               f"print(subprocess.run({sandbox.wrap([sys.executable, '-c', probe], tempfile.mkdtemp(), None)!r}, "
               "capture_output=True, text=True).stdout.strip())")
     ours, kernel = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
                                   check=True).stdout.split()
-    assert int(ours) > 0 and int(kernel) > 0 and kernel != ours
+    assert int(ours) > 0
+    if sandbox.seccomp_program():
+        assert int(kernel) == -errno.EPERM, kernel
+    else:
+        assert int(kernel) > 0 and kernel != ours
 
 
 def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch):

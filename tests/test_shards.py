@@ -356,9 +356,13 @@ def test_make_test_installs_postgres_and_slurm_and_make_install_does_not():
         return subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT, capture_output=True,
                               text=True, timeout=60).stdout
 
+    def extras(commands: str) -> set[str]:  # the extras of every `pip install ... ".[a,b]"` in the commands
+        return {e for group in re.findall(r'"\.\[([^\]]*)\]"', commands) for e in group.split(",")}
+
     install = dry_run("install")
-    assert "install-postgres" not in install and "postgres]" not in install  # students never need a database
-    assert "postgres]" in dry_run("dev")  # the driver comes with the developers' install (issue 31, item 12)
+    assert "install-postgres" not in install and "postgres" not in extras(install)  # students need no database
+    assert {"postgres", "hub"} <= extras(dry_run("dev"))  # the developers' install (issue 31 item 12, issue 35)
+    assert "hub" not in extras(install) and "install-hub" not in install
     assert "install-postgres" in dry_run("test")
     assert "install-slurm" in dry_run("test") and "install-slurm" not in install  # the Slurm test's cluster
 

@@ -187,8 +187,11 @@ class Ledger:
                 first = (lanes[inside] - base) // size
                 last = (lanes[inside] + width - 1 - base) // size
                 span = int((last - first).max()) + 1
-                index = first if span == 1 else \
-                    (first[:, None] + np.arange(span)[None, :])[first[:, None] + np.arange(span)[None, :] <= last[:, None]]
+                if span == 1:
+                    index = first
+                else:  # every element from each lane's first to its last
+                    covered = first[:, None] + np.arange(span)[None, :]
+                    index = covered[covered <= last[:, None]]
                 launch.accesses.append(Access(program, name, kind, index, tuple(addr.shape), launch.calls))
                 known |= inside
         if known.all():

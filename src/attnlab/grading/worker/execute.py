@@ -368,7 +368,7 @@ class GradingExecute(Execute):
         if guarded and locked:
             before = self._guard_call("before_locked", cell)
         self._out_chars, self._fig_chars, self._truncated = 0, 0, False
-        dropped = self._dropped_messages()
+        dropped = self._cell_dropped = self._dropped_messages()
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
         self._cell_start, self._stuck_busy = (monotonic(), proctree.thread_seconds(pid), pid), ""
         try:
@@ -413,6 +413,20 @@ class GradingExecute(Execute):
                 out["evalue"] += busy
                 out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
             self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
+
+    # nbgrader fails a cell whose output stops before the kernel's idle status (output went missing). After a
+    # message over the iopub cap, messages are lost while the socket connects again, that idle status perhaps
+    # among them: the kernel's execute_reply (shell channel) then says how the cell ended, nbgrader adds its
+    # error if the error's message was lost too, and the cell gets its "output truncated" note.
+    _raise_on_iopub_timeout, _cell_dropped = True, 0
+
+    @property
+    def raise_on_iopub_timeout(self) -> bool:  # type: ignore[override]
+        return self._raise_on_iopub_timeout and self._dropped_messages() <= self._cell_dropped
+
+    @raise_on_iopub_timeout.setter
+    def raise_on_iopub_timeout(self, value: bool) -> None:
+        self._raise_on_iopub_timeout = bool(value)
 
     def _dropped_messages(self) -> int:
         """Connections the kernel client's iopub channel made again after one ended (a message over its
