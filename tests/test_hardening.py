@@ -421,6 +421,28 @@ def test_guard_restores_what_learner_code_replaced():
         assert text in notes, text
 
 
+
+def test_guard_restores_what_reads_a_predictions_answer():
+    """A solution cell that rebinds what reads a prediction's answer (attnlab.checking.answers, under
+    attnlab.checks.assert_number and the variants' check) to accept anything has it undone."""
+    proc = _run("""
+    import json
+    from attnlab.grading.kernel import guard
+    guard.install(cwd=__import__("tempfile").mkdtemp())
+    from attnlab.checks import assert_number
+    from attnlab.checking import answers
+    answers.real_number = lambda value, name: 512.0
+    notes = json.loads(guard.before_locked({}))["notes"]
+    try:
+        assert_number("512", 512, name="x")
+        raise SystemExit("a string passed as a number")
+    except AssertionError:
+        pass
+    print(json.dumps(notes))
+""")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "attnlab.checking.answers.real_number" in proc.stdout.strip().splitlines()[-1], proc.stdout
+
 def test_guard_is_inert_outside_grading():
     proc = _run("""
         import attnlab.verify, attnlab.reference

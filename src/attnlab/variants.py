@@ -147,9 +147,9 @@ def check_predictions(question: str, answers: dict, expected, *, rel: float | di
             other shapes of the question instead (another student's variant, or the release's), the
             message says so and the notebook is flagged for review (:func:`attnlab.core.review.flag`).
     """
-    from .checks import _real, assert_number
+    from .checking.answers import assert_number, real_number  # torch, only when answers are checked
 
-    got = {name: _real(value, name) for name, value in answers.items()}
+    got = {name: real_number(value, name) for name, value in answers.items()}
     mine = shapes(question)
 
     def tol(name):
