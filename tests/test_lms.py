@@ -11,7 +11,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from attnlab.grading.host import lms
+from attnlab.grading.host import collect, lms
 
 NB = "01_online_softmax"
 A1, A2 = "attention_kernels", "attention_kernels_beyond"
@@ -42,12 +42,12 @@ def test_ids_are_read_from_canvas_and_moodle_exports_as_collect_names_students(t
                                            f"Wei Zhang_1003_assignsubmission_file_/{NB}.ipynb",
                                            "Wei Zhang_1003_assignsubmission_file_/sub/Eve_9_assignsubmission_file_/x.ipynb",
                                            "__MACOSX/Wei Zhang_1004_assignsubmission_file_/._x.ipynb"])
-    assert lms.ids_in_export(canvas, A1) == [lms.LmsId(A1, "zhangwei-2001", "canvas", "2001", "zhangwei"),
-                                             lms.LmsId(A1, "zhangwei-2002", "canvas", "2002", "zhangwei")]
+    assert collect.ids_in_export(canvas, A1) == [lms.LmsId(A1, "zhangwei-2001", "canvas", "2001", "zhangwei"),
+                                                 lms.LmsId(A1, "zhangwei-2002", "canvas", "2002", "zhangwei")]
     # the outermost LMS folder names the student, as collect files the work; metadata is no student
-    assert lms.ids_in_export(moodle, A1) == [lms.LmsId(A1, "wei_zhang-1003", "moodle", "1003", "Wei Zhang"),
-                                             lms.LmsId(A1, "李明-1001", "moodle", "1001", "李明")]
-    assert lms.ids_in_export(canvas, A1, layout="moodle") == []
+    assert collect.ids_in_export(moodle, A1) == [lms.LmsId(A1, "wei_zhang-1003", "moodle", "1003", "Wei Zhang"),
+                                                 lms.LmsId(A1, "李明-1001", "moodle", "1001", "李明")]
+    assert collect.ids_in_export(canvas, A1, layout="moodle") == []
 
 
 def test_remembered_ids_merge_per_assignment_and_student(tmp_path):

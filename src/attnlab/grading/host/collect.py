@@ -27,12 +27,14 @@ import os
 import re
 import shutil
 import unicodedata
+import zipfile
 from pathlib import Path
 
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from traitlets import Enum
 
 from ..course import ASSIGNMENTS, Course
+from . import lms
 
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_?$")
 _CANVAS = re.compile(r"^(?P<login>[^_/]+?)(?:_LATE)?_(?P<uid>\d+)_(?P<sid>\d+)_(?P<file>.+)$")
@@ -80,6 +82,22 @@ def lms_identity(rel_path: str, layout: str = "auto") -> dict | None:
             return {"student_id": _with_id(m["login"], m["uid"]), "file_id": m["file"], "lms": "canvas",
                     "lms_id": m["uid"], "name": m["login"]}
     return None
+
+
+def ids_in_export(archive: Path, assignment: str, layout: str = "auto") -> list[lms.LmsId]:
+    """The LMS ids in a Canvas or Moodle zip export, one per student, as ``attnlab collect`` reads
+    them (:func:`lms_identity`), for :func:`attnlab.grading.host.lms.remember`. Files of no LMS layout
+    give none."""
+    found: dict[str, lms.LmsId] = {}
+    with zipfile.ZipFile(archive) as z:
+        for name in z.namelist():
+            if name.endswith("/") or "__MACOSX" in name:
+                continue
+            ident = lms_identity(f"export/{name}", layout)
+            if ident:
+                found.setdefault(ident["student_id"], lms.LmsId(assignment, ident["student_id"], ident["lms"],
+                                                                ident["lms_id"], ident["name"]))
+    return sorted(found.values(), key=lambda i: i.student_id)
 
 
 def parse(rel_path: str, layout: str = "auto") -> dict | None:
@@ -181,11 +199,9 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
         raise RuntimeError(f"nbgrader zip_collect failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     collected = _collected_students(proc.stdout + proc.stderr, course) or sorted(set(_students(course)) - before)
     if not regexp:  # the LMS ids, for the grades' way back (`attnlab export --canvas/--moodle`)
-        from .lms import ids_in_export, remember
-
         ids = [i for i in ids_in_export(archive, course.assignment, layout) if i.student_id in collected]
         if ids:
-            remember(course.root, ids)
+            lms.remember(course.root, ids)
     names = course.notebook_names()
     notes = {s: normalize_submission(course.submitted / s / course.assignment, names) for s in collected}
     return notes, left_out(proc.stdout + proc.stderr)

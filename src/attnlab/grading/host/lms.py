@@ -2,8 +2,9 @@
 Canvas's gradebook and of Moodle's assignment, keyed by the LMS's own ids that ``attnlab collect`` read.
 
 ``attnlab collect`` names a student ``<name>-<LMS id>`` and records, per assignment, which LMS and id
-each student came with in ``lms_ids.csv`` in the course folder (:func:`remember`). ``attnlab export
---canvas FILE --moodle FILE`` then writes, beside nbgrader's CSV:
+each student came with in ``lms_ids.csv`` in the course folder (:func:`remember`; collect reads them with
+:func:`attnlab.grading.host.collect.ids_in_export`, beside the export layouts it knows, and this module
+imports nothing of it). ``attnlab export --canvas FILE --moodle FILE`` then writes, beside nbgrader's CSV:
 
 - **Canvas** (Grades > Import): the columns of Canvas's own gradebook export, ``Student``, ``ID``,
   ``SIS User ID``, ``SIS Login ID``, ``Section``, then one column per assignment, and a second row
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,23 +58,6 @@ class LmsId:
 
 
 # ------------------------------------------------------------------------------ recording the ids
-def ids_in_export(archive: Path, assignment: str, layout: str = "auto") -> list[LmsId]:
-    """The LMS ids in a Canvas or Moodle zip export, one per student, as ``attnlab collect`` reads
-    them (:func:`.collect.lms_identity`). Files of no LMS layout give none."""
-    from .collect import lms_identity
-
-    found: dict[str, LmsId] = {}
-    with zipfile.ZipFile(archive) as z:
-        for name in z.namelist():
-            if name.endswith("/") or "__MACOSX" in name:
-                continue
-            ident = lms_identity(f"export/{name}", layout)
-            if ident:
-                found.setdefault(ident["student_id"], LmsId(assignment, ident["student_id"], ident["lms"],
-                                                            ident["lms_id"], ident["name"]))
-    return sorted(found.values(), key=lambda i: i.student_id)
-
-
 def read_ids(course_root: Path) -> list[LmsId]:
     """Every LMS id recorded in the course folder (empty when ``attnlab collect`` recorded none)."""
     path = Path(course_root) / IDS_FILE
