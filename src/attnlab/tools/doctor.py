@@ -23,24 +23,16 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..grading.course import tool_env
+from . import hub_check
+from .report import FAIL, NOTE, OK, WARN, Check
 
-__all__ = ["Check", "iter_checks", "run_checks", "format_checks", "main"]
+__all__ = ["Check", "OK", "NOTE", "WARN", "FAIL", "iter_checks", "run_checks", "format_checks", "main"]
 
-OK, NOTE, WARN, FAIL = "OK", "NOTE", "WARN", "FAIL"
 NBGRADER_VERSION = "0.9.6"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@dataclass
-class Check:
-    name: str
-    status: str          # OK | NOTE | WARN | FAIL
-    detail: str
-    advice: str = ""
 
 
 def _version(dist: str) -> str | None:
@@ -286,9 +278,8 @@ def _check_sandbox() -> Check:
 
 def _check_hub() -> list[Check]:
     """The JupyterHub set-up: nbgrader's exchange and the extensions that use it (a Jupyter process: seconds)."""
-    from .hub_check import check_hub
-
-    return check_hub(_jupyter("server", "extension", "list", timeout=180))  # imports every extension: slow when busy
+    # the listing imports every extension: slow when the machine is busy
+    return hub_check.check_hub(_jupyter("server", "extension", "list", timeout=180))
 
 
 def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> Iterator[Check]:
@@ -296,12 +287,10 @@ def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = Non
     ones (a process each: the tiny Triton kernel if ``smoke``, the Jupyter extension listings if
     ``jupyter``, the sandbox, the hub's set-up if ``hub``, by default where a hub is detected), which
     start at once, side by side, in the background."""
-    from .hub_check import hub_detected
-
     slow = [_check_triton_run] if smoke else []
     slow += [_check_extensions] if jupyter else []
     slow.append(lambda: [_check_sandbox()])
-    slow += [_check_hub] if (hub_detected() if hub is None else hub) else []
+    slow += [_check_hub] if (hub_check.hub_detected() if hub is None else hub) else []
     with ThreadPoolExecutor(len(slow)) as pool:
         started = [pool.submit(f) for f in slow]
         yield _check_python()

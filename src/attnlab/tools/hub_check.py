@@ -15,7 +15,7 @@ import re
 import stat
 from pathlib import Path
 
-from .doctor import FAIL, OK, WARN, Check
+from .report import FAIL, OK, WARN, Check
 
 __all__ = ["hub_detected", "exchange_settings", "check_exchange", "check_hub_extensions"]
 
@@ -57,7 +57,7 @@ def check_exchange(root: str, course_id: str, groupshared: bool = False) -> list
     """The exchange folder and, once the course has released something, its course folders: the
     permission bits nbgrader's release sets, which every student's fetch and submit need.
 
-    Returns a list of :class:`attnlab.tools.doctor.Check`; FAIL where students could not fetch or submit,
+    Returns a list of :class:`attnlab.tools.report.Check`; FAIL where students could not fetch or submit,
     WARN where they could read each other's submissions.
     """
     ex = Path(root)
