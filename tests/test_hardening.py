@@ -861,9 +861,9 @@ def test_doctor_reports_the_sandbox(monkeypatch):
     from attnlab.grading import sandbox
 
     monkeypatch.setattr(sandbox, "check", lambda: (True, "bubblewrap 0.8.0 at /usr/bin/bwrap"))
-    assert doctor._check_sandbox().status == doctor.OK
+    assert doctor.check_sandbox().status == doctor.OK
     monkeypatch.setattr(sandbox, "check", lambda: (False, "bwrap (bubblewrap) is not installed"))
-    check = doctor._check_sandbox()
+    check = doctor.check_sandbox()
     assert check.status == doctor.WARN and "apt-get install bubblewrap" in check.advice
     assert "--unsafe-no-sandbox" in check.advice
 

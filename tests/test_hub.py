@@ -408,7 +408,7 @@ def test_doctor_hub_check_accepts_the_hub_it_ran_and_names_its_exchange(released
 
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(released.config_path))  # the servers' nbgrader config
     monkeypatch.chdir(released.course.root)
-    checks = doctor._check_hub()
+    checks = doctor.check_hub()
     assert [(c.name, c.status) for c in checks] == [("hub: exchange", "OK"), ("hub: course folders", "OK"),
                                                     ("hub: nbgrader extensions", "OK")], checks
     assert str(released.exchange) in checks[0].detail
@@ -447,8 +447,8 @@ def test_doctor_runs_the_hub_check_where_a_hub_is_detected_or_asked_for(monkeypa
     from attnlab.tools import doctor, hub_check
 
     assert hub_check.hub_detected({"JUPYTERHUB_USER": "alice"})  # a hub's server or terminal
-    monkeypatch.setattr(doctor, "_check_hub", lambda: [doctor.Check("hub: exchange", doctor.OK, "checked")])
-    monkeypatch.setattr(doctor, "_check_sandbox", lambda: doctor.Check("grading sandbox", doctor.OK, "skipped"))
+    monkeypatch.setattr(doctor, "check_hub", lambda: [doctor.Check("hub: exchange", doctor.OK, "checked")])
+    monkeypatch.setattr(doctor, "check_sandbox", lambda: doctor.Check("grading sandbox", doctor.OK, "skipped"))
     names = lambda **kw: {c.name for c in doctor.run_checks(smoke=False, jupyter=False, **kw)}  # noqa: E731
     monkeypatch.setattr(hub_check, "hub_detected", lambda: False)
     assert "hub: exchange" not in names() and "hub: exchange" in names(hub=True)

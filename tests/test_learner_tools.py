@@ -357,7 +357,7 @@ def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, cap
         release.wait(120)
         return doctor.Check("grading sandbox", doctor.OK, "slow")
 
-    monkeypatch.setattr(doctor, "_check_sandbox", slow_sandbox)
+    monkeypatch.setattr(doctor, "check_sandbox", slow_sandbox)
     run = threading.Thread(target=doctor._cmd, args=(argparse.Namespace(quick=True),))
     run.start()
     out, deadline = "", time.monotonic() + 120

@@ -329,7 +329,7 @@ def test_without_a_memory_controller_doctor_and_grading_say_so(monkeypatch):
         bounded, line = tasks.describe_memory()
         assert not bounded and "memfd" in line and "Fix:" in line, line
         if sandbox.check()[0]:
-            check = doctor._check_sandbox()
+            check = doctor.check_sandbox()
             assert check.status == doctor.NOTE and line in check.detail
     finally:
         tasks.describe_memory.cache_clear()
@@ -390,14 +390,14 @@ def test_without_libseccomp_bindings_doctor_and_grading_say_so(monkeypatch):
         return real_import(name, *args, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_seccomp)
-    sandbox._seccomp.cache_clear()
+    sandbox.seccomp_filter.cache_clear()
     try:
         filtered, line = sandbox.describe_seccomp()
         assert not filtered and sandbox.seccomp_program() == "" and "pyseccomp" in line and "keyring" in line, line
         assert "-c" in sandbox.wrap(["true"], "/tmp/x", None, account=None, hidden=[])  # still starts, unfiltered
     finally:
         monkeypatch.undo()
-        sandbox._seccomp.cache_clear()
+        sandbox.seccomp_filter.cache_clear()
     assert sandbox.describe_seccomp()[0]
 
 

@@ -29,7 +29,8 @@ from ..grading.course import tool_env
 from . import hub_check
 from .report import FAIL, NOTE, OK, WARN, Check
 
-__all__ = ["Check", "OK", "NOTE", "WARN", "FAIL", "iter_checks", "run_checks", "format_checks", "main"]
+__all__ = ["Check", "OK", "NOTE", "WARN", "FAIL", "iter_checks", "run_checks", "check_sandbox", "check_hub",
+           "format_checks", "main"]
 
 NBGRADER_VERSION = "0.9.6"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -256,8 +257,10 @@ def _check_widgets() -> list[Check]:
     return checks
 
 
-def _check_sandbox() -> Check:
-    """bubblewrap, which grading needs for its sandbox (attnlab.grading.sandbox)."""
+def check_sandbox() -> Check:
+    """The grading sandbox's check (:mod:`attnlab.grading.sandbox`): WARN without a working bubblewrap (with
+    how to install it); OK with it, or NOTE where a kernel's tasks or memory go unbounded or kernels run
+    without the seccomp filter (the detail says which, and why). Starts a sandbox: a second or so."""
     try:
         from ..grading.sandbox import INSTALL_HINT, check
     except ImportError as exc:  # jupyter_client missing: grading cannot run here anyway
@@ -276,8 +279,9 @@ def _check_sandbox() -> Check:
                  f"`attnlab selfcheck` checks your own notebooks without it.")
 
 
-def _check_hub() -> list[Check]:
-    """The JupyterHub set-up: nbgrader's exchange and the extensions that use it (a Jupyter process: seconds)."""
+def check_hub() -> list[Check]:
+    """The JupyterHub set-up of this environment (:mod:`attnlab.tools.hub_check`): nbgrader's exchange and
+    the server extensions that use it, read from a ``jupyter server extension list`` process (seconds)."""
     # the listing imports every extension: slow when the machine is busy
     return hub_check.check_hub(_jupyter("server", "extension", "list", timeout=180))
 
@@ -289,8 +293,8 @@ def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = Non
     start at once, side by side, in the background."""
     slow = [_check_triton_run] if smoke else []
     slow += [_check_extensions] if jupyter else []
-    slow.append(lambda: [_check_sandbox()])
-    slow += [_check_hub] if (hub_check.hub_detected() if hub is None else hub) else []
+    slow.append(lambda: [check_sandbox()])
+    slow += [check_hub] if (hub_check.hub_detected() if hub is None else hub) else []
     with ThreadPoolExecutor(len(slow)) as pool:
         started = [pool.submit(f) for f in slow]
         yield _check_python()

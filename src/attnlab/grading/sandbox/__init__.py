@@ -211,10 +211,12 @@ def bwrap_path() -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _seccomp() -> tuple[str, str]:
+def seccomp_filter() -> tuple[str, str]:
     """(program, why not): the kernels' seccomp filter as hex of classic BPF, built by libseccomp (through
     its Python bindings: Debian's ``python3-seccomp`` or PyPI's ``pyseccomp``) for this machine's
-    architecture: :data:`SECCOMP_DENIED` fail with EPERM, everything else is allowed."""
+    architecture: :data:`SECCOMP_DENIED` fail with EPERM, everything else is allowed. ("", why) where it
+    cannot be built. Built once per process; ``seccomp_filter.cache_clear()`` builds it again (after the
+    bindings were installed, or in a test that hides them)."""
     try:
         import seccomp as libseccomp
     except ImportError:
@@ -240,12 +242,12 @@ def _seccomp() -> tuple[str, str]:
 def seccomp_program() -> str:
     """The kernels' seccomp filter (hex of a classic BPF program), "" where none can be built here
     (:func:`describe_seccomp` says why)."""
-    return _seccomp()[0]
+    return seccomp_filter()[0]
 
 
 def describe_seccomp() -> tuple[bool, str]:
     """(filtered, a line for doctor and the grader): whether kernels run under the seccomp filter."""
-    program, why = _seccomp()
+    program, why = seccomp_filter()
     if program:
         return True, f"kernels may not call {', '.join(SECCOMP_DENIED)} (seccomp)"
     return False, (f"kernels run without a seccomp filter: {why}; keys a kernel adds to its uid's keyring "
