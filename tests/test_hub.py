@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.grading.build import generate_assignment
+from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.samples import apply_mistake, load_mistakes, solution_cells
 
 from .conftest import ROOT, Course, copy_course

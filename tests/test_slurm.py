@@ -20,7 +20,7 @@ import pytest
 
 from attnlab.grading.host import shards
 from attnlab.grading.worker import gradebook
-from attnlab.grading.build import generate_assignment
+from attnlab.grading.host.build import generate_assignment
 from attnlab.grading.course import Course
 
 from . import slurmcluster

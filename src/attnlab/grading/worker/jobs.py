@@ -114,7 +114,7 @@ def _record_variant(api, url: str, assignment: str, student: str, notebook: str)
     lines for the report when that fails (the grades stand)."""
     from nbgrader.api import Gradebook
 
-    from .. import variants
+    from ... import variants
     from .gradebook import redact_text, retrying
 
     if not any(q.notebook == notebook for q in variants.QUESTIONS.values()):

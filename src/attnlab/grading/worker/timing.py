@@ -450,7 +450,7 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
 
     import torch
 
-    from ..launch import checking
+    from ...launch import checking
 
     if device != "cuda":
         t0 = time.perf_counter()
