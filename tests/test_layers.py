@@ -3,8 +3,9 @@
 Read from the source with ``ast`` (nothing imported), every import counted, those inside functions too:
 each module of ``src/attnlab`` imports only modules of its own layer or of the layers below it, no
 modules import each other in a circle, and no module, nor any test, uses another module's underscore
-names (tests use public interfaces). The checker is run on the real package and, to show that it can
-fail, on a copy of it with one bad module added.
+names (tests use public interfaces), and every import of the package names a module or a name that
+exists (an import inside a function fails only when that function runs). The checker is run on the real
+package and, to show that it can fail, on a copy of it with one bad module added.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class _Uses:
     def __init__(self, tree: ast.AST, name: str, is_package: bool, known: dict[str, Path]) -> None:
         self.edges: list[tuple[int, str]] = []
         self.private: list[tuple[int, str]] = []
+        self.imported: list[tuple[int, str, str | None]] = []  # (line, module, name taken from it or None)
         aliases: dict[str, str] = {}  # local name -> module it is bound to
         base = name if is_package else name.rpartition(".")[0]
         for node in ast.walk(tree):
@@ -91,6 +93,7 @@ class _Uses:
                 for a in node.names:
                     if a.name.split(".")[0] == "attnlab":
                         self.edges.append((node.lineno, self._module(a.name, known)))
+                        self.imported.append((node.lineno, a.name, None))
                         aliases[a.asname] = a.name if a.asname else None
                         if a.asname is None:
                             aliases["attnlab"] = "attnlab"
@@ -103,6 +106,7 @@ class _Uses:
                     continue
                 for a in node.names:
                     full = f"{source}.{a.name}"
+                    self.imported.append((node.lineno, source, None if full in known else a.name))
                     if full in known:  # a module imported from its package
                         self.edges.append((node.lineno, full))
                         aliases[a.asname or a.name] = full
@@ -134,16 +138,53 @@ class _Uses:
         return dotted
 
 
+def top_level_names(tree: ast.Module) -> set[str] | None:
+    """The names a module binds at its top level (also inside if/try/with blocks there), or None when
+    any name may exist (a star import or a module ``__getattr__``)."""
+    names: set[str] = set()
+    blocks = [tree.body]
+    while blocks:
+        for node in blocks.pop():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                if any(a.name == "*" for a in node.names):
+                    return None
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+            for field in ("body", "orelse", "finalbody"):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    blocks.append(getattr(node, field, []))
+            blocks += [handler.body for handler in getattr(node, "handlers", [])]
+    return None if "__getattr__" in names else names
+
+
 def check(package: Path, tests: Path | None = None) -> dict[str, list[str]]:
     """The layer rules broken in ``package`` (and, for private names, in the test files under ``tests``):
-    {"upward": [...], "circles": [...], "private": [...], "unplaced": [...]}, each a list of sentences."""
+    {"upward": [...], "circles": [...], "private": [...], "unplaced": [...], "unresolved": [...]}, each a
+    list of sentences."""
     known = modules(package)
-    found: dict[str, list[str]] = {"upward": [], "circles": [], "private": [], "unplaced": []}
+    trees = {name: ast.parse(path.read_text()) for name, path in known.items()}
+    defined = {name: top_level_names(tree) for name, tree in trees.items()}
+    found: dict[str, list[str]] = {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": []}
+
+    def unresolved(where: str, uses: _Uses) -> list[str]:
+        out = []
+        for line, module, taken in uses.imported:
+            if module not in known:
+                out.append(f"{where}:{line}: no module {module}")
+            elif taken is not None and defined[module] is not None and taken not in defined[module]:
+                out.append(f"{where}:{line}: {module} has no {taken}")
+        return out
+
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
-        uses = _Uses(ast.parse(path.read_text()), name, path.name == "__init__.py", known)
+        uses = _Uses(trees[name], name, path.name == "__init__.py", known)
         graph[name] = {m for _, m in uses.edges if m != name and m in known}
         found["private"] += [f"{path.relative_to(package.parent)}:{line}: {text}" for line, text in uses.private]
+        found["unresolved"] += unresolved(str(path.relative_to(package.parent)), uses)
         try:
             own = layer_of(name)
         except ValueError as exc:
@@ -159,6 +200,7 @@ def check(package: Path, tests: Path | None = None) -> dict[str, list[str]]:
     for path in sorted(tests.glob("*.py")) if tests is not None else ():
         uses = _Uses(ast.parse(path.read_text()), "tests." + path.stem, False, known)
         found["private"] += [f"tests/{path.name}:{line}: {text}" for line, text in uses.private]
+        found["unresolved"] += unresolved(f"tests/{path.name}", uses)
     return found
 
 
@@ -212,7 +254,7 @@ def test_the_package_keeps_its_layers():
     over = [line for name, lines in per_test_file.items() if len(lines) > KNOWN_TEST_PRIVATE.get(name, 0)
             for line in lines]
     found["private"] = [line for line in found["private"] if not line.startswith("tests/")] + over
-    assert found == {"upward": [], "circles": [], "private": [], "unplaced": []}, "\n".join(
+    assert found == {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": []}, "\n".join(
         f"{kind}: {line}" for kind, lines in found.items() for line in lines)
 
 
@@ -253,6 +295,20 @@ def test_a_private_name_used_across_modules_fails(copy, tmp_path):
         "attnlab/checking/peek.py:N: attnlab.core.review._SINK",
         "tests/test_x.py:N: attnlab.verify._helper",
         "tests/test_x.py:N: attnlab.core.review._SINK",
+    ]
+
+
+def test_an_import_of_nothing_fails(copy, tmp_path):
+    (copy / "grading" / "worker" / "late.py").write_text(
+        "def f():\n    from .. import variants\n    from ...checks import assert_close, no_such_check\n")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text("from attnlab.grading.build import generate_assignment\n")
+    found = check(copy, tests)
+    assert [re.sub(r":\d+:", ":N:", line) for line in found["unresolved"]] == [
+        "attnlab/grading/worker/late.py:N: attnlab.grading has no variants",
+        "attnlab/grading/worker/late.py:N: attnlab.checks has no no_such_check",
+        "tests/test_x.py:N: no module attnlab.grading.build",
     ]
 
 
