@@ -135,7 +135,9 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function.
         ValueError: q, cache_seqlens, o_part or lse_part is not contiguous, or v_cache's strides differ
-            from k_cache's or either's last dim is not contiguous (the kernel gets k_cache's strides only).
+            from k_cache's or either's last dim is not contiguous (the kernel gets k_cache's strides only);
+            or, on a GPU, the tiles need more shared memory than a program may have (large D), named with
+            the bytes needed and the device's limit.
     """
     kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
                             "flash_decode")
@@ -146,13 +148,28 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
                        "come with strides)")
     B, H_q, T_q, D = q.shape
     H_kv = k_cache.shape[1]
-    kernel[cfg.partial_grid(B, H_kv)](
-        q, k_cache, v_cache, cache_seqlens, o_part, lse_part,
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        H_kv, H_q // H_kv, T_q, cfg.keys_per_split, cfg.num_splits, D ** -0.5,
-        CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=D,
-        num_warps=num_warps, num_stages=num_stages)
+    try:
+        kernel[cfg.partial_grid(B, H_kv)](
+            q, k_cache, v_cache, cache_seqlens, o_part, lse_part,
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            H_kv, H_q // H_kv, T_q, cfg.keys_per_split, cfg.num_splits, D ** -0.5,
+            CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=D,
+            num_warps=num_warps, num_stages=num_stages)
+    except Exception as exc:
+        _raise_if_shared_memory(exc, D=D, cfg=cfg, num_stages=num_stages)
+        raise
     return o_part, lse_part
+
+
+def _raise_if_shared_memory(exc: Exception, *, D: int, cfg: DecodeConfig, num_stages: int) -> None:
+    """Triton's OutOfResources for shared memory (raised when the compiled kernel is loaded, before it
+    runs) as a ValueError that names the head dim and the tiles that ask for it."""
+    if type(exc).__name__ != "OutOfResources" or getattr(exc, "name", None) != "shared memory":
+        return
+    raise ValueError(
+        f"flash_decode: head dim D={D} with block_n={cfg.block_n}, block_m={cfg.block_m} and num_stages={num_stages} "
+        f"needs {exc.required:,} bytes of shared memory per program; this GPU allows {exc.limit:,}. The K and V "
+        f"tiles grow with D: pass a smaller block_n (e.g. 32) or num_stages=2") from exc
 
 
 def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
