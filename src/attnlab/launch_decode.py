@@ -204,7 +204,8 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
         partial_kernel, merge_kernel: ``@triton.jit`` functions with the signatures of
             :func:`run_decode_partial` and :func:`run_decode_merge`.
         q: (B, H_q, T_q, D); k_cache, v_cache: (B, H_kv, T_max, D); float16, bfloat16 or float32 on one
-            device; D a power of two >= 16; H_q a multiple of H_kv. q is made contiguous; the caches are
+            device; D a power of two >= 16 (on an H200, D up to 256 runs with the default tiles and
+            D=512 with ``block_n=32`` or ``num_stages=2``: notes/gpu/2026-12-02/session5); H_q a multiple of H_kv. q is made contiguous; the caches are
             used in place when they share strides and their last dim is contiguous (no copy of the cache).
         cache_seqlens: int32 (B,), values in [0, T_max] (checked on the CPU and inside
             :func:`attnlab.launch.checking`; on a GPU otherwise not, since reading them makes the host wait).
