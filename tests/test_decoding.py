@@ -112,8 +112,11 @@ def test_bad_decoding_input_gets_a_clear_error(change, exc, match):
 
 # ----------------------------------------------------------------------------------------- launcher
 def test_split_count_fills_the_gpu_and_keeps_slices_long():
-    assert launch_decode.choose_num_splits(32, 32768, 132) == 17       # 4 waves of 132 SMs
+    assert launch_decode.choose_num_splits(8, 32768, 132) == 66         # 528 programs: 4 full waves of 132 SMs
+    assert launch_decode.choose_num_splits(32, 32768, 132) == 16       # 17 reach 4 waves; 512 of 528 fill more
+    assert launch_decode.choose_num_splits(64, 32768, 132) == 8        # not 9: 576 programs leave 0.36 of a wave
     assert launch_decode.choose_num_splits(256, 32768, 132) == 3
+    assert launch_decode.choose_num_splits(8, 16384, 132) == 49         # capped at 64; 392 of 396 slots
     assert launch_decode.choose_num_splits(8, 4096, 132) == 16          # capped: 256 keys per slice
     assert launch_decode.choose_num_splits(8, 100, 132) == 1
     assert launch_decode.choose_num_splits(1, 10**7, 132) == 128        # capped at 128
@@ -209,3 +212,41 @@ def test_a_row_left_without_keys_is_told_apart_from_a_nan():
     assert "NaN usually" not in str(no_key.value)
     with pytest.raises(AssertionError, match="NaN usually means"):
         assert_close_or_empty(torch.tensor([[float("nan"), float("-inf")]]), want, name="lse_part", case="c", tol=1e-6)
+
+
+def test_too_little_shared_memory_is_named_with_the_head_dim_and_the_limit():
+    """Triton's OutOfResources for shared memory (a large D on a GPU) becomes a ValueError naming D, the
+    tiles, the bytes needed and the device's limit; other failures pass through unchanged."""
+    from triton.runtime.errors import OutOfResources
+
+    cfg = launch_decode.DecodeConfig(block_m=16, block_n=64, num_splits=4, keys_per_split=256, row_blocks=1)
+    with pytest.raises(ValueError, match=r"D=512 with block_n=64.*num_stages=3 needs 280,576 bytes.*allows 232,448"
+                                         r".*pass block_n=32 or num_stages=2$"):
+        launch_decode._raise_if_shared_memory(OutOfResources(280576, 232448, "shared memory"), D=512, cfg=cfg,
+                                              num_stages=3)
+    small = launch_decode.DecodeConfig(block_m=16, block_n=16, num_splits=4, keys_per_split=256, row_blocks=1)
+    with pytest.raises(ValueError, match=r"grow with D$"):  # nothing smaller to advise
+        launch_decode._raise_if_shared_memory(OutOfResources(1, 0, "shared memory"), D=4096, cfg=small, num_stages=1)
+    assert launch_decode._raise_if_shared_memory(OutOfResources(300, 255, "registers"), D=512, cfg=cfg,
+                                                 num_stages=3) is None
+    assert launch_decode._raise_if_shared_memory(RuntimeError("shared memory"), D=512, cfg=cfg, num_stages=3) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("D", [256, 512])
+def test_large_head_dims_run_or_say_why_not(D):
+    """Head dims up to 256 run with the launcher's defaults (issue 34 item 2); a larger one either runs
+    right or stops before launch with the ValueError naming D and the shared memory."""
+    from .test_launcher_strides import _dec
+
+    partial, merge = _dec()
+    q = torch.randn(1, 8, 1, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 2, 4096, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([3000], dtype=torch.int32, device="cuda")
+    try:
+        o, _ = launch_decode.launch_flash_decode(partial, merge, q, k, v, lens, causal=True)
+    except ValueError as exc:
+        assert D > 256 and f"D={D}" in str(exc) and "shared memory" in str(exc), exc
+        return
+    ref = decode_attention_reference(q.double(), k.double(), v.double(), lens, causal=True)[0]
+    assert float((o.double() - ref).abs().max()) < 2e-2

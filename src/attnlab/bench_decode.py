@@ -55,7 +55,7 @@ class DecodePoint:
 
 
 def splitk_step(partial_kernel, merge_kernel, q, k_cache, v_cache, cache_seqlens, *, causal=True,
-                num_splits=None, block_n=None, num_warps=4, num_stages=3):
+                num_splits=None, block_n=None, num_warps=4, num_stages=2):
     """(step, config): a function running both kernels into buffers allocated once, as ``flash_decode``
     launches them (the launcher's input checks and NaN fills are left out: they are test aids)."""
     cfg = launch_decode.decode_config(q, k_cache, num_splits, block_n)
