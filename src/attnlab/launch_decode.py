@@ -24,7 +24,7 @@ from .launch import KERNEL_DTYPES, checks_on, is_pow2, output, prepare_kernel, r
 from .reference_decode import validate_decode_inputs
 
 __all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
-           "launch_flash_decode"]
+           "shared_memory_error", "launch_flash_decode"]
 
 #: SMs assumed under the interpreter (no GPU to ask): small, so CPU runs stay quick.
 INTERPRETER_SMS = 4
@@ -172,21 +172,24 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
             CAUSAL=bool(causal), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=D,
             num_warps=num_warps, num_stages=num_stages)
     except Exception as exc:
-        _raise_if_shared_memory(exc, D=D, cfg=cfg, num_stages=num_stages)
+        too_big = shared_memory_error(exc, D=D, cfg=cfg, num_stages=num_stages)
+        if too_big is not None:
+            raise too_big from exc
         raise
     return o_part, lse_part
 
 
-def _raise_if_shared_memory(exc: Exception, *, D: int, cfg: DecodeConfig, num_stages: int) -> None:
+def shared_memory_error(exc: Exception, *, D: int, cfg: DecodeConfig, num_stages: int) -> ValueError | None:
     """Triton's OutOfResources for shared memory (raised when the compiled kernel is loaded, before it
-    runs) as a ValueError that names the head dim and the tiles that ask for it."""
+    runs) as a ValueError naming the head dim, the tiles, the bytes needed and the device's limit, with
+    the smaller options to pass; None for any other exception."""
     if type(exc).__name__ != "OutOfResources" or getattr(exc, "name", None) != "shared memory":
-        return
+        return None
     smaller = [f"block_n={cfg.block_n // 2}"] * (cfg.block_n > 16) + [f"num_stages={num_stages - 1}"] * (num_stages > 1)
-    raise ValueError(
+    return ValueError(
         f"flash_decode: head dim D={D} with block_n={cfg.block_n}, block_m={cfg.block_m} and num_stages={num_stages} "
         f"needs {exc.required:,} bytes of shared memory per program; this GPU allows {exc.limit:,}. The K and V "
-        f"tiles grow with D" + (f": pass {' or '.join(smaller)}" if smaller else "")) from exc
+        f"tiles grow with D" + (f": pass {' or '.join(smaller)}" if smaller else ""))
 
 
 def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
