@@ -459,12 +459,20 @@ def graded(cells):
     return {"outputs": [[{k: str(o.get(k, ""))[:300] for k in ("output_type", "name", "text", "ename")} for o in c.outputs]
                         for c in nb.cells if c.cell_type == "code"], "notes": nb.metadata.get("attnlab", {}).get("notes", [])}
 
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+
+before = peak_mib()
 flood = graded([("x = 1", True),
                 ("import sys\nfor _ in range(3):\n    sys.stdout.write('x' * (256 << 20))\n    sys.stdout.flush()", False),
                 ("print('still here'); assert x == 1", True),
                 ("import sys\nsys.stdout.write('y' * (20 << 20))\nsys.stdout.flush()\nassert x == 2, 'wrong x'", True)])
+after_flood = peak_mib()
 honest = graded([("print('next student'); assert 1 + 1 == 2", True)])
-print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}))
+import os
+print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": peak_mib(),
+                  "peaks_mib": {"before": before, "after the flood": after_flood},  # where a failure happened
+                  "env": {k: v for k, v in os.environ.items() if k.startswith(("ATTNLAB", "JUPYTER", "ZMQ", "PY"))}}))
 """
 
 
@@ -488,4 +496,4 @@ def test_a_flood_of_output_never_lands_whole_in_the_grader():
     # socket connects again) still fails the cell: the kernel's reply says "error"
     assert [[o["ename"] for o in outs if o["ename"]] for outs in flood["outputs"]] == [[], [], [], ["AssertionError"]], flood
     assert "next student" in honest["outputs"][0][0]["text"] and not honest["notes"], honest
-    assert result["maxrss_mib"] < 400, result["maxrss_mib"]
+    assert result["maxrss_mib"] < 400, {k: result[k] for k in ("maxrss_mib", "peaks_mib", "env")} | {"flood": flood}
