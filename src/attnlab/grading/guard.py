@@ -42,7 +42,7 @@ _MODULES = (
     "attnlab.launch", "attnlab.gpu_compile", "attnlab.nbload", "attnlab.grading", "attnlab.grading.guard",
     "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode", "attnlab.launch_backward",
     "attnlab.verify_backward", "attnlab.poisoned", "attnlab.probe", "attnlab.integrity", "attnlab.loads",
-    "attnlab.hints", "attnlab.review", "attnlab.kernel_source",
+    "attnlab.hints", "attnlab.review", "attnlab.kernel_source", "attnlab.work_models",
     # the student's variant and seed key, set by the grader before the snapshot (a cell that rebound them
     # would be checked against another student's shapes or draw inputs it knows)
     "attnlab.variants",
