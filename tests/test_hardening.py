@@ -443,6 +443,27 @@ def test_guard_restores_what_reads_a_predictions_answer():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "attnlab.checking.answers.real_number" in proc.stdout.strip().splitlines()[-1], proc.stdout
 
+
+#: The course's modules a checker loads, printed by a fresh interpreter (other tests import more).
+_CHECKER_MODULES = (
+    "import json, sys\n"
+    "import attnlab.checks, attnlab.verify, attnlab.verify_backward, attnlab.verify_decode, attnlab.verify_tuning\n"
+    "print(json.dumps(sorted(n for n in sys.modules if n.startswith('attnlab') and not n.startswith('attnlab.grading'))))"
+)
+
+
+def test_the_guard_snapshots_every_module_the_checkers_load():
+    """A module the checks call into that the guard does not snapshot is one a solution cell can rebind
+    unseen: attnlab.checking.work_models was one (a cell could have rebound the FLOPs rule of the work ledger)."""
+    from attnlab.grading.kernel import guard
+
+    proc = subprocess.run([sys.executable, "-c", _CHECKER_MODULES], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "attnlab.checking.work_models" in loaded and "attnlab.verify" in loaded, loaded  # the measure sees them
+    assert [m for m in loaded if m not in guard._MODULES] == []
+
+
 def test_guard_is_inert_outside_grading():
     proc = _run("""
         import attnlab.verify, attnlab.reference

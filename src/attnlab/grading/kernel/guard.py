@@ -45,7 +45,7 @@ _MODULES = (
     "attnlab.grading.kernel.guard", "attnlab.reference_decode", "attnlab.launch_decode", "attnlab.verify_decode",
     "attnlab.launch_backward", "attnlab.verify_backward", "attnlab.checking", "attnlab.checking.poisoned",
     "attnlab.checking.probe", "attnlab.checking.integrity", "attnlab.checking.loads", "attnlab.checking.hints",
-    "attnlab.checking.answers",
+    "attnlab.checking.answers", "attnlab.checking.work_models",
     "attnlab.core.review", "attnlab.kernel_source",
     # the student's variant and seed key, set by the grader before the snapshot (a cell that rebound them
     # would be checked against another student's shapes or draw inputs it knows)
