@@ -461,7 +461,7 @@ def test_the_guard_snapshots_every_module_the_checkers_load():
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "attnlab.checking.work_models" in loaded and "attnlab.verify" in loaded, loaded  # the measure sees them
-    assert [m for m in loaded if m not in guard._MODULES] == []
+    assert [m for m in loaded if m not in guard.SNAPSHOT_MODULES] == []
 
 
 def test_guard_is_inert_outside_grading():

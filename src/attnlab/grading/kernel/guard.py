@@ -36,8 +36,9 @@ import signal
 import sys
 import types
 
-#: Modules whose attributes (functions, classes, constants) the tests rely on.
-_MODULES = (
+#: Modules whose attributes (functions, classes, constants) the tests rely on: snapshotted when the guard is
+#: installed, put back and noted after each cell that changed them.
+SNAPSHOT_MODULES = (
     "builtins", "math", "numbers", "os", "signal", "threading", "time", "contextlib", "copy",
     "torch", "torch.nn.functional", "torch.linalg", "torch.autograd", "torch.testing",
     "attnlab", "attnlab.core", "attnlab.core.device", "attnlab.reference", "attnlab.checks", "attnlab.verify",
@@ -146,7 +147,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
             patch_lang_once_per_launch()
         except Exception:  # noqa: BLE001
             pass
-    for name in _MODULES:
+    for name in SNAPSHOT_MODULES:
         try:
             mod = importlib.import_module(name)
         except Exception:  # noqa: BLE001 (a module that cannot load is simply not guarded)
