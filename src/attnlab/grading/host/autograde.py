@@ -4,14 +4,14 @@ nbgrader 0.9 grades a submission's notebooks in one loop: a kernel that dies in 
 aborts the loop (zeroing the notebooks after it) and removes the autograded folder. Running
 ``nbgrader autograde --notebook NAME`` once per notebook, each in its own process group under a
 wall-clock limit, confines any failure to the notebook that caused it. Inside a notebook the
-course's Execute step (:mod:`.execute`) keeps the points earned before a crash, and its
-sanitising step (:mod:`.repair`) fixes damaged cells; before grading, misnamed notebooks are
+course's Execute step (:mod:`attnlab.grading.worker.execute`) keeps the points earned before a crash, and its
+sanitising step (:mod:`attnlab.grading.worker.repair`) fixes damaged cells; before grading, misnamed notebooks are
 matched back to the assignment's names (:mod:`.submissions`). Everything noticed on the way is a
 note in the report, beside the points and the reason for every loss; what a check could not rule
 out ("needs review: ...", :func:`attnlab.core.review.flag`) is listed apart. Every job comes back graded
 or with the reason it was not, even when a worker or a kernel is killed or the gradebook's server
-goes away (waited for: :func:`.gradebook.retrying`); a re-grade keeps the hand grading of answers
-that did not change (:func:`.gradebook.keep_hand_grading`).
+goes away (waited for: :func:`attnlab.grading.worker.gradebook.retrying`); a re-grade keeps the hand grading of answers
+that did not change (:func:`attnlab.grading.worker.gradebook.keep_hand_grading`).
 """
 # Length (835 lines): To split (issue 32): records and reports, the worker pool, contention and the
 # orchestration are separate jobs.
@@ -506,7 +506,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     ``workers`` grading workers (a count, or a :class:`.parallel.Plan`) run side by side, each on
     one student at a time; the results are those of a serial run, in ``jobs``' order.
 
-    Every kernel runs in the sandbox (:mod:`.sandbox`); ``allow_unsafe`` (the instructor's
+    Every kernel runs in the sandbox (:mod:`attnlab.grading.sandbox`); ``allow_unsafe`` (the instructor's
     ``--unsafe-no-sandbox``) grades without it where bubblewrap is missing.
 
     Raises:
@@ -791,7 +791,7 @@ def read_report_json(path: Path) -> list[NotebookResult]:
 def export_grades(course: Course, path: Path) -> Path:
     """``nbgrader export`` of the gradebook to a CSV: one row per graded submission, with the points
     of answers still to be graded by hand apart (:class:`.feedback.GradesExport`, set in nbgrader_config.py).
-    A gradebook server that cannot be reached is waited for (:func:`.gradebook.retrying`), once.
+    A gradebook server that cannot be reached is waited for (:func:`attnlab.grading.worker.gradebook.retrying`), once.
 
     Raises:
         RuntimeError: nbgrader's export failed (the message gives its last error line, no password).

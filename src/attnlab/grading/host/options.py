@@ -12,7 +12,7 @@ _ROLE = r":[a-z]+:`[^`]+`"
 def plain_text(doc: str) -> str:
     """A docstring as help text: reST markup (double backticks, roles such as :mod:) removed, and the
     pointers into the code a user has no use for: a parenthesis holding only a reference
-    ``(:func:`.samples.apply_mistake`)``, or ending in one (``(..., see :mod:`x`)``)."""
+    ``(:func:`attnlab.grading.samples.apply_mistake`)``, or ending in one (``(..., see :mod:`x`)``)."""
     text = re.sub(rf"\s*\((?:see )?{_ROLE}\)", "", doc or "")
     text = re.sub(rf"[,;:]?\s+see\s+{_ROLE}\)", ")", text)
     text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)

@@ -1,6 +1,6 @@
 """How many grading workers to run side by side, and what each one gets: a GPU, its own cores.
 
-``attnlab autograde --jobs N`` runs N worker processes (:mod:`.worker`) at once. Each takes one
+``attnlab autograde --jobs N`` runs N worker processes (:mod:`attnlab.grading.worker`) at once. Each takes one
 student at a time (all of that student's notebooks, in order: the student's autograded folder and
 gradebook entries are only ever written by one process) and every notebook still runs in its own
 sandboxed kernel. This module only decides the numbers and the environment:

@@ -2,7 +2,7 @@
 
 A class is split between ``N`` grading processes (Slurm array tasks, Kubernetes Indexed Job pods,
 shells on several machines) that share the course folder (NFS) and write into one gradebook
-(PostgreSQL, see :mod:`.gradebook`). Shard ``i`` of ``N`` (``attnlab autograde --shard i/N``,
+(PostgreSQL, see :mod:`attnlab.grading.worker.gradebook`). Shard ``i`` of ``N`` (``attnlab autograde --shard i/N``,
 ``0 <= i < N``, the numbering of ``SLURM_ARRAY_TASK_ID`` with ``--array=0-(N-1)`` and of
 Kubernetes' ``JOB_COMPLETION_INDEX``) grades the submitted students ``s`` with
 

@@ -1,11 +1,12 @@
 """The class's speed pass: every submitted kernel notebook timed on this grader's GPU (issue 33).
 
 Run after ``attnlab autograde`` (the timing stage times kernels whose tests passed): for each student
-and each notebook with a timing stage (:data:`.timing.BENCHMARKS`), :func:`.timing.time_notebook`
-times the learner's kernels against the instructor's, in a sandboxed worker of its own, and the
-outcome goes to ``timings/<assignment>/<student>/<notebook>.json`` in the course folder (one file
-per outcome, so shards on several machines never write the same file). A notebook whose autograded
-tests did not all pass is not timed; on a grader without a GPU nothing is timed and each outcome
+and each notebook with a timing stage (:data:`attnlab.grading.worker.timing.BENCHMARKS`),
+:func:`attnlab.grading.worker.timing.time_notebook` times the learner's kernels against the
+instructor's, in a sandboxed worker of its own, and the outcome goes to
+``timings/<assignment>/<student>/<notebook>.json`` in the course folder (one file per outcome, so
+shards on several machines never write the same file). A notebook whose autograded tests did not all
+pass is not timed; on a grader without a GPU nothing is timed and each outcome
 says "needs GPU timing". :mod:`.leaderboard` reads the files back.
 
 Figures (H200, 2026-12-02): the reference of 05 against itself varies by 0.04% (coefficient of
@@ -117,7 +118,7 @@ def tests_passed(course: Course, student: str, notebook: str) -> bool | None:
 def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sandbox: bool = True,
                  check_tests: bool = True) -> list[tuple[Path, Timing]]:
     """Time each timed notebook of ``student``'s submission (all in one worker process:
-    :func:`.timing.time_notebooks`) and write its outcome file.
+    :func:`attnlab.grading.worker.timing.time_notebooks`) and write its outcome file.
 
     Returns:
         (file written, outcome) per timed notebook of the assignment that the student submitted.

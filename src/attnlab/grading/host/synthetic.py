@@ -4,11 +4,11 @@
 students, taking turns over five kinds (round-robin, each kind cycling through its own list, so
 names and contents depend on N and the course only):
 
-- ``reference``: the model solutions (:func:`.samples.reference_notebook`);
-- ``mistake-<id>``: one typical mistake of ``samples/mistakes/`` (:func:`.samples.apply_mistake`),
+- ``reference``: the model solutions (:func:`attnlab.grading.samples.reference_notebook`);
+- ``mistake-<id>``: one typical mistake of ``samples/mistakes/`` (:func:`attnlab.grading.samples.apply_mistake`),
   the other notebooks correct;
 - ``variant-<id>``: one correct variant (a "mistake" that fails no test) the same way;
-- ``abuse-<id>``: one case of ``samples/abuse/cases.py`` (:func:`.abuse.build_submission`) whose
+- ``abuse-<id>``: one case of ``samples/abuse/cases.py`` (:func:`attnlab.grading.abuse.build_submission`) whose
   notebooks are all in the assignment, with the reference for the notebooks the case leaves alone;
 - ``blank``: the release as handed out.
 

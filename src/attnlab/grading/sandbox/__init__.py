@@ -42,11 +42,11 @@ builds a throwaway mount, PID, IPC and network namespace around the kernel proce
 - no network but loopback of its own (``--unshare-net``): the kernel talks to the grader over
   Unix sockets (jupyter's ``ipc`` transport) in a folder bound into the sandbox;
 - the GPU's device nodes (``/dev/nvidia*``, ``/dev/dri``) are bound in when the host has them; when
-  the grading worker was given one GPU's node (:data:`GPU_DEVICE_ENV`, set by :mod:`.parallel` for
+  the grading worker was given one GPU's node (:data:`GPU_DEVICE_ENV`, set by :mod:`attnlab.grading.host.parallel` for
   ``--jobs``), only that node and the driver's control nodes (:data:`GPU_CONTROL_NODES`), so a
   kernel cannot allocate memory on another worker's GPU (MIG instances of one GPU share its node and
   ``/dev/nvidia-caps``: a kernel can reach a sibling instance); a kernel started with ``gpu=False`` (a
-  notebook with no GPU case, :func:`.course.uses_gpu`) gets no GPU node at all.
+  notebook with no GPU case, :func:`attnlab.grading.course.uses_gpu`) gets no GPU node at all.
 
 :class:`SandboxedKernelManager` is a jupyter_client kernel manager that starts every kernel this
 way (a root grader's kernels are forked into the sandbox by :mod:`.forkserver` instead of started by

@@ -4,16 +4,16 @@ Starting a kernel costs about 2 CPU-s, most of it ``import torch``, and a submis
 pays it six times: 12 of its 26 CPU-s on the 2-core VM (notes/grading/2026-12-02). A fork server
 imports torch, the course's package and ipykernel once (:data:`PRELOAD`), never runs learner code,
 and for each kernel of a root grader (kernels run as accounts of their own,
-:func:`.sandbox.kernel_account`):
+:func:`attnlab.grading.sandbox.kernel_account`):
 
-1. bwrap builds the kernel's sandbox exactly as for a kernel it starts itself (:func:`.sandbox.wrap`),
+1. bwrap builds the kernel's sandbox exactly as for a kernel it starts itself (:func:`attnlab.grading.sandbox.wrap`),
    but runs :data:`HOLD` in it, as the kernel's account: a placeholder that waits for the kernel;
 2. the server forks; the child joins the sandbox's cgroups (pids, memory), takes the kernels' high
    oom_score_adj, and joins its namespaces (``setns``, each checked
    against the inode number bwrap reported on ``--info-fd``); its children are inside the sandbox's
    PID namespace, and the kernel is the child of one that exits at once, so that the kernel's parent
    is bwrap's reaper, PID 1 (:func:`_fork_kernel`);
-3. the kernel does what bwrap and :data:`.sandbox._DROP` do for a kernel bwrap starts: a session
+3. the kernel does what bwrap and :data:`attnlab.grading.sandbox._DROP` do for a kernel bwrap starts: a session
    of its own, no file descriptor of the server's, ``no_new_privs``, the account's uid, gid and groups,
    an empty bounding set, a session keyring of its own, no capability left (checked); then it takes
    the kernel's environment and working folder and runs ipykernel in this process;
@@ -25,7 +25,7 @@ what differs is only where its memory came from: a copy of a process that import
 no grading data (the server's environment is a kernel's, with its own empty scratch folder as home).
 A server is used only when it is single-threaded and has not touched CUDA (a fork would copy a
 broken thread pool or CUDA context); otherwise, or when anything here fails, the kernel manager
-starts the kernel the usual way (:class:`.sandbox.SandboxedKernelManager`).
+starts the kernel the usual way (:class:`attnlab.grading.sandbox.SandboxedKernelManager`).
 
 Protocol between the grading process and its server: JSON lines on the server's stdin and stdout;
 the server first says ``{"ready": true}`` (or ``false`` and why), then answers each request

@@ -25,7 +25,7 @@ loses points for it. Two bounds, each counting every task (process or thread) of
   a user namespace of its own, so the limit counts that kernel's tasks only. Root's tasks are
   exempt from RLIMIT_NPROC, and without a namespace of its own the count would include every
   process of the account (other kernels, the grader), so the guard sets it only in that case, or
-  where a root grader runs the kernel as an account of its own (:func:`.sandbox.kernel_account`),
+  where a root grader runs the kernel as an account of its own (:func:`attnlab.grading.sandbox.kernel_account`),
   which no other process shares.
 
 :func:`describe` says which bound is in force here (``attnlab autograde`` prints it, ``attnlab

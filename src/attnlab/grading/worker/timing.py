@@ -244,7 +244,7 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = DEFAULT_REPS,
         submitted: the learner's ``NN_name.ipynb``; reference: the instructor's (solutions filled).
         reps: timed repetitions of each (after :data:`WARMUP` checked ones).
         seed: the inputs' seed; None draws a secret one (grading).
-        sandbox: run the worker under bubblewrap (:mod:`.sandbox`) when it works here.
+        sandbox: run the worker under bubblewrap (:mod:`attnlab.grading.sandbox`) when it works here.
         shape: override the benchmark's shape (tests: small sizes under the interpreter).
 
     Returns:
