@@ -55,7 +55,7 @@ configuration, as advice for tuning (never a grade): :func:`resources` and
 from the cross-compiled cubin (``sm_90`` unless told otherwise), read with the ``cuobjdump``
 that ships inside Triton's package.
 """
-# Length (1169 lines): To split (issue 32): signature, interpreter undo, compile plan and cache, gate,
+# Length: To split (issue 32): signature, interpreter undo, compile plan and cache, gate,
 # diagnosis and resources are separate jobs; they move to attnlab/runtime/ once the gate's GPU tests can run
 # (this path stays: hidden tests import it).
 

@@ -30,7 +30,7 @@ hooks (``triton.knobs.runtime.*_hook``) are emptied first, and a thread running 
 the launch is reported for review. Outside checks (a learner's own runs, benchmarks) a rebuilt kernel
 launches as Triton launches it.
 """
-# Length (704 lines): One job, long: rebuilding a kernel from its source and refusing what it may not see,
+# Length: One job, long: rebuilding a kernel from its source and refusing what it may not see,
 # each rule with its reason.
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Test cells choose the cases (sizes, block sizes, causal or not); these functions
 same way for the visible and the hidden tests. Every reference comes from this package
 (:mod:`attnlab.reference`), never from a notebook cell a learner can edit.
 """
-# Length (743 lines): Long because it holds notebooks 01-05's checkers; the kernel-check steps shared with
+# Length: Long because it holds notebooks 01-05's checkers; the kernel-check steps shared with
 # verify_backward and verify_decode are to become one skeleton in checking/ (issue 32).
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ no infinities), FlashAttention-3 (Shah et al., 2024, section 3.3: per-block scal
 ``triton.autotune``'s ``prune_configs_by={"early_config_prune": f}`` contract,
 ``f(configs, named_args, **kwargs) -> configs`` (triton/runtime/autotuner.py).
 """
-# Length (749 lines): Long because it holds notebook 09's four checkers and the tripwire that keeps their
+# Length: Long because it holds notebook 09's four checkers and the tripwire that keeps their
 # references from learner code; the tripwire is to move into checking/.
 
 from __future__ import annotations

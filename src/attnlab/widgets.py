@@ -17,7 +17,7 @@ script). The environment variable ``ATTNLAB_WIDGETS`` overrides the detection: `
 The computations behind the figures (:func:`online_softmax_trace`, :func:`tile_classes`,
 :func:`tile_summary`, :func:`attention_traffic`) are plain functions, usable and tested on their own.
 """
-# Length (495 lines): A catalogue: one interactive figure per notebook section, each with its static fallback.
+# Length: A catalogue: one interactive figure per notebook section, each with its static fallback.
 
 from __future__ import annotations
 

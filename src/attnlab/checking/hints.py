@@ -4,7 +4,7 @@ A relative error alone ("0.9") says that an output is wrong, not why. When a wro
 exactly what a common, well-defined mistake would produce, the checkers append a sentence naming
 that mistake.
 """
-# Length (583 lines): A catalogue: one small diagnosis per known mistake; splitting it would only scatter the
+# Length: A catalogue: one small diagnosis per known mistake; splitting it would only scatter the
 # list.
 
 from __future__ import annotations

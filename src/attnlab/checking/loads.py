@@ -31,7 +31,7 @@ the ``check_*_reads`` functions below add the precise diagnoses of notebooks 04,
 A compiled launch records nothing: the accounted checks run their CPU-sized cases through the
 interpreter on every machine, a GPU machine included (:func:`attnlab.verify.kernel_device`).
 """
-# Length (606 lines): One job, long: the ledger of every launch, its accounting hooks into Triton's
+# Length: One job, long: the ledger of every launch, its accounting hooks into Triton's
 # interpreter and the read checks built on it.
 
 from __future__ import annotations

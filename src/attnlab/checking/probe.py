@@ -37,7 +37,7 @@ Overhead: a Python dispatch mode costs about 25 µs per aten operator on a CPU (
 in tiles of 7: 1293 operators, 2.9 ms plain, 39 ms under an empty mode, 45 ms under this probe),
 so the checks keep their cases small and skip the probe where no rule can decide.
 """
-# Length (532 lines): One job, long: the dispatch-mode probe and the rules of each notebook's method, which
+# Length: One job, long: the dispatch-mode probe and the rules of each notebook's method, which
 # read the same operator table.
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ A launch may have alternatives (:func:`check_work` takes a tuple of designs, e.g
 computed by its own kernel or added with atomics by the dK/dV kernel): the kernels pass if one
 design holds; otherwise the design with the fewest broken rules is reported.
 """
-# Length (485 lines): A catalogue: each graded kernel's work model as data, and the one comparison with the
+# Length: A catalogue: each graded kernel's work model as data, and the one comparison with the
 # ledger.
 
 from __future__ import annotations

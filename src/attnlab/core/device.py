@@ -8,7 +8,7 @@ when a learner imported ``triton`` before it, :func:`init` converts what was alr
 (Triton's library, and kernels at launch through :func:`runnable_kernel`), so the grade does not
 depend on import order.
 """
-# Length (472 lines): One job: choosing and setting up the device, with the interpreter fixes that set-up
+# Length: One job: choosing and setting up the device, with the interpreter fixes that set-up
 # applies.
 
 from __future__ import annotations

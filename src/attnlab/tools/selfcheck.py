@@ -18,7 +18,7 @@ The hidden tests are not secret in the public course: they are in the public rep
 every copy of the package, by design. Reading them is allowed; passing them by special-casing their
 inputs teaches nothing.
 """
-# Length (432 lines): One job: the learner's selfcheck command, from finding the notebook to the report it
+# Length: One job: the learner's selfcheck command, from finding the notebook to the report it
 # prints.
 
 from __future__ import annotations

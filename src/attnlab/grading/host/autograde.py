@@ -13,7 +13,7 @@ or with the reason it was not, even when a worker or a kernel is killed or the g
 goes away (waited for: :func:`attnlab.grading.worker.gradebook.retrying`); a re-grade keeps the hand grading of answers
 that did not change (:func:`attnlab.grading.worker.gradebook.keep_hand_grading`).
 """
-# Length (835 lines): To split (issue 32): records and reports, the worker pool, contention and the
+# Length: To split (issue 32): records and reports, the worker pool, contention and the
 # orchestration are separate jobs.
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Grading learners' submissions (docs/grading.md in the course repository):
     attnlab speed                  time the submitted kernels on this GPU against the reference (after autograde)
     attnlab leaderboard            the class's speed leaderboard (HTML, CSV) and each student's standing
 """
-# Length (403 lines): One job: the grader's commands and their help texts, read together.
+# Length: One job: the grader's commands and their help texts, read together.
 
 from __future__ import annotations
 

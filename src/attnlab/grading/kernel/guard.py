@@ -23,7 +23,7 @@ What it does not do: stop code that deliberately attacks this module or the inte
 Everything here uses the standard library and modules already loaded; the functions called by
 the grader never raise and return JSON text.
 """
-# Length (515 lines): One job, long: what the guard snapshots and restores must be read together to see what a
+# Length: One job, long: what the guard snapshots and restores must be read together to see what a
 # cell cannot change.
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ with :data:`DROP_FUNCTION`, as bwrap's kernels do), each with a fresh scratch fo
 no depth, closed folder or link stops it). :func:`check` says whether bwrap works here; :func:`require` refuses to go
 on without it unless the instructor accepted the risk (:data:`UNSAFE_ENV`).
 """
-# Length (951 lines): To split (issue 32): its bwrap helpers (used by forkserver and tasks, the package's one
+# Length: To split (issue 32): its bwrap helpers (used by forkserver and tasks, the package's one
 # import circle) go to a module of their own; this file stays the home of attnlab.grading.sandbox, which tests
 # and samples name.
 

@@ -31,7 +31,7 @@ Protocol between the grading process and its server: JSON lines on the server's 
 the server first says ``{"ready": true}`` (or ``false`` and why), then answers each request
 (:meth:`Server.start`) with ``{"ok": true}`` or ``{"error": ...}``.
 """
-# Length (442 lines): One job: the fork server, its protocol and the kernel side it runs; they change
+# Length: One job: the fork server, its protocol and the kernel side it runs; they change
 # together.
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ loses points for it. Two bounds, each counting every task (process or thread) of
 doctor`` checks it). Where neither works (root without a writable pids cgroup), grading goes on
 and says so: a fork bomb can then stall the other slots until its notebook's time limit.
 """
-# Length (455 lines): One job: the cgroup and RLIMIT bounds of a kernel's tasks and memory, on cgroup v1 and
+# Length: One job: the cgroup and RLIMIT bounds of a kernel's tasks and memory, on cgroup v1 and
 # v2.
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ Notes from the checks that start with "needs review: " (:func:`attnlab.core.revi
 they are, so the report can list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
 "Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
 """
-# Length (656 lines): To split (issue 32): its steps (guard calls, output limits, kernel restarts, timing of
+# Length: To split (issue 32): its steps (guard calls, output limits, kernel restarts, timing of
 # cells) are to become one nbgrader preprocessor each.
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The URL and libpq's settings are the grader's secrets: :func:`attnlab.grading.sa
 environment of every notebook kernel (the sandbox starts kernels with it), since grades are
 written by nbgrader outside the sandbox, never by the kernel.
 """
-# Length (413 lines): One job: the gradebook database (SQLite or PostgreSQL), its waits and reconnections.
+# Length: One job: the gradebook database (SQLite or PostgreSQL), its waits and reconnections.
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ nbgrader's own sanitising steps restore read-only cells and hidden tests from th
 Everything it did is returned as one-line notes, which the grader reports to the instructor and
 shows the learner.
 """
-# Length (697 lines): To split (issue 32): the structural repair and the static scan of solution code (not a
+# Length: To split (issue 32): the structural repair and the static scan of solution code (not a
 # repair) are two jobs.
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Run it: ``python -m attnlab.grading.worker.timing SUBMITTED_NOTEBOOK [--reps N] 
 Sources of the method: GPU MODE's reference-kernels evaluator (events after an L2 flush, a secret
 seed, every call re-checked), Triton's ``triton.testing.do_bench`` (the flush buffer).
 """
-# Length (510 lines): One job: the timing stage (reading the learner's kernels, timing them in a sandbox,
+# Length: One job: the timing stage (reading the learner's kernels, timing them in a sandbox,
 # reporting); its steps share one record.
 
 from __future__ import annotations
