@@ -56,8 +56,9 @@ from the cross-compiled cubin (``sm_90`` unless told otherwise), read with the `
 that ships inside Triton's package.
 """
 # Length: To split (issue 32): signature, interpreter undo, compile plan and cache, gate,
-# diagnosis and resources are separate jobs; they move to attnlab/runtime/ once the gate's GPU tests can run
-# (this path stays: hidden tests import it).
+# diagnosis and resources are separate jobs; they move under attnlab/core/ (the runtime layer;
+# ``attnlab.runtime`` is the device function, not a package) once the gate's GPU tests can run; this path
+# stays, a contract with notebooks and submissions (notes/decisions.md, "Layers (issue 32)").
 
 from __future__ import annotations
 

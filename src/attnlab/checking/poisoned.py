@@ -1,4 +1,4 @@
-"""Buffers for the kernel checkers of the second assignment (:mod:`attnlab.verify_backward`,
+"""Buffers for the kernel checkers (:mod:`attnlab.verify` for 01-05, :mod:`attnlab.verify_backward`,
 :mod:`attnlab.verify_decode`): inputs followed by NaN, outputs of NaN followed by guard values."""
 
 from __future__ import annotations
