@@ -460,7 +460,10 @@ def graded(cells):
                         for c in nb.cells if c.cell_type == "code"], "notes": nb.metadata.get("attnlab", {}).get("notes", [])}
 
 def peak_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    # VmHWM, this process's own peak since its exec: ru_maxrss also keeps the peak of the process it was
+    # forked from (the pytest worker: 929 MiB in a full run, before a single cell was graded)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) >> 10
 
 before = peak_mib()
 flood = graded([("x = 1", True),
@@ -470,7 +473,7 @@ flood = graded([("x = 1", True),
 after_flood = peak_mib()
 honest = graded([("print('next student'); assert 1 + 1 == 2", True)])
 import os
-print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": peak_mib(),
+print(json.dumps({"flood": flood, "honest": honest, "maxrss_mib": peak_mib(),  # the grading process's peak
                   "peaks_mib": {"before": before, "after the flood": after_flood},  # where a failure happened
                   "env": {k: v for k, v in os.environ.items() if k.startswith(("ATTNLAB", "JUPYTER", "ZMQ", "PY"))}}))
 """
