@@ -28,12 +28,12 @@ PRELUDE = textwrap.dedent('''
     import torch, triton
     import triton.language as tl
     from triton.runtime.jit import JITFunction
-    from attnlab import gpu_compile, launch, verify, verify_decode
+    from attnlab import checks, gpu_compile, launch, verify, verify_decode
     from attnlab.core import device
     # a GPU machine, as far as the checks can tell (no CUDA call is made for a CPU-sized case)
     device._gpu_available = launch._gpu_available = lambda: True
     fake = device.Runtime("cuda", False, "a simulated GPU")
-    device.runtime = verify.runtime = lambda: fake
+    device.runtime = verify.runtime = checks.runtime = lambda: fake
 
     def model_kernel(notebook, name, edit=None):
         text = open(os.path.join(ROOT, "notebooks", notebook + ".py")).read()

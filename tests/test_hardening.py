@@ -764,7 +764,7 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
                        "open(os.path.expanduser('~/home.txt'), 'w').write('x')\n"
                        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # spare-test-daemon'],"
                        " start_new_session=True)", False),
-                      ("import attnlab.core.review\nattnlab.runtime.review.flag('an override could not be undone')", True)])
+                      ("import attnlab.core.review\nattnlab.core.review.flag('an override could not be undone')", True)])
     second = notebook([("import attnlab, os, sys\nassert not hasattr(attnlab, 'LEAK')\n"
                         "assert not os.path.exists('left.txt') and not os.path.exists(os.path.expanduser('~/home.txt'))\n"
                         "assert os.getpid() <= 4 and os.getppid() == 1, (os.getpid(), os.getppid())\nassert os.getcwd() not in sys.path", True)])
