@@ -1,6 +1,6 @@
 """Notebook 09's GPU figures: autotune winners, the Hopper steps, SDPA's backends, FP8 vs bf16.
 
-    python benchmarks/tuning_gpu.py OUT_DIR [BUDGET_S] [--checks]
+    python benchmarks/tuning_gpu.py OUT_DIR [BUDGET_S] [--checks] [--warp-spec] [--shapes 64x4096,128x8192]
 
 Takes the given kernel and the model solutions (pruning, FP8 quantisation) from notebooks/09's cells
 (``benchmarks/notebook_cells.py``). For causal bf16 attention, B = 8, H = 16, it times (medians of
@@ -11,6 +11,8 @@ only times (compiling ~90 configs one after another takes minutes). Writes ``tun
 every shape and ``tuning_env.json``; starts no new shape after BUDGET_S seconds (default 330).
 ``--checks`` also writes the correctness checks against float64, each config's estimated vs compiled
 shared memory (``tuning_smem.csv``) and the FP8 error (``tuning_error.json``): run 1 of 2026-11-30.
+``--warp-spec`` also times ``tl.range(..., warp_specialize=True)`` (it does not compile with triton 3.6 on
+sm_90); ``--shapes`` measures only the listed D x T pairs (default: all of ``SHAPES``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ def _load(mods: Path):
     return run_module("nb09", pick(NB, CELLS), mods)
 
 
-def _compile_jobs():
+def _compile_jobs(head_dims):
     """(D, fp8, flags, config) for every kernel the measurement launches (causal)."""
     from attnlab import launch_tuning
 
     jobs = []
-    for D in sorted({d for d, _ in SHAPES}):
+    for D in head_dims:
         for cfg in launch_tuning.CONFIG_SPACE:
             jobs.append((D, False, dict(USE_TMA=False, PERSISTENT=False), cfg))
         for cfg in launch_tuning.HOPPER_SPACE:
@@ -83,7 +85,7 @@ def _compile(args):
         return f"{type(exc).__name__}: {str(exc)[:100]}"
 
 
-def main(out: Path, budget_s: float, checks: bool) -> None:
+def main(out: Path, budget_s: float, checks: bool, warp_spec: bool = False, shapes=SHAPES) -> None:
     import multiprocessing as mp
 
     out.mkdir(parents=True, exist_ok=True)
@@ -95,12 +97,12 @@ def main(out: Path, budget_s: float, checks: bool) -> None:
     from attnlab import bench_tuning
 
     env = bench_tuning.environment()
-    env["command"] = "bash benchmarks/run_gpu_tuning.sh measure 330 (device tool, from the repository root)"
+    env["command"] = " ".join(["python3"] + sys.argv)
     env["shape"] = dict(B=B, H=H, causal=True, dtype="bfloat16")
     (out / "tuning_env.json").write_text(json.dumps(env, indent=1))
     print(env, flush=True)
 
-    jobs = _compile_jobs()
+    jobs = _compile_jobs(sorted({d for d, _ in shapes}))
     with ProcessPoolExecutor(max_workers=min(15, os.cpu_count() or 4), mp_context=mp.get_context("spawn")) as pool:
         results = list(pool.map(_compile, [(str(mods), j) for j in jobs]))
     bad = [(j, r) for j, r in zip(jobs, results) if r not in ("ok", "pruned")]
@@ -112,12 +114,13 @@ def main(out: Path, budget_s: float, checks: bool) -> None:
         for row in bench_tuning.check_variants(nb, T=512, D=64) + bench_tuning.check_variants(nb, T=512, D=128):
             print("check", row, flush=True)
     rows = []
-    for D, T in SHAPES:
+    for D, T in shapes:
         if time.perf_counter() - start > budget_s:
             print(f"budget reached: skipping D={D} T={T}", flush=True)
             continue
         t0 = time.perf_counter()
-        new = bench_tuning.measure_shape(nb, B=B, H=H, T=T, D=D, causal=True, fp8=(D == 128))
+        new = bench_tuning.measure_shape(nb, B=B, H=H, T=T, D=D, causal=True, fp8=(D == 128),
+                                         skip=() if warp_spec else ("+ warp spec.",))
         for r in new:
             print(bench_tuning.format_row(r), flush=True)
         print(f"[D={D} T={T}: {time.perf_counter() - t0:.1f} s]", flush=True)
@@ -131,5 +134,14 @@ def main(out: Path, budget_s: float, checks: bool) -> None:
 
 
 if __name__ == "__main__":
-    argv = [a for a in sys.argv[1:] if a != "--checks"]
-    main(Path(argv[0]), float(argv[1]) if len(argv) > 1 else 330.0, "--checks" in sys.argv)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("budget_s", type=float, nargs="?", default=330.0)
+    ap.add_argument("--checks", action="store_true")
+    ap.add_argument("--warp-spec", action="store_true")
+    ap.add_argument("--shapes", type=lambda s: tuple(tuple(int(x) for x in p.split("x")) for p in s.split(",")),
+                    default=SHAPES, help="D x T pairs, e.g. 64x4096,128x8192")
+    a = ap.parse_args()
+    main(a.out, a.budget_s, a.checks, a.warp_spec, a.shapes)
