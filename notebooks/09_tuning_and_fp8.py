@@ -594,7 +594,10 @@ with time_limit(call_limit_s(), "fp8_scales / quantize_fp8"):
 # load wins. At $T = 16384$ two configs within 2 % of each other traded places (the autotuner times
 # each for 25 ms): read neighbouring winners as "about as good", not as a law.
 # Warp specialization **did not compile**: triton 3.6's `NVGPUWarpSpecialization` pass fails on this
-# kernel for sm_90 ("PassManager::run failed", `notes/gpu/2026-11-30/09/run1.log`), at both head dims.
+# kernel for sm_90 ("PassManager::run failed", `notes/gpu/2026-11-30/09/run1.log`), at both head dims,
+# and triton 3.9 fails the same way (2026-12-02, `notes/gpu/2026-12-02/session6/`). Where it does
+# compile on the H200 (no causal mask, or 8 warps) it was no faster, and under 3.6 one config returned
+# NaN: on Hopper, check a warp-specialized kernel's numbers before you time it.
 # FP8's error at $T = 8192$, $D = 128$ against float64 (2026-11-30): $\lVert O - O_{ref} \rVert /
 # \lVert O_{ref} \rVert = 3.4 \cdot 10^{-2}$, against $2.1 \cdot 10^{-3}$ for bf16. Quantising Q and K with
 # PyTorch before the kernel costs a few passes over Q and K per call (2.6 ms at $T = 8192$, 5.3 ms at
