@@ -6,7 +6,9 @@ temporary copy of the course and every grading test reads its results.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import io
 import os
 import re
@@ -35,19 +37,33 @@ COURSE_FILES = ("notebooks", "source", "release", "samples", "nbgrader_config.py
 # ------------------------------------------------------------------ two workers (pytest-xdist)
 #: `make test` runs the suite on two pytest-xdist workers. A test module runs whole on one worker, so its
 #: module fixtures are built once; modules that share an expensive session fixture form one unit, so that
-#: fixture is built once too. The units whose set-up takes minutes go first, one per worker; the other
+#: fixture is built once too (before, test_variants and test_speed built `graded` a second time: ~4 min). The units whose set-up takes minutes go first, one per worker; the other
 #: worker meanwhile runs the rest.
-SHARED_FIXTURE_GROUPS = {"test_grading": "graded", "test_browser": "graded",    # `graded`
-                         "test_package": "package", "test_colab": "package"}   # `course_package`, `colab_venv`
-FIRST = ("graded", "test_abuse", "test_mistakes", "package", "test_gradebook", "test_hub", "test_slurm")
+#: The expensive session fixtures below, and the unit of the modules that take them: a module whose
+#: functions (tests or fixtures) take one of these as a parameter runs in that unit. Read from the test
+#: files' source, since the xdist controller schedules by node id and never collects.
+SHARED_FIXTURES = {"graded": "graded", "abused": "abused", "course_package": "package", "colab_venv": "package"}
+FIRST = ("graded", "abused", "test_mistakes", "package", "test_gradebook", "test_hub", "test_slurm")
+
+
+@functools.cache
+def _module_unit(module: str) -> str:
+    """The unit of a test module: the first shared fixture (in SHARED_FIXTURES' order) that one of its
+    functions takes, else the module itself."""
+    path = ROOT / "tests" / f"{module}.py"
+    if not path.is_file():
+        return module
+    taken = {a.arg for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for a in node.args.args}
+    return next((unit for name, unit in SHARED_FIXTURES.items() if name in taken), module)
 
 
 def _unit(nodeid: str) -> str:
-    """The scheduling unit of a test: its module, or its module's group; test_mistakes by notebook."""
+    """The scheduling unit of a test: its module's unit; test_mistakes by notebook."""
     module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
     if module == "test_mistakes" and "[" in nodeid:
         return f"{module}:{nodeid.split('[', 1)[1][:2]}"
-    return SHARED_FIXTURE_GROUPS.get(module, module)
+    return _module_unit(module)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -205,6 +205,7 @@ def sharded(postgres, tmp_path_factory) -> ShardedClass:
                         rerun_cells, outputs, seconds)
 
 
+@pytest.mark.cluster
 def test_sharded_postgres_grades_equal_the_serial_sqlite_run(sharded):
     _, points, full, _ = sharded.serial[("snoop", NB)]
     assert points == full > 0 and sharded.serial[("blank", NB)][1] == 0
@@ -214,6 +215,7 @@ def test_sharded_postgres_grades_equal_the_serial_sqlite_run(sharded):
     assert sharded.sharded_export == sharded.serial_export
 
 
+@pytest.mark.cluster
 def test_each_shard_graded_its_own_students_once(sharded):
     for i in range(2):
         mine = {r.student for r in read_report_json(sharded.course.root / shards.report_name(i, 2, ".json"))}
@@ -222,6 +224,7 @@ def test_each_shard_graded_its_own_students_once(sharded):
     assert "every submitted student was graded by exactly one shard" in sharded.outputs["report"]
 
 
+@pytest.mark.cluster
 def test_no_grade_is_duplicated_in_the_gradebook(sharded):
     """nbgrader's rows, counted in PostgreSQL: one submission and one graded notebook per student."""
     from sqlalchemy import create_engine, text
@@ -241,12 +244,14 @@ def test_no_grade_is_duplicated_in_the_gradebook(sharded):
     assert grades == len(STUDENTS) * cells
 
 
+@pytest.mark.cluster
 def test_a_killed_shard_run_again_gives_the_same_grades(sharded):
     # killed right after its first notebook was graded, while its second student was being graded
     assert sharded.outputs["killed shard"].splitlines()[-1].startswith("  forgot-rescale ")
     assert sharded.rerun == sharded.serial  # and test_no_grade_is_duplicated_in_the_gradebook counts after it
 
 
+@pytest.mark.cluster
 def test_kernels_never_saw_the_database_url(sharded):
     autograded = sharded.course.autograded / "snoop" / sharded.course.assignment / f"{NB}.ipynb"
     text = autograded.read_text()

@@ -27,7 +27,7 @@ from . import slurmcluster
 from .conftest import copy_course, environment, run_cli
 from .test_gradebook import NB, _cells, _descendants, _export, _write_class
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "slurm-autograde.sh"
