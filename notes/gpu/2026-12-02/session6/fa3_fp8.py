@@ -17,7 +17,7 @@ from attnlab import bench  # noqa: E402
 
 mods = Path("/tmp/nb09_fa3"); mods.mkdir(exist_ok=True)
 t0 = time.perf_counter()
-nb = run_module("nb09", pick("09_tuning_and_fp8", ("setup", "fp8_scales", "quantize_fp8", "fp8-error", "tuned-kernel",
+nb = run_module("nb09", pick("09_tuning_and_fp8", ("setup", "smem_estimate", "prune_configs", "fp8_scales", "quantize_fp8", "fp8-error", "tuned-kernel", "autotuned",
                                                    "fp8-fa3-protocol")), mods)
 print(f"cells (the FA3 cell itself ran at H=8 on the GPU above) in {time.perf_counter() - t0:.1f} s;",
       "triton", triton.__version__, torch.cuda.get_device_name(), flush=True)
