@@ -1,6 +1,7 @@
 """GPU figures of notebook 07: the reference Triton backward against SDPA (cuDNN and FlashAttention-2).
 
     python benchmarks/backward.py SOURCE_07.ipynb OUT_DIR
+    ATTNLAB_BWD_SEARCH=wide ATTNLAB_BWD_TUNE_ONLY=1 python benchmarks/backward.py ...  # a wider tile search only
 
 Loads the reference backward kernels from the instructor notebook 07 and, for the forward, notebook
 05's reference ``_flash_fwd_kernel`` from the instructor notebook source/attention_kernels/05_triton_flash.ipynb
@@ -22,6 +23,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -38,6 +40,9 @@ TS = (1024, 2048, 4096, 8192, 16384)
 DS = (64, 128)
 #: (block_m, block_n, num_warps, num_stages) tried for the backward at T=4096, causal
 CANDIDATES = ((64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3))
+#: a wider search (``ATTNLAB_BWD_SEARCH=wide``), 2026-12-02: more stages and warps, 128-row tiles
+WIDE = CANDIDATES + ((32, 64, 4, 2), (32, 128, 8, 3), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
+                     (64, 128, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (32, 128, 4, 4), (64, 128, 8, 4))
 #: the forward's configuration (notebook 05's measurements: best at 128/64 for D=64, 128/128 for D=128)
 FWD = launch_backward.FORWARD_CONFIGS
 #: notebook 05's reference forward kernel, in the instructor notebook (never shipped to learners)
@@ -111,7 +116,7 @@ def main(argv) -> int:
         q, k, v, do = inputs(4096, D)
         o, lse = forward(q, k, v, True, D)
         flops = 2.5 * bench.attention_flops(q.shape[0], H, 4096, D, causal=True)
-        for cfg in CANDIDATES:
+        for cfg in WIDE if os.environ.get("ATTNLAB_BWD_SEARCH") == "wide" else CANDIDATES:
             try:
                 ms = our_bwd_ms(q, k, v, o, lse, do, True, cfg)
             except Exception as exc:  # out of shared memory or registers for this tile shape
@@ -123,6 +128,10 @@ def main(argv) -> int:
         best[D] = max((t for t in tuning if t["D"] == D), key=lambda t: t["tflops"])["cfg"]
         del q, k, v, do, o, lse
 
+    if os.environ.get("ATTNLAB_BWD_TUNE_ONLY"):
+        (out / "backward_tuning.json").write_text(json.dumps({"versions": info, "tuning": tuning, "best": best},
+                                                             indent=1))
+        return 0
     # 2. the sweep
     rows = []
     for D in DS:
