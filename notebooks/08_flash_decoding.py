@@ -565,27 +565,29 @@ if not RUNTIME.interpret:
 #   replay cycles through several copies of the cache, so that a small cache is not served from the
 #   L2 cache (tens of MB).
 #
-# The course's reference kernels on one H200 (2026-11-30, torch 2.11, triton 3.6, medians; copy
-# bandwidth 4240 GB/s), $B = 1$:
+# The course's reference kernels on one H200 (2026-12-02, torch 2.11, triton 3.6, medians; copy
+# bandwidth 4272 GB/s; `notes/gpu/2026-12-02/session5/`), $B = 1$; the 05 kernel's column is from an
+# earlier run (2026-11-30):
 #
-# | B | $H_{kv}$ | $T_k$ | split-K, from Python | split-K, CUDA graph | × copy (graph) | 05 kernel (graph) | SDPA (graph) | split-K / 05 (graph) |
-# |---|---|---|---|---|---|---|---|---|
-# | 1 | 8 | 32k | 279 µs, 481 GB/s | 40.3 µs, 3328 GB/s | 0.78 | 188 GB/s | 3596 GB/s | 17.7× |
-# | 1 | 8 | 128k | 246 µs, 2183 GB/s | 127.8 µs, 4200 GB/s | 0.99 | 189 GB/s | 4323 GB/s | 22.2× |
-# | 1 | 32 | 32k | 474 µs, 1133 GB/s | 126.5 µs, 4243 GB/s | 1.00 | 753 GB/s | 4388 GB/s | 5.6× |
-# | 1 | 32 | 128k | 513 µs, 4183 GB/s | 501.8 µs, 4279 GB/s | 1.01 | 757 GB/s | 4625 GB/s | 5.7× |
+# | B | $H_{kv}$ | $T_k$ | split-K, from Python | split-K, CUDA graph | × copy (graph) | SDPA (graph) | 05 kernel (graph) |
+# |---|---|---|---|---|---|---|---|
+# | 1 | 8 | 32k | 86.8 µs, 1546 GB/s | 38.9 µs, 3447 GB/s | 0.81 | 37.8 µs, 3548 GB/s | 188 GB/s |
+# | 1 | 8 | 128k | 140.9 µs, 3811 GB/s | 128.8 µs, 4168 GB/s | 0.98 | 126.4 µs, 4246 GB/s | 189 GB/s |
+# | 1 | 32 | 32k | 138.5 µs, 3877 GB/s | 125.6 µs, 4274 GB/s | 1.00 | 124.8 µs, 4302 GB/s | 753 GB/s |
+# | 1 | 32 | 128k | 494.1 µs, 4346 GB/s | 480.7 µs, 4468 GB/s | 1.05 | 478.1 µs, 4492 GB/s | 757 GB/s |
 #
-# Three things stand out. **Launched from Python, a step never takes less than about 250 µs**, whatever
-# its size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 40 µs, and the GPU waits the rest
-# of the time for the host. The course's launcher checks its inputs and, before every launch, that
-# the kernel compiles for the course's GPUs (about 0.2 ms of Python per kernel); Triton's own launch
-# path adds tens of µs (a run without those checks had a floor of 50 to 70 µs, as SDPA's is here).
+# Three things stand out. **Launched from Python, a step costs at least about 85 µs**, whatever its
+# size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 39 µs, and the GPU waits the rest of the
+# time for the host (SDPA's floor from Python is about 50 µs). Through `flash_decode` itself, which also
+# checks its inputs and asks the compile gate about each kernel, one step took 471 µs from Python and
+# 52.6 µs replayed from a graph, against SDPA's 79.0 and 52.7 µs ($H_{kv} = 8$, 32k, $H_q = 32$).
 # **Replayed from a CUDA graph, that floor is gone**: split-K reads the cache at the copy bandwidth
-# from 32k keys on ($H_{kv} = 32$) and reaches 0.78 of it with GQA at 32k (a 134 MB cache is read
-# in 40 µs, where the two kernels' start-up and tail are no longer negligible), and it is about as
-# fast as SDPA. **Notebook 05's kernel** is stuck near 750 GB/s with 32 programs, at 190 GB/s with
-# GQA (it reads the cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up
-# (4210 GB/s against split-K's 4422 in an earlier run). Without a GPU the next cell shows the whole
+# from 32k keys on ($H_{kv} = 32$) and reaches 0.81 of it with GQA at 32k (a 134 MB cache is read in
+# 39 µs, where the two kernels' start-up and tail are no longer negligible; SDPA reaches 0.83). Over
+# the 24 shapes of the sweep below, split-K runs at 0.91 to 1.01 of SDPA's speed (median 0.98).
+# **Notebook 05's kernel** is stuck near 750 GB/s with 32 programs, at 190 GB/s with GQA (it reads the
+# cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up (4210 GB/s against
+# split-K's 4422 in the earlier run). Without a GPU the next cell shows the earlier run's whole
 # measurement as a plot; with a GPU it measures again with your kernels (about a minute).
 
 # %% nbgrader={"grade_id": "fwd-kernel-05", "locked": true}
