@@ -643,15 +643,15 @@ else:
 
 # %% [markdown] nbgrader={"grade_id": "answer-measured", "solution": true, "grade": true, "points": 1}
 # Replayed from a CUDA graph, the reference split-K kernels read K and V at 1.00 of the copy
-# bandwidth at $B = 1$, $H_{kv} = 32$, $T_k = 32$k (4243 GB/s, 126.5 µs), and at 0.78 with GQA
-# ($H_{kv} = 8$, 40.3 µs). Launched from Python the same steps take 474 and 279 µs: the GPU waits
-# for the host to issue each launch (the launcher's checks and Triton's launch path), a fixed cost
-# that a CUDA graph removes, which is why inference servers capture their decode step. Split-K is
-# 5.6× faster than the 05 kernel at $H_{kv} = 32$, which starts only 32 programs and reads about
-# 750 GB/s (so about 5.6× is all there is to gain), and 17.7× with GQA, where the 05 kernel also
-# reads K and V once per query head. At $B = 8$, $H_{kv} = 32$ the 05 kernel has 256 programs, about
-# two per SM, so every SM streams and it comes within 5 % of split-K: splitting helps only when
-# (sequence, head) pairs are too few to fill the GPU.
+# bandwidth at $B = 1$, $H_{kv} = 32$, $T_k = 32$k (4274 GB/s, 125.6 µs), and at 0.81 with GQA
+# ($H_{kv} = 8$, 38.9 µs). Launched from Python the same steps take 138 and 87 µs: the GPU waits
+# for the host to issue each launch, a floor of about 85 µs that a CUDA graph removes (through
+# `flash_decode`, which also checks its inputs, 471 µs against 52.6 µs), which is why inference
+# servers capture their decode step. Split-K reads the cache 5.7× faster than the 05 kernel at
+# $H_{kv} = 32$ (753 GB/s in the earlier run: it starts only 32 programs), and 18.4× with GQA, where
+# the 05 kernel also reads K and V once per query head. At $B = 8$, $H_{kv} = 32$ the 05 kernel has
+# 256 programs, about two per SM, so every SM streams and it came within 5 % of split-K: splitting
+# helps only when (sequence, head) pairs are too few to fill the GPU.
 
 # %% [markdown]
 # ## 8. Check yourself
