@@ -2,6 +2,7 @@
 
     python benchmarks/backward.py SOURCE_07.ipynb OUT_DIR
     ATTNLAB_BWD_SEARCH=wide ATTNLAB_BWD_TUNE_ONLY=1 python benchmarks/backward.py ...  # a wider tile search only
+    ATTNLAB_BWD_TS=4096,16384 ATTNLAB_BWD_CAUSAL_ONLY=1 python benchmarks/backward.py ...  # fewer points
 
 Loads the reference backward kernels from the instructor notebook 07 and, for the forward, notebook
 05's reference ``_flash_fwd_kernel`` from the instructor notebook source/attention_kernels/05_triton_flash.ipynb
@@ -36,7 +37,8 @@ from attnlab.nbload import load_notebook_module
 
 TOKENS = 1 << 20            # B * H * T at every point
 H = 16
-TS = (1024, 2048, 4096, 8192, 16384)
+TS = tuple(int(t) for t in os.environ.get("ATTNLAB_BWD_TS", "1024,2048,4096,8192,16384").split(","))  # a subset: quicker
+CAUSAL = (True,) if os.environ.get("ATTNLAB_BWD_CAUSAL_ONLY") else (False, True)
 DS = (64, 128)
 #: (block_m, block_n, num_warps, num_stages) tried for the backward at T=4096, causal
 CANDIDATES = ((64, 64, 4, 2), (32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3))
@@ -138,7 +140,7 @@ def main(argv) -> int:
         cfg = best[D]
         attn = launch_backward.attention_function(lambda: kernels, fwd_kernel=lambda: fwd_kernel,
                                                   forward=FWD[D], backward=cfg)
-        for causal in (False, True):
+        for causal in CAUSAL:
             for T in TS:
                 q, k, v, do = inputs(T, D, seed=T)
                 B = q.shape[0]
