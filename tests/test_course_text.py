@@ -301,3 +301,49 @@ def test_decode_table_and_answer_quote_the_h200_runs():
                    f"{sk8.graph_ms * 1e3:.1f} µs", f"take {sk32.ms * 1e3:.0f} and {sk8.ms * 1e3:.0f} µs",
                    f"{sk32.graph_gbs / f32.graph_gbs:.1f}× faster", f"{sk8.graph_gbs / f8.graph_gbs:.1f}× with GQA"):
         assert quoted in answer, quoted
+
+
+# ------------------------------------------------------------------- the README and docs/ pages
+_LINK = re.compile(r"\]\(([^()\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks, where a link is a link."""
+    return "".join(part for i, part in enumerate(re.split(r"^```.*$", text, flags=re.M)) if i % 2 == 0)
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.relative_to(ROOT).as_posix()
+                                                       for p in (ROOT / "docs").glob("*.md"))])
+def test_relative_links_in_readme_and_docs_resolve(page):
+    """Every relative link (and image) of the README and of docs/*.md names a file of the repository,
+    and an anchor names a heading of that file: moving text between pages must not leave a dead link."""
+    path = ROOT / page
+    dead = []
+    for target in _LINK.findall(_prose(path.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            dead.append(target)
+        elif anchor and resolved.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", _prose(resolved.read_text()), flags=re.M)
+            if anchor not in {_slug(h) for h in headings}:
+                dead.append(target)
+    assert not dead, f"{page}: links to nothing: {dead}"
+
+
+def test_readme_stays_a_few_screens():
+    """Issue 32 item 5: the README is for newcomers (what the course is, the two commands, how to start);
+    everything else lives in docs/ pages that it links."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "move the details into a docs/ page and link it"
+    for command in ("make grade", "make test", "make test-deploy"):
+        assert command in readme
+    linked = {m.partition("#")[0] for m in _LINK.findall(readme) if m.startswith("docs/")}
+    assert {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")} <= linked
