@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from attnlab.grading.sandbox import forkserver
+from attnlab.grading.sandbox import forkserver, manager
 from attnlab.grading import sandbox
 from attnlab.grading.host.parallel import THREAD_VARS
 
@@ -94,7 +94,7 @@ def test_a_kernel_that_ends_ends_its_sandbox():
 
 
 def test_a_failing_fork_server_leaves_the_start_to_bwrap(monkeypatch, caplog):
-    sandbox._FORK_REFUSALS_SAID.clear()
+    manager.FORK_REFUSALS_SAID.clear()
     monkeypatch.setattr(forkserver.Server, "start", lambda self, request: "broken on purpose")
     out, forked, _ = asyncio.run(_in_kernel("print(6 * 7)", fork_server=True))
     assert out.strip() == "42" and not forked
@@ -157,14 +157,14 @@ def test_whatever_fails_on_the_way_bwrap_starts_the_kernel(monkeypatch, caplog, 
     """A server that cannot be started (no space for its folder), a sandbox whose placeholder never
     says it is ready: the kernel still starts (bwrap's own start), and the reason is logged once."""
     forkserver.stop_all()
-    sandbox._FORK_REFUSALS_SAID.clear()
+    manager.FORK_REFUSALS_SAID.clear()
     if where == "server":
         def broken(self, env):
             raise OSError(28, "No space left on device")
         monkeypatch.setattr(forkserver.Server, "__init__", broken)
     else:
         monkeypatch.setattr(forkserver, "HOLD", "import time; time.sleep(60)")
-        monkeypatch.setattr(sandbox, "SANDBOX_START_TIMEOUT", 1.0)
+        monkeypatch.setattr(manager, "SANDBOX_START_TIMEOUT", 1.0)
     for _ in range(2):
         out, forked, _ = asyncio.run(_in_kernel("print(6 * 7)", fork_server=True))
         assert out.strip() == "42" and not forked

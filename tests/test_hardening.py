@@ -794,6 +794,7 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
     (and can read it)."""
     from attnlab.grading.worker import execute
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import bwrap
 
     secret = tmp_path / "visible" / "root-only.txt"  # bound in read-only, as /etc/shadow is visible
     secret.parent.mkdir()
@@ -804,7 +805,7 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
     (folder / "03_flash_backward.ipynb").write_text("{}")
     os.chmod(folder / "03_flash_backward.ipynb", 0o600)  # as an LMS archive may leave it
     os.symlink(secret, folder / "link.ipynb")
-    monkeypatch.setattr(sandbox, "_needed_read_only", lambda real=sandbox._needed_read_only: [*real(), str(secret)])
+    monkeypatch.setattr(bwrap, "needed_read_only", lambda real=bwrap.needed_read_only: [*real(), str(secret)])
     probe = ("import os, pwd, resource, json\n"
              "assert os.getuid() == 0 or pwd.getpwuid(os.getuid()).pw_name == os.environ['USER'] == 'attnlab-kernel'\n"
              f"try:\n    got = open({str(secret)!r}).read()\nexcept OSError as exc:\n    got = type(exc).__name__\n"
@@ -1140,12 +1141,13 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
     import pwd
 
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import accounts, bwrap
 
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.delenv(sandbox.KERNEL_ACCOUNT_ENV, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    mapped = sandbox._mapped
-    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: True)
+    mapped = accounts.ids_mapped
+    monkeypatch.setattr(accounts, "ids_mapped", lambda ids, path: True)
     first = sandbox.kernel_account()
     taken = first + 1 if first + 1 in sandbox.KERNEL_IDS else sandbox.KERNEL_IDS.start
     real = pwd.getpwuid
@@ -1156,13 +1158,13 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
     assert not mapped(sandbox.KERNEL_IDS, str(maps))
     maps.write_text("         0          0 4294967295\n")
     assert mapped(sandbox.KERNEL_IDS, str(maps))
-    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: False)
+    monkeypatch.setattr(accounts, "ids_mapped", lambda ids, path: False)
     assert sandbox.kernel_account() is None and "maps no uids" in sandbox.kernel_accounts()
     made: set = set()
-    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.12", ["/tmp", "/root"], made) == [
+    assert bwrap.mount_point_parents("/root/.pyenv/versions/3.12", ["/tmp", "/root"], made) == [
         "--perms", "0755", "--dir", "/root/.pyenv", "--perms", "0755", "--dir", "/root/.pyenv/versions"]
-    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
-    assert sandbox._mount_point_parents("/usr/lib/python3", ["/root"], made) == []
+    assert bwrap.mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
+    assert bwrap.mount_point_parents("/usr/lib/python3", ["/root"], made) == []
 
 
 @needs_bwrap
@@ -1194,6 +1196,7 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
     only read, or root alone: named, so that the check refuses instead of every GPU case failing; MIG's
     capability nodes (0400 root on the H200 host, where CUDA runs without them) only for a MIG instance."""
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import devices
 
     modes = {"nvidia0": (0o666, 44), "nvidia1": (0o660, 44), "nvidiactl": (0o660, 0), "nvidia-uvm": (0o640, 44),
              "nvidia2": (0o600, 0), "nvidia-caps/nvidia-cap1": (0o400, 0)}
@@ -1203,7 +1206,7 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
         os.chmod(tmp_path / name, mode)
         if os.geteuid() == 0:
             os.chown(tmp_path / name, 0, gid)
-    monkeypatch.setattr(sandbox, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes if "/" not in n]
+    monkeypatch.setattr(devices, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes if "/" not in n]
                         + [str(tmp_path / "nvidia-caps")])
     if os.geteuid() != 0:
         pytest.skip("the nodes' groups can only be set by root")

@@ -38,13 +38,7 @@ LAYERS = (
 )
 
 #: Circles left, each with its reason; any other circle fails.
-KNOWN_CIRCLES = {
-    # The sandbox's __init__ keeps the path attnlab.grading.sandbox, which the grader, the learner's tools
-    # and the course's own tests import (samples and docs name it in text only); the fork server and the
-    # task bound use its bwrap helpers while it starts kernels through them. Left until its bwrap part moves
-    # into a module of its own (issue 32).
-    frozenset({"attnlab.grading.sandbox", "attnlab.grading.sandbox.forkserver", "attnlab.grading.sandbox.tasks"}),
-}
+KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 
 #: Test files that still reach private names, and how many uses each may keep: a ratchet, lowered as tests

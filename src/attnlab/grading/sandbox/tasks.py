@@ -363,7 +363,7 @@ def _bwrap_makes_user_namespaces() -> bool:
     """bwrap run by this (non-root) account gives each sandbox a user namespace: it is not setuid root."""
     import stat
 
-    from . import bwrap_path
+    from .bwrap import bwrap_path
 
     exe = bwrap_path()
     try:
@@ -408,7 +408,7 @@ def describe() -> tuple[bool, str]:
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")
     if _bwrap_makes_user_namespaces() and per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
-    from . import kernel_accounts
+    from .accounts import kernel_accounts
 
     if os.getuid() == 0 and not kernel_accounts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC of each kernel's own account)"
