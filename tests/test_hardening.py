@@ -21,7 +21,8 @@ import torch
 from attnlab import checks
 from attnlab.grading.host.autograde import CellResult, NotebookResult, _failure_reason, format_report
 from attnlab.grading.host.collect import parse, slug
-from attnlab.grading.worker.repair import align, repair, scan
+from attnlab.grading.worker.repair import align, repair
+from attnlab.grading.worker.scan import scan
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook
 from attnlab.grading.host.submissions import NOTES_FILE, WHOLE, canonical, normalize_submission
 
@@ -993,7 +994,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     Markdown heading (its id is its text) with that id, before the box, would take the lookup over."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
     from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import first_with_id, formgrade_html
@@ -1009,7 +1010,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     assert first_with_id(html, "answer-fp8") == "h2", "the formgrade render no longer shows this takeover"
     assert first_with_id(html, "answer-fp8_extra_credit") == "span"
     notes: list[str] = []
-    _clean_answers(nb, notes)
+    clean_answers(nb, notes)
     assert clean_outputs(nb) == []  # a dropped id alone is no script: not flagged as such
     html = formgrade_html(nb)
     assert (first_with_id(html, "answer-fp8"), first_with_id(html, "answer-fp8_extra_credit"),
@@ -1017,7 +1018,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     assert len(notes) == 2 and all(n.startswith("needs review: ") for n in notes)
     assert "my notes" in html and ">answer-fp8<" in html  # the learner's text is all still there
     honest = new_notebook(cells=[new_markdown_cell("## My answer\nFP8 halves the bytes."), nb.cells[-1]])
-    _clean_answers(honest, notes := [])
+    clean_answers(honest, notes := [])
     assert notes == [] and honest.cells[0].source == "## My answer\nFP8 halves the bytes."
 
 
@@ -1038,7 +1039,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     the learner deleted (from the release), and formgrader's classes are covered too."""
     from nbformat.v4 import new_markdown_cell, new_notebook, new_raw_cell
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
 
     from .formgrade import event_attributes, first_with_id, formgrade_html
 
@@ -1051,7 +1052,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     nb = new_notebook(cells=[learner, new_markdown_cell("FP8 halves the bytes.", metadata=graded)])
     release = new_notebook(cells=[*nb.cells, new_markdown_cell("x", metadata={"nbgrader": {
         "grade_id": "answer-gone", "grade": True, "solution": True, "points": 1, "schema_version": 3}})])
-    _clean_answers(nb, notes := [], release)
+    clean_answers(nb, notes := [], release)
     html = formgrade_html(nb)
     assert notes and all(n.startswith("needs review: ") for n in notes)
     assert first_with_id(html, "answer-fp8") in ("input", None) and first_with_id(html, "answer-gone-comment") is None
@@ -1062,7 +1063,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
 def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
 
     from .formgrade import formgrade_html
 
@@ -1070,7 +1071,7 @@ def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
     answer = new_markdown_cell("My figure: ![roofline](attachment:r.png)", attachments={"r.png": {"image/png": png}})
     code = new_code_cell("1", metadata={"tags": ["x tabbable", "score", "keep-me"]})
     nb = new_notebook(cells=[answer, code])
-    _clean_answers(nb, notes := [])
+    clean_answers(nb, notes := [])
     assert answer.source == "My figure: ![roofline](attachment:r.png)"  # an honest answer stays as written
     assert code.metadata["tags"] == ["keep-me"] and len(notes) == 1 and notes[0].startswith("needs review: ")
     html = formgrade_html(nb)
