@@ -18,7 +18,7 @@ It also records the names each read-only cell binds in the notebook (``check_onl
 
 What it does not do: stop code that deliberately attacks this module or the interpreter itself
 (one process cannot be protected from itself). The grader's static scan
-(:mod:`attnlab.grading.worker.repair`) flags such code for the instructor instead.
+(:mod:`attnlab.grading.worker.scan`) flags such code for the instructor instead.
 
 Everything here uses the standard library and modules already loaded; the functions called by
 the grader never raise and return JSON text.

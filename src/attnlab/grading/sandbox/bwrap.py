@@ -1,4 +1,6 @@
-"""The bwrap command line of a kernel's sandbox (:func:`wrap`; what it builds: :mod:`attnlab.grading.sandbox`).
+"""The bwrap command line of a kernel's sandbox (:func:`wrap`; what the sandbox holds and why: the
+docstring of :mod:`attnlab.grading.sandbox`): which folders are hidden and which bound back read-only,
+the scratch tmpfs, the device nodes, the namespaces, and the first program run inside (:mod:`.drop`).
 """
 
 from __future__ import annotations
