@@ -58,7 +58,7 @@ NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")
 START_TIMEOUT = 30.0
 READY_TIMEOUT = 180.0
 #: Environment variables that differ from kernel to kernel and are read after start-up, not while the
-#: server imports: they do not decide which server may start a kernel (:func:`_server_key`).
+#: server imports: they do not decide which server may start a kernel (:func:`server_key`).
 _PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
                          "TRITON_CACHE_DIR", "MPLCONFIGDIR", "IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
                          "JUPYTER_RUNTIME_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "USER", "LOGNAME",
@@ -315,7 +315,8 @@ def serve() -> int:
 
 
 # ---------------------------------------------------------------------------------- the client
-def _server_key(env: dict) -> tuple:
+def server_key(env: dict) -> tuple:
+    """Which server may start a kernel with the environment ``env``: all of it but :data:`_PER_KERNEL`."""
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_KERNEL))
 
 
@@ -404,7 +405,8 @@ def _record(pid: int, folder: str) -> None:
             f.write(f"{pid}:{process_start(pid) or ''} {folder}\n")
 
 
-_SERVERS: dict[tuple, Server] = {}
+#: The running servers of this process, by :func:`server_key`.
+SERVERS: dict[tuple, Server] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -420,22 +422,22 @@ def server_for(env: dict) -> Server:
     Raises:
         OSError: a new server's process or folder could not be made.
     """
-    key = _server_key(env)
+    key = server_key(env)
     with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
+        server = SERVERS.get(key)
         if server is None or (not server.why and not server.alive()):
             if server is not None:
                 server.close()
-            server = _SERVERS[key] = Server(env)
+            server = SERVERS[key] = Server(env)
         return server
 
 
 def stop_all() -> None:
     """End every fork server of this process (at exit; their kernels live on)."""
     with _SERVERS_LOCK:
-        for server in _SERVERS.values():
+        for server in SERVERS.values():
             server.close()
-        _SERVERS.clear()
+        SERVERS.clear()
 
 
 atexit.register(stop_all)
