@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from attnlab.grading.sandbox import forkserver
+from attnlab.grading.sandbox import forkserver, manager
 from attnlab.grading import sandbox
 from attnlab.grading.host.parallel import THREAD_VARS
 
@@ -94,7 +94,7 @@ def test_a_kernel_that_ends_ends_its_sandbox():
 
 
 def test_a_failing_fork_server_leaves_the_start_to_bwrap(monkeypatch, caplog):
-    sandbox._FORK_REFUSALS_SAID.clear()
+    manager.FORK_REFUSALS_SAID.clear()
     monkeypatch.setattr(forkserver.Server, "start", lambda self, request: "broken on purpose")
     out, forked, _ = asyncio.run(_in_kernel("print(6 * 7)", fork_server=True))
     assert out.strip() == "42" and not forked
@@ -118,9 +118,9 @@ def test_the_server_refuses_to_fork_with_threads_or_cuda():
 
 def test_kernels_that_need_another_environment_get_another_server(monkeypatch):
     env = _kernel_env()
-    assert forkserver._server_key(env) == forkserver._server_key({**env, "HOME": "/elsewhere",
+    assert forkserver.server_key(env) == forkserver.server_key({**env, "HOME": "/elsewhere",
                                                                    "CUDA_VISIBLE_DEVICES": ""})
-    assert forkserver._server_key(env) != forkserver._server_key({**env, "OMP_NUM_THREADS": "4"})
+    assert forkserver.server_key(env) != forkserver.server_key({**env, "OMP_NUM_THREADS": "4"})
     monkeypatch.setenv(forkserver.ENV, "0")
     assert not forkserver.enabled()
     _, forked, _ = asyncio.run(_in_kernel("pass", fork_server=True))
@@ -140,14 +140,14 @@ def test_kernels_of_one_grading_process_share_one_server():
         out, forked, _ = asyncio.run(_in_kernel(code, fork_server=True))
         where, drawn = out.strip().splitlines()
         assert forked and where.split() == ["4", "1"]
-        pids.append([s.proc.pid for s in forkserver._SERVERS.values()])
+        pids.append([s.proc.pid for s in forkserver.SERVERS.values()])
         draws.append(drawn.split())
     assert len(pids[0]) == 1 and pids[0] == pids[1]
     # each kernel draws its own random numbers and multiprocessing key, as kernels bwrap starts do; str
     # hashes are the server's
     # (the order of a set of strings is the same in every kernel of one grading process)
     assert all(a != b for a, b in zip(draws[0][:4], draws[1][:4])) and draws[0][4] == draws[1][4], draws
-    folder = next(iter(forkserver._SERVERS.values())).folder
+    folder = next(iter(forkserver.SERVERS.values())).folder
     forkserver.stop_all()
     assert not os.path.exists(folder)
 
@@ -157,14 +157,14 @@ def test_whatever_fails_on_the_way_bwrap_starts_the_kernel(monkeypatch, caplog, 
     """A server that cannot be started (no space for its folder), a sandbox whose placeholder never
     says it is ready: the kernel still starts (bwrap's own start), and the reason is logged once."""
     forkserver.stop_all()
-    sandbox._FORK_REFUSALS_SAID.clear()
+    manager.FORK_REFUSALS_SAID.clear()
     if where == "server":
         def broken(self, env):
             raise OSError(28, "No space left on device")
         monkeypatch.setattr(forkserver.Server, "__init__", broken)
     else:
         monkeypatch.setattr(forkserver, "HOLD", "import time; time.sleep(60)")
-        monkeypatch.setattr(sandbox, "SANDBOX_START_TIMEOUT", 1.0)
+        monkeypatch.setattr(manager, "SANDBOX_START_TIMEOUT", 1.0)
     for _ in range(2):
         out, forked, _ = asyncio.run(_in_kernel("print(6 * 7)", fork_server=True))
         assert out.strip() == "42" and not forked
@@ -175,10 +175,10 @@ def test_whatever_fails_on_the_way_bwrap_starts_the_kernel(monkeypatch, caplog, 
 def test_a_server_that_died_is_replaced():
     forkserver.stop_all()
     asyncio.run(_in_kernel("pass", fork_server=True))
-    (first,) = forkserver._SERVERS.values()
+    (first,) = forkserver.SERVERS.values()
     first.proc.kill()
     first.proc.wait()
     _, forked, _ = asyncio.run(_in_kernel("pass", fork_server=True))
-    (second,) = forkserver._SERVERS.values()
+    (second,) = forkserver.SERVERS.values()
     assert forked and second is not first and not os.path.exists(first.folder)
     forkserver.stop_all()

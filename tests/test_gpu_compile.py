@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from attnlab import gpu_compile as gc
+from attnlab.gpu_compile import clock, compiling, gate, signature
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,7 @@ def test_a_correct_kernel_compiles_for_every_target_and_is_cached(monkeypatch, c
     gc.ensure_compiles(_copy, args, consts, what="_copy")
     assert "[gpu] _copy compiles for sm_75 (Colab's T4), sm_80 (A100), sm_90 (H100/H200)" in capsys.readouterr().out
     calls = []
-    monkeypatch.setattr(gc, "_compile", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(compiling, "compile_for", lambda *a, **k: calls.append(a))
     gc.ensure_compiles(_copy, args, consts, what="_copy")
     gc.ensure_compiles(_copy, _args(n=50)[0], consts, what="_copy")  # same signature: nothing new
     assert calls == []
@@ -134,7 +135,7 @@ def test_a_failure_of_side_by_side_compiles_counts_only_if_it_happens_alone(monk
 
     from triton.compiler.errors import CompilationError
 
-    real, failed = gc._compile, []
+    real, failed = compiling.compile_for, []
 
     def flaky(jit, spec, target, options, full):
         if full and target.arch == 90 and threading.current_thread() is not threading.main_thread() and not failed:
@@ -142,7 +143,7 @@ def test_a_failure_of_side_by_side_compiles_counts_only_if_it_happens_alone(monk
             raise CompilationError(jit.src, None, "a race between two front ends")
         return real(jit, spec, target, options, full)
 
-    monkeypatch.setattr(gc, "_compile", flaky)
+    monkeypatch.setattr(compiling, "compile_for", flaky)
     args, consts = _args()
     gc.ensure_compiles(_copy_scaled, args, consts, what="_copy_scaled")  # no GpuCompileError
     assert failed == [90]
@@ -156,8 +157,8 @@ def test_a_launch_that_passed_skips_the_signature_and_a_new_one_does_not(monkeyp
     gc.ensure_compiles(kernel, args, consts, what="_copy")
     built = []
     real = gc.signature_of
-    monkeypatch.setattr(gc, "signature_of", lambda *a: built.append(a) or real(*a))
-    monkeypatch.setattr(gc, "_compile", lambda *a, **k: None)
+    monkeypatch.setattr(gate, "signature_of", lambda *a: built.append(a) or real(*a))
+    monkeypatch.setattr(compiling, "compile_for", lambda *a, **k: None)
     out, x, _ = args
     gc.ensure_compiles(kernel, (out, x, 50), consts, what="_copy")  # another n, same specialisation
     assert built == []
@@ -225,7 +226,7 @@ def test_compile_time_is_not_the_learners_call_time():
     signal.setitimer(signal.ITIMER_REAL, 100.0)
     old = signal.signal(signal.SIGALRM, lambda *_: None)
     try:
-        with gc._own_clock("x"):
+        with clock.own_clock("x"):
             assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= gc.compile_limit_s()
         assert 99 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
     finally:
@@ -261,8 +262,8 @@ def test_a_compile_that_waits_is_never_the_learners_fault(monkeypatch, capsys, w
                 time_.sleep(0.05)
         return None
 
-    monkeypatch.setattr(gc, "compile_limit_s", lambda: 0.3)
-    monkeypatch.setattr(gc, "_compile", slow_compile)
+    monkeypatch.setattr(clock, "compile_limit_s", lambda: 0.3)
+    monkeypatch.setattr(compiling, "compile_for", slow_compile)
     x, y = torch.randn(64), torch.empty(64)
     if waits:
         gc.ensure_compiles(_gate_waits, (y, x, 51), {"BLOCK": 64}, what="_gate_waits")
@@ -324,6 +325,6 @@ def test_selfcheck_lists_the_gates_advice(tmp_path):
 def test_launch_key_tells_negative_zero_and_nan_constexprs_apart():
     kernel = triton.jit(_copy.fn)
     args, _ = _args()
-    key = lambda value: gc._launch_key(kernel, args, {"BLOCK": value})  # noqa: E731
+    key = lambda value: signature.launch_key(kernel, args, {"BLOCK": value})  # noqa: E731
     assert key(0.0) != key(-0.0)  # 0.0 == -0.0 in Python: the same key would reuse the other's pass
     assert key(float("nan")) == key(float("nan")) and key(1) != key(1.0) and key(64) == key(64)

@@ -21,7 +21,8 @@ import torch
 from attnlab import checks
 from attnlab.grading.host.autograde import CellResult, NotebookResult, _failure_reason, format_report
 from attnlab.grading.host.collect import parse, slug
-from attnlab.grading.worker.repair import align, repair, scan
+from attnlab.grading.worker.repair import align, repair
+from attnlab.grading.worker.scan import scan
 from attnlab.grading.samples import apply_mistake, load_mistakes, reference_notebook, release_notebook
 from attnlab.grading.host.submissions import NOTES_FILE, WHOLE, canonical, normalize_submission
 
@@ -794,6 +795,7 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
     (and can read it)."""
     from attnlab.grading.worker import execute
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import bwrap
 
     secret = tmp_path / "visible" / "root-only.txt"  # bound in read-only, as /etc/shadow is visible
     secret.parent.mkdir()
@@ -804,7 +806,7 @@ def test_a_root_graders_kernel_runs_as_an_account_of_its_own(tmp_path, monkeypat
     (folder / "03_flash_backward.ipynb").write_text("{}")
     os.chmod(folder / "03_flash_backward.ipynb", 0o600)  # as an LMS archive may leave it
     os.symlink(secret, folder / "link.ipynb")
-    monkeypatch.setattr(sandbox, "_needed_read_only", lambda real=sandbox._needed_read_only: [*real(), str(secret)])
+    monkeypatch.setattr(bwrap, "needed_read_only", lambda real=bwrap.needed_read_only: [*real(), str(secret)])
     probe = ("import os, pwd, resource, json\n"
              "assert os.getuid() == 0 or pwd.getpwuid(os.getuid()).pw_name == os.environ['USER'] == 'attnlab-kernel'\n"
              f"try:\n    got = open({str(secret)!r}).read()\nexcept OSError as exc:\n    got = type(exc).__name__\n"
@@ -992,7 +994,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     Markdown heading (its id is its text) with that id, before the box, would take the lookup over."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
     from attnlab.grading.worker.untrusted_html import clean_outputs
 
     from .formgrade import first_with_id, formgrade_html
@@ -1008,7 +1010,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     assert first_with_id(html, "answer-fp8") == "h2", "the formgrade render no longer shows this takeover"
     assert first_with_id(html, "answer-fp8_extra_credit") == "span"
     notes: list[str] = []
-    _clean_answers(nb, notes)
+    clean_answers(nb, notes)
     assert clean_outputs(nb) == []  # a dropped id alone is no script: not flagged as such
     html = formgrade_html(nb)
     assert (first_with_id(html, "answer-fp8"), first_with_id(html, "answer-fp8_extra_credit"),
@@ -1016,7 +1018,7 @@ def test_learner_html_cannot_take_over_formgraders_score_boxes():
     assert len(notes) == 2 and all(n.startswith("needs review: ") for n in notes)
     assert "my notes" in html and ">answer-fp8<" in html  # the learner's text is all still there
     honest = new_notebook(cells=[new_markdown_cell("## My answer\nFP8 halves the bytes."), nb.cells[-1]])
-    _clean_answers(honest, notes := [])
+    clean_answers(honest, notes := [])
     assert notes == [] and honest.cells[0].source == "## My answer\nFP8 halves the bytes."
 
 
@@ -1037,7 +1039,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     the learner deleted (from the release), and formgrader's classes are covered too."""
     from nbformat.v4 import new_markdown_cell, new_notebook, new_raw_cell
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
 
     from .formgrade import event_attributes, first_with_id, formgrade_html
 
@@ -1050,7 +1052,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
     nb = new_notebook(cells=[learner, new_markdown_cell("FP8 halves the bytes.", metadata=graded)])
     release = new_notebook(cells=[*nb.cells, new_markdown_cell("x", metadata={"nbgrader": {
         "grade_id": "answer-gone", "grade": True, "solution": True, "points": 1, "schema_version": 3}})])
-    _clean_answers(nb, notes := [], release)
+    clean_answers(nb, notes := [], release)
     html = formgrade_html(nb)
     assert notes and all(n.startswith("needs review: ") for n in notes)
     assert first_with_id(html, "answer-fp8") in ("input", None) and first_with_id(html, "answer-gone-comment") is None
@@ -1061,7 +1063,7 @@ def test_cleaned_answers_stay_clean_when_formgrader_renders_them_again(cell):
 def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from attnlab.grading.worker.repair import _clean_answers
+    from attnlab.grading.worker.repair import clean_answers
 
     from .formgrade import formgrade_html
 
@@ -1069,7 +1071,7 @@ def test_honest_attachments_stay_and_tags_cannot_name_formgraders_classes():
     answer = new_markdown_cell("My figure: ![roofline](attachment:r.png)", attachments={"r.png": {"image/png": png}})
     code = new_code_cell("1", metadata={"tags": ["x tabbable", "score", "keep-me"]})
     nb = new_notebook(cells=[answer, code])
-    _clean_answers(nb, notes := [])
+    clean_answers(nb, notes := [])
     assert answer.source == "My figure: ![roofline](attachment:r.png)"  # an honest answer stays as written
     assert code.metadata["tags"] == ["keep-me"] and len(notes) == 1 and notes[0].startswith("needs review: ")
     html = formgrade_html(nb)
@@ -1140,12 +1142,13 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
     import pwd
 
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import accounts, bwrap
 
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.delenv(sandbox.KERNEL_ACCOUNT_ENV, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    mapped = sandbox._mapped
-    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: True)
+    mapped = accounts.ids_mapped
+    monkeypatch.setattr(accounts, "ids_mapped", lambda ids, path: True)
     first = sandbox.kernel_account()
     taken = first + 1 if first + 1 in sandbox.KERNEL_IDS else sandbox.KERNEL_IDS.start
     real = pwd.getpwuid
@@ -1156,13 +1159,13 @@ def test_kernel_accounts_are_handed_out_in_turn_skip_known_ids_and_need_mapped_i
     assert not mapped(sandbox.KERNEL_IDS, str(maps))
     maps.write_text("         0          0 4294967295\n")
     assert mapped(sandbox.KERNEL_IDS, str(maps))
-    monkeypatch.setattr(sandbox, "_mapped", lambda ids, path: False)
+    monkeypatch.setattr(accounts, "ids_mapped", lambda ids, path: False)
     assert sandbox.kernel_account() is None and "maps no uids" in sandbox.kernel_accounts()
     made: set = set()
-    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.12", ["/tmp", "/root"], made) == [
+    assert bwrap.mount_point_parents("/root/.pyenv/versions/3.12", ["/tmp", "/root"], made) == [
         "--perms", "0755", "--dir", "/root/.pyenv", "--perms", "0755", "--dir", "/root/.pyenv/versions"]
-    assert sandbox._mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
-    assert sandbox._mount_point_parents("/usr/lib/python3", ["/root"], made) == []
+    assert bwrap.mount_point_parents("/root/.pyenv/versions/3.11", ["/root"], made) == []
+    assert bwrap.mount_point_parents("/usr/lib/python3", ["/root"], made) == []
 
 
 @needs_bwrap
@@ -1194,6 +1197,7 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
     only read, or root alone: named, so that the check refuses instead of every GPU case failing; MIG's
     capability nodes (0400 root on the H200 host, where CUDA runs without them) only for a MIG instance."""
     from attnlab.grading import sandbox
+    from attnlab.grading.sandbox import devices
 
     modes = {"nvidia0": (0o666, 44), "nvidia1": (0o660, 44), "nvidiactl": (0o660, 0), "nvidia-uvm": (0o640, 44),
              "nvidia2": (0o600, 0), "nvidia-caps/nvidia-cap1": (0o400, 0)}
@@ -1203,7 +1207,7 @@ def test_gpu_nodes_a_kernel_account_cannot_open_are_named(tmp_path, monkeypatch)
         os.chmod(tmp_path / name, mode)
         if os.geteuid() == 0:
             os.chown(tmp_path / name, 0, gid)
-    monkeypatch.setattr(sandbox, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes if "/" not in n]
+    monkeypatch.setattr(devices, "gpu_nodes", lambda: [str(tmp_path / n) for n in modes if "/" not in n]
                         + [str(tmp_path / "nvidia-caps")])
     if os.geteuid() != 0:
         pytest.skip("the nodes' groups can only be set by root")

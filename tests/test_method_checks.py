@@ -609,7 +609,7 @@ def test_prediction_answers_accept_plain_numbers_only():
 def test_static_scan_flags_dispatcher_overrides_and_frame_access(line, flagged):
     import nbformat
 
-    from attnlab.grading.worker.repair import scan
+    from attnlab.grading.worker.scan import scan
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
     assert bool(scan(nb)) is flagged, scan(nb)

@@ -162,12 +162,13 @@ def test_notebooks_without_gpu_cases_get_no_gpu_node_and_no_cuda_device(tmp_path
     from attnlab.grading.worker import execute
     from attnlab.grading import sandbox
     from attnlab.grading.course import uses_gpu
+    from attnlab.grading.sandbox import bwrap
 
     assert [uses_gpu(n) for n in ("01_online_softmax", "02_flash_forward", "03_flash_backward",
                                   "06_scaling_sweep")] == [False] * 4
     assert all(uses_gpu(n) for n in ("04_triton_softmax", "05_triton_flash", "09_tuning_and_fp8",
                                      "99_triton_probe", "notes", ""))
-    monkeypatch.setattr(sandbox, "gpu_nodes", lambda *a, **k: ["/dev/nvidia0", "/dev/nvidiactl"])
+    monkeypatch.setattr(bwrap, "gpu_nodes", lambda *a, **k: ["/dev/nvidia0", "/dev/nvidiactl"])  # as wrap finds it
     assert "/dev/nvidia0" in sandbox.wrap(["python"], str(tmp_path), None, hidden=[])
     assert "/dev/nvidia0" not in sandbox.wrap(["python"], str(tmp_path), None, hidden=[], gpu=False)
     for name in ("01_online_softmax", "03_flash_backward", "04_triton_softmax", "06_scaling_sweep"):

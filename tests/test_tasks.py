@@ -203,9 +203,9 @@ def test_sweep_removes_only_dead_graders_cgroups_of_this_pid_namespace(tmp_path,
     monkeypatch.setattr(tasks, "parent_candidates", lambda **kw: [tmp_path])
     removed = []
     monkeypatch.setattr(tasks, "remove", lambda folder, wait_s=2.0: removed.append(folder.name) or True)
-    ns, pid, start = tasks._owner_tag().split("-")
-    names = {"live": f"{tasks._PREFIX}{ns}-{pid}-{start}-aaaa", "reused": f"{tasks._PREFIX}{ns}-{pid}-1-bbbb",
-             "other-ns": f"{tasks._PREFIX}1-{pid}-1-cccc", "not-ours": "some-other-cgroup"}
+    ns, pid, start = tasks.owner_tag().split("-")
+    names = {"live": f"{tasks.CGROUP_PREFIX}{ns}-{pid}-{start}-aaaa", "reused": f"{tasks.CGROUP_PREFIX}{ns}-{pid}-1-bbbb",
+             "other-ns": f"{tasks.CGROUP_PREFIX}1-{pid}-1-cccc", "not-ours": "some-other-cgroup"}
     for name in names.values():
         (tmp_path / name).mkdir()
     assert tasks.sweep() == 1 and removed == [names["reused"]]

@@ -15,7 +15,7 @@ from Python; every kernel registered through ``torch.library`` for an ``aten`` o
 operator; the torch function and dispatch mode stacks; the thread's included and excluded
 dispatch keys. A kernel torch registers for itself later (from a file inside torch's package,
 such as its Meta kernels) is not counted. Registrations through ``torch._C`` directly, for an
-operator outside the watched list, are not seen: the static scan (:mod:`attnlab.grading.worker.repair`)
+operator outside the watched list, are not seen: the static scan (:mod:`attnlab.grading.worker.scan`)
 flags ``torch.library`` and ``_dispatch_library`` for review.
 """
 

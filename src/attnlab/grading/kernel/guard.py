@@ -18,7 +18,7 @@ It also records the names each read-only cell binds in the notebook (``check_onl
 
 What it does not do: stop code that deliberately attacks this module or the interpreter itself
 (one process cannot be protected from itself). The grader's static scan
-(:mod:`attnlab.grading.worker.repair`) flags such code for the instructor instead.
+(:mod:`attnlab.grading.worker.scan`) flags such code for the instructor instead.
 
 Everything here uses the standard library and modules already loaded; the functions called by
 the grader never raise and return JSON text.
@@ -59,6 +59,7 @@ SNAPSHOT_MODULES = (
     # replaces inspect.getfile when it is imported: a library imported later that patched these would
     # have its patch undone and noted in every notebook (Triton, imported below, patches none)
     "numpy", "inspect", "re",
+    "attnlab.gpu_compile.targets", "attnlab.gpu_compile.signature", "attnlab.gpu_compile.interpreter", "attnlab.gpu_compile.compiling", "attnlab.gpu_compile.clock", "attnlab.gpu_compile.diagnosis", "attnlab.gpu_compile.gate", "attnlab.gpu_compile.launching", "attnlab.gpu_compile.usage",  # splits
 )
 #: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.checking.loads)
 #: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a

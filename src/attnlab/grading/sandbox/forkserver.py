@@ -13,7 +13,7 @@ and for each kernel of a root grader (kernels run as accounts of their own,
    against the inode number bwrap reported on ``--info-fd``); its children are inside the sandbox's
    PID namespace, and the kernel is the child of one that exits at once, so that the kernel's parent
    is bwrap's reaper, PID 1 (:func:`_fork_kernel`);
-3. the kernel does what bwrap and :data:`attnlab.grading.sandbox._DROP` do for a kernel bwrap starts: a session
+3. the kernel does what bwrap and :data:`attnlab.grading.sandbox.drop.DROP_COMMAND` do for a kernel bwrap starts: a session
    of its own, no file descriptor of the server's, ``no_new_privs``, the account's uid, gid and groups,
    an empty bounding set, a session keyring of its own, no capability left (checked); then it takes
    the kernel's environment and working folder and runs ipykernel in this process;
@@ -58,7 +58,7 @@ NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")
 START_TIMEOUT = 30.0
 READY_TIMEOUT = 180.0
 #: Environment variables that differ from kernel to kernel and are read after start-up, not while the
-#: server imports: they do not decide which server may start a kernel (:func:`_server_key`).
+#: server imports: they do not decide which server may start a kernel (:func:`server_key`).
 _PER_KERNEL = frozenset({"HOME", "TMPDIR", "PYTHONUSERBASE", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
                          "TRITON_CACHE_DIR", "MPLCONFIGDIR", "IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR",
                          "JUPYTER_RUNTIME_DIR", "TORCHINDUCTOR_CACHE_DIR", "CUDA_CACHE_PATH", "USER", "LOGNAME",
@@ -160,7 +160,7 @@ def _join(request: dict) -> None:
 
 def _become_kernel(request: dict, status: int) -> None:
     """In the grandchild, inside the sandbox: drop to the kernel's account, then run ipykernel."""
-    from .. import sandbox
+    from .drop import DROP_FUNCTION
 
     os.setsid()
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -173,9 +173,9 @@ def _become_kernel(request: dict, status: int) -> None:
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     scope: dict = {}
-    exec(sandbox.DROP_FUNCTION, scope)  # the very code bwrap's kernels run (sandbox._DROP)
+    exec(DROP_FUNCTION, scope)  # the very code bwrap's kernels run (drop.DROP_COMMAND)
     scope["drop"](int(request["uid"]), int(request["gid"]), [int(g) for g in request["groups"]], request["cwd"])
-    scope["seccomp"](request.get("seccomp", ""))  # the filter bwrap's kernels get (sandbox._DROP), before any learner code
+    scope["seccomp"](request.get("seccomp", ""))  # the filter bwrap's kernels get (drop.DROP_COMMAND), before any learner code
     # a uid change makes a process undumpable (its /proc files root's), an exec would undo it: do so here
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
     os.environ.clear()
@@ -315,7 +315,8 @@ def serve() -> int:
 
 
 # ---------------------------------------------------------------------------------- the client
-def _server_key(env: dict) -> tuple:
+def server_key(env: dict) -> tuple:
+    """Which server may start a kernel with the environment ``env``: all of it but :data:`_PER_KERNEL`."""
     return tuple(sorted((k, v) for k, v in env.items() if k not in _PER_KERNEL))
 
 
@@ -329,7 +330,7 @@ class Server:
     def __init__(self, env: dict):
         import tempfile
 
-        from . import scratch_env
+        from .environment import scratch_env
 
         self.folder = tempfile.mkdtemp(prefix="attnlab-forkserver-")  # its home: empty, never a kernel's
         self.owner = os.getpid()  # a forked copy of the grading process must not share the pipes
@@ -388,7 +389,7 @@ class Server:
                 pipe.close()
             except OSError:
                 pass
-        from . import remove_tree
+        from .scratch import remove_tree
 
         remove_tree(self.folder)
 
@@ -404,7 +405,8 @@ def _record(pid: int, folder: str) -> None:
             f.write(f"{pid}:{process_start(pid) or ''} {folder}\n")
 
 
-_SERVERS: dict[tuple, Server] = {}
+#: The running servers of this process, by :func:`server_key`.
+SERVERS: dict[tuple, Server] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
@@ -420,22 +422,22 @@ def server_for(env: dict) -> Server:
     Raises:
         OSError: a new server's process or folder could not be made.
     """
-    key = _server_key(env)
+    key = server_key(env)
     with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
+        server = SERVERS.get(key)
         if server is None or (not server.why and not server.alive()):
             if server is not None:
                 server.close()
-            server = _SERVERS[key] = Server(env)
+            server = SERVERS[key] = Server(env)
         return server
 
 
 def stop_all() -> None:
     """End every fork server of this process (at exit; their kernels live on)."""
     with _SERVERS_LOCK:
-        for server in _SERVERS.values():
+        for server in SERVERS.values():
             server.close()
-        _SERVERS.clear()
+        SERVERS.clear()
 
 
 atexit.register(stop_all)

@@ -55,7 +55,8 @@ MAX_TASKS_ENV = "ATTNLAB_KERNEL_TASKS"
 #: (``GradingExecute.memory_limit_gb``): its processes, their children, shared memory and its scratch tmpfs.
 MEMORY_BYTES = 8 * 2**30
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-_PREFIX = "attnlab-kernel-"
+#: Name of every kernel cgroup the grader makes: this prefix, :func:`owner_tag`, a random part.
+CGROUP_PREFIX = "attnlab-kernel-"
 #: On cgroup v2, the leaf the grader's processes move into so that their cgroup can hold the kernels'.
 LEAF = "attnlab-grader"
 
@@ -165,7 +166,7 @@ def _write(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _owner_tag(pid: int | None = None) -> str | None:
+def owner_tag(pid: int | None = None) -> str | None:
     """``<pid namespace inode>-<pid>-<start time>``: which process made a cgroup, unambiguous across pid
     namespaces (two containers sharing a cgroup parent) and pid reuse; None if it cannot be read."""
     pid = os.getpid() if pid is None else pid
@@ -182,7 +183,7 @@ def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
     if max_tasks <= 0:
         return None
     for parent in parent_candidates() if candidates is None else candidates:
-        folder = parent / f"{_PREFIX}{_owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
+        folder = parent / f"{CGROUP_PREFIX}{owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             folder.mkdir()
         except OSError:
@@ -234,7 +235,7 @@ def create_memory(limit: int, shared: Path | None = None, candidates: list[Path]
         except OSError:
             return None
     for parent in parent_candidates(controller="memory") if candidates is None else candidates:
-        folder = parent / f"{_PREFIX}{_owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
+        folder = parent / f"{CGROUP_PREFIX}{owner_tag() or os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             folder.mkdir()
         except OSError:
@@ -320,21 +321,21 @@ def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
 def sweep() -> int:
     """Remove the cgroups of kernels whose grading process is gone (a killed grader, or a removal that
     timed out); the number removed. Only cgroups made in this pid namespace are judged, by the pid and
-    start time in their names (:func:`_owner_tag`): another container's, or a live grader's, stay."""
-    mine = _owner_tag()
+    start time in their names (:func:`owner_tag`): another container's, or a live grader's, stay."""
+    mine = owner_tag()
     if mine is None:
         return 0
     removed = 0
     for parent in dict.fromkeys([*parent_candidates(), *parent_candidates(controller="memory")]):
         try:
-            left = [c for c in parent.iterdir() if c.name.startswith(_PREFIX)]
+            left = [c for c in parent.iterdir() if c.name.startswith(CGROUP_PREFIX)]
         except OSError:
             continue
         for cgroup in left:
-            parts = cgroup.name[len(_PREFIX):].split("-")
+            parts = cgroup.name[len(CGROUP_PREFIX):].split("-")
             if len(parts) != 4 or parts[0] != mine.split("-")[0] or not parts[1].isdigit():
                 continue
-            if _owner_tag(int(parts[1])) != "-".join(parts[:3]) and remove(cgroup):
+            if owner_tag(int(parts[1])) != "-".join(parts[:3]) and remove(cgroup):
                 removed += 1
     return removed
 
@@ -355,7 +356,7 @@ def prepare() -> None:
 def remove_left_over(path: str) -> None:
     """Remove a kernel's cgroup recorded by a grading worker that died (``path`` is ignored unless it
     is one of this module's cgroups)."""
-    if Path(path).name.startswith(_PREFIX) and Path(path).is_relative_to(CGROUP_ROOT):
+    if Path(path).name.startswith(CGROUP_PREFIX) and Path(path).is_relative_to(CGROUP_ROOT):
         remove(Path(path))
 
 
@@ -363,7 +364,7 @@ def _bwrap_makes_user_namespaces() -> bool:
     """bwrap run by this (non-root) account gives each sandbox a user namespace: it is not setuid root."""
     import stat
 
-    from . import bwrap_path
+    from .bwrap import bwrap_path
 
     exe = bwrap_path()
     try:
@@ -408,7 +409,7 @@ def describe() -> tuple[bool, str]:
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")
     if _bwrap_makes_user_namespaces() and per_namespace_counts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC in each sandbox's user namespace)"
-    from . import kernel_accounts
+    from .accounts import kernel_accounts
 
     if os.getuid() == 0 and not kernel_accounts():
         return True, f"at most {n} processes and threads per kernel (RLIMIT_NPROC of each kernel's own account)"
