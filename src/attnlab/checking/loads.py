@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races",
+__all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races", "sources",
+           "live_flops",
            "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals"]
 
 #: Builder methods that touch memory themselves (every other memory method of Triton 3.x routes
@@ -90,6 +91,12 @@ class Dot:
     k: int
     batch: int = 1
     stores: set = field(default_factory=set)
+    #: the tensors each operand was loaded from, (a's, b's): what identifies the product (S = QKᵀ has a
+    #: Q-only and a K-only operand, whatever their order), see :func:`sources`
+    operands: tuple = (frozenset(), frozenset())
+    #: the FLOPs on live lanes: a row, column or inner lane of an operand computed from no product that is
+    #: zero throughout (a masked-off load's padding, ``tl.zeros``) multiplies nothing (see :func:`live_flops`)
+    live: int = -1
     parents = ()  # a leaf of the data-flow graph (see _Flow)
 
     @property
@@ -207,7 +214,8 @@ class Ledger:
         if len(sa) < 2 or len(sb) < 2:
             return None
         batch = int(np.prod(sa[:-2])) if len(sa) > 2 else 1
-        dot = Dot(tuple(program) if program is not None else (0, 0, 0), int(sa[-2]), int(sb[-1]), int(sa[-1]), batch)
+        dot = Dot(tuple(program) if program is not None else (0, 0, 0), int(sa[-2]), int(sb[-1]), int(sa[-1]), batch,
+                  operands=(sources(a), sources(b)), live=live_flops(a, b))
         self.current.dots.append(dot)
         return dot
 
@@ -296,7 +304,7 @@ def _transpose_flows() -> None:
         return
 
     def flow_transpose(self):
-        return _tag(fget(self), _join(_tags((self,), [])))
+        return _mark(_tag(fget(self), _join(_tags((self,), []))), sources(self))
     flow_transpose._passes_flow = True
     tl.core.tensor.T = property(flow_transpose)
 
@@ -309,7 +317,8 @@ def _flows(fn, *, select: bool = False):
     def wrapper(*args, **kw):
         result = fn(*args, **kw)
         for a in args:  # the fast path: most operations (offsets, masks, pointers) see no tagged operand
-            if getattr(a, _FLOW, None) is not None or type(a) in (list, tuple) or hasattr(a, "handle"):
+            if getattr(a, _FLOW, None) is not None or getattr(a, _SRC, None) or type(a) in (list, tuple) \
+                    or hasattr(a, "handle"):
                 break
         else:
             if not kw:
@@ -317,6 +326,7 @@ def _flows(fn, *, select: bool = False):
         if select and len(args) == 3 and hasattr(args[0], "data"):
             cond = np.asarray(args[0].data, dtype=bool)
             args = (args[0],) + ((args[1],) if cond.any() else ()) + ((args[2],) if not cond.all() else ())
+        _pass_sources(args[1:] if select else args, kw, result)
         tags, tagged = [], []
         for a in args + tuple(kw.values()) if kw else args:  # the common case, flat handles, without _tags
             tag = _join(_tags(a, [])) if isinstance(a, (list, tuple)) else getattr(getattr(a, "handle", a), _FLOW, None)
@@ -355,6 +365,70 @@ def _idle(a, args, result) -> bool:
         return False
     return any(b is not a and hasattr(b, "data") and getattr(b, _FLOW, None) is None and _same(b, result)
                for b in args)
+
+
+# ------------------------------------------------------------------------------------------ sources
+#: The attribute of an interpreter TensorHandle that holds the tensors its values were loaded from (a frozenset
+#: of buffer names; absent: a constant, an index, or derived from nothing loaded).
+_SRC = "_attnlab_sources"
+
+
+def sources(value) -> frozenset:
+    """The buffers (ledger names) that ``value`` (a handle or tl.tensor) was computed from: the tensors of
+    the loads it derives from, through every operation and every ``tl.dot`` (a product's result derives from
+    both operands). An operand that leaves an operation's result exactly as another operand's values
+    (``p + 0 * dp``) passes nothing on; the condition of a ``tl.where`` passes nothing (the values come
+    from its branches)."""
+    return getattr(getattr(value, "handle", value), _SRC, None) or frozenset()
+
+
+def _pass_sources(args, kw, result) -> None:
+    names, found = set(), []
+    for a in tuple(args) + tuple(kw.values()):
+        for h in (a if isinstance(a, (list, tuple)) else (a,)):
+            h = getattr(h, "handle", h)
+            src = getattr(h, _SRC, None)
+            if src:
+                found.append((h, src))
+    if not found:
+        return
+    flat = [getattr(h, "handle", h) for a in args for h in (a if isinstance(a, (list, tuple)) else (a,))]
+    for h, src in found:
+        if len(flat) > 1 and hasattr(result, "data") and not _same(h, result) and \
+                any(b is not h and hasattr(b, "data") and _same(b, result) for b in flat):
+            continue  # h changed nothing: the result is another operand's values
+        names |= src
+    if names:
+        _mark(result, frozenset(names))
+
+
+def _mark(result, names: frozenset):
+    for r in result if isinstance(result, (list, tuple)) else (result,):
+        h = getattr(r, "handle", r)
+        if hasattr(h, "data") and hasattr(h, "dtype"):
+            try:
+                setattr(h, _SRC, names | getattr(h, _SRC, frozenset()))
+            except AttributeError:
+                pass
+    return result
+
+
+def live_flops(a, b) -> int:
+    """The FLOPs of ``a @ b`` (batched over leading axes) on live lanes: a row of ``a``, a column of ``b``,
+    or an inner lane (a column of ``a``, a row of ``b``) that is zero throughout, in an operand computed from
+    no product (loaded or constant: masked-off padding, ``tl.zeros``, a block joined with zeros), multiplies
+    nothing. An operand derived from a product (P, dS) is taken whole: its zeros are results (a causal mask,
+    an underflowed ``exp``), not padding."""
+    A, B = np.asarray(a.data), np.asarray(b.data)
+    batch = A.shape[:-2]
+    A, B = A.reshape((-1,) + A.shape[-2:]), B.reshape((-1,) + B.shape[-2:])
+    nz_a = A != 0 if getattr(a, _FLOW, None) is None else np.ones(A.shape, dtype=bool)
+    nz_b = B != 0 if getattr(b, _FLOW, None) is None else np.ones(B.shape, dtype=bool)
+    rows = nz_a.any(axis=2).sum(axis=1)                      # (batch,): live rows of a
+    cols = nz_b.any(axis=1).sum(axis=1)                      # live columns of b
+    inner = (nz_a.any(axis=1) & nz_b.any(axis=2)).sum(axis=1)  # inner lanes live in both
+    del batch
+    return int(2 * (rows * cols * inner).sum())
 
 
 def _width(ptrs) -> int:
@@ -434,7 +508,9 @@ def record(buffers: dict[str, torch.Tensor]):
     # the trailing arguments (cache and eviction policies, memory semantics) differ between Triton
     # versions; only the pointers and the mask matter here, and their positions have not changed
     def masked_load(ptrs, mask, *rest, **kw):
-        return load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
+        first = len(ledger.current.accesses)
+        result = load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
+        return _mark(result, frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def masked_store(ptrs, value, mask, *rest, **kw):
         first = len(ledger.current.accesses)
@@ -446,7 +522,7 @@ def record(buffers: dict[str, torch.Tensor]):
         first = len(ledger.current.accesses)
         mask = ledger._note(where(), "atomic", ptr, mask)
         ledger._stored(val, "atomic", first)
-        return rmw(op, ptr, val, mask, *rest, **kw)
+        return _mark(rmw(op, ptr, val, mask, *rest, **kw), frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def atomic_cas(ptr, cmp, val, *rest, **kw):
         before, first = len(ledger.current.strays), len(ledger.current.accesses)
@@ -454,7 +530,7 @@ def record(buffers: dict[str, torch.Tensor]):
         if len(ledger.current.strays) > before:  # no mask to switch lanes off: refuse the access itself
             raise MemoryError("tl.atomic_cas on memory outside the kernel's tensors")
         ledger._stored(val, "atomic", first)
-        return cas(ptr, cmp, val, *rest, **kw)
+        return _mark(cas(ptr, cmp, val, *rest, **kw), frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def set_grid_dim(*grid):
         ledger._start(grid, _launching_kernel())
@@ -465,12 +541,14 @@ def record(buffers: dict[str, torch.Tensor]):
         leaf = ledger._dot(where(), a, b)
         result = dot(a, b, *rest, **kw)
         if rest and getattr(rest[0], _FLOW, None) is None and _same(rest[0], result):  # zeros added to a product-free accumulator
+            _mark(result, sources(rest[0]))
             return _tag(result, _join(_tags((rest[0],), [])))
+        _mark(result, sources(a) | sources(b) | (sources(rest[0]) if rest else frozenset()))
         return _tag(result, _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
 
     def create_dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
         leaf = ledger._dot(where(), lhs, rhs)
-        return _tag(dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw),
+        return _tag(_mark(dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw), sources(lhs) | sources(rhs)),
                     _join(([leaf] if leaf else []) + _tags((lhs, lhs_scale, rhs, rest, tuple(kw.values())), [])))
 
     def unaccounted(name):
