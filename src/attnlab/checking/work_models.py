@@ -334,12 +334,11 @@ def _per_product(launch: Launch, model: KernelModel, out: _Found, asks: str) -> 
                       for q in model.products if q is not pr and got.get((p, q.name), 0)]
             if got.get((p, None)):
                 others.append(f"{got[(p, None)]} FLOPs to products of other operands")
-            mine = [d for d in launch.dots if d.program == p and d.live >= 0]
+            mine = [d for d in launch.dots if d.program == p and d.live >= 0 and pr.matches(d.operands)]
             padded, total = sum(d.flops - d.live for d in mine), sum(d.flops for d in mine)
             where = f"; its tl.dot calls went to {', '.join(others)}" if others else ""
-            # a ragged tail pads honestly; a third of the FLOPs on zeros is a padded product
-            pad = (f"; {padded} of the {total} FLOPs of its tl.dot calls fell on zero-padded lanes, which multiply "
-                   f"nothing") if 3 * padded >= total > 0 else ""
+            pad = (f"; {padded} of the {total} FLOPs of its tl.dot calls for {pr.name} fell on zero-padded lanes, "
+                   f"which multiply nothing") if padded else ""
             out.append(f"{asks} to {model.dot_rule}: {_program(p, dims=model.dims)} did {have / need:.0%} of the "
                        f"product {pr.name} through tl.dot ({have} of {need} FLOPs, {need - have} short of all; at "
                        f"least {model.dot_share:.0%} of each product){where}{pad}. Each product counts on its own, "

@@ -1,0 +1,222 @@
+"""Red team 2: the tensor-core rule per product, not per kernel (issue: grades that follow the work).
+
+The work ledger tags every loaded value with the tensor it came from and passes the tags through every
+operation and product (:func:`attnlab.checking.loads.sources`), so each ``tl.dot`` is identified by its
+operands (S = QKᵀ: a Q-only and a K-only operand, in either order), and counts its FLOPs on live lanes
+only (:func:`attnlab.checking.loads.live_flops`: masked-off padding and zeros joined in multiply
+nothing). Each product of 05/08 (S, PV) and 07 (S, dP, dV, dK, dQ) needs 90% of its own FLOPs through
+``tl.dot`` (:class:`attnlab.checking.work_models.Product`).
+
+- Each cheat loses the method tests with the product it faked named; each also kept them under the
+  per-kernel rule (the rule switched off, it passes: the test can fail).
+- Honest variants (other tile sizes, other loop orders, S transposed, dQ by atomics) keep passing.
+- A zip bomb nested in an LMS export stops at the extraction budget.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from attnlab.checking import loads, work_models
+from attnlab.core import device
+from attnlab.verify import check_flash_kernel
+from attnlab.verify_backward import check_flash_backward_kernels
+from attnlab.verify_decode import check_decode_partial_kernel
+
+from .test_triton_method import ROOT, flash_kernel, notebook_code
+from .test_work_ledger import backward, decode
+
+RT = device.init(verbose=False)
+interpreted = pytest.mark.skipif(not RT.interpret, reason="the work ledger runs under Triton's interpreter")
+
+
+def _sample(name: str):
+    sys.path.insert(0, str(ROOT / "samples" / "mistakes"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "samples" / "mistakes"))
+
+
+def _module(tmp_path, notebook: str, edits, stem: str):
+    code = notebook_code(notebook)
+    for old, new in edits:
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    path = tmp_path / f"{stem}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _flash(tmp_path, body: str, stem: str):
+    sample = _sample("05_triton_flash")
+    return _module(tmp_path, "05_triton_flash", ((sample._REF_BODY, body),), stem)._flash_fwd_kernel
+
+
+def _backward_kernels(mod):
+    return mod._bwd_preprocess_kernel, mod._bwd_dkdv_kernel, mod._bwd_dq_kernel
+
+
+# -------------------------------------------------------------------------------- the pieces
+def test_a_product_is_named_by_its_operands_in_either_order():
+    s, pv = work_models._forward_products(np.zeros((1, 1, 1), dtype=np.int64))
+    f = frozenset
+    assert s.matches((f({"Q"}), f({"K"}))) and s.matches((f({"K"}), f({"Q"})))
+    assert not s.matches((f({"Q"}), f({"Q"}))) and not s.matches((f({"Q", "K"}), f({"K"})))
+    assert pv.matches((f({"Q", "K"}), f({"V"}))) and pv.matches((f({"V"}), f({"Q", "K"})))
+    assert not pv.matches((f({"Q"}), f({"K"}))) and not pv.matches((f({"Q", "K", "V"}), f({"V"})))
+    dk, dq = work_models._backward_products(("dK", "dQ"), np.zeros((1, 1, 1), dtype=np.int64))
+    ds = f({"Q", "K", "V", "DO", "LSE", "DELTA"})
+    assert dk.matches((ds, f({"Q"}))) and not dk.matches((ds, f({"K"})))
+    assert dq.matches((f({"K"}), ds)) and not dq.matches((f({"Q", "K", "LSE"}), f({"K"})))  # P K is not dQ
+
+
+def test_live_flops_leave_out_zero_padded_lanes():
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    a = np.ones((16, 32), dtype=np.float32)
+    b = np.ones((32, 16), dtype=np.float32)
+    whole = 2 * 16 * 16 * 32
+    assert loads.live_flops(TensorHandle(a, tl.float32), TensorHandle(b, tl.float32)) == whole
+    a[:, 16:] = 0  # the inner lanes 16..31 are padding in a
+    assert loads.live_flops(TensorHandle(a, tl.float32), TensorHandle(b, tl.float32)) == whole // 2
+    b[:, 8:] = 0   # and the columns 8..15 of b
+    assert loads.live_flops(TensorHandle(a, tl.float32), TensorHandle(b, tl.float32)) == whole // 4
+    derived = TensorHandle(a, tl.float32)  # an operand derived from a product (P) is taken whole
+    setattr(derived, "_attnlab_flow", object())
+    assert loads.live_flops(derived, TensorHandle(b, tl.float32)) == whole // 2
+
+
+# ------------------------------------------------------------------------------ the cheats
+_CHEATS = {
+    "05-padded-dot": (lambda m: flash_kernel(m), check_flash_kernel, "P V", dict(T=37)),
+    "07-repeated-product": (lambda m: backward(m), check_flash_backward_kernels, "dK = dSᵀ Q", dict(T=37, D=16)),
+}
+
+
+@interpreted
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cheat", sorted(_CHEATS))
+def test_each_cheat_loses_the_product_it_faked(cheat, causal):
+    get, check, product, case = _CHEATS[cheat]
+    with pytest.raises(AssertionError, match=rf"did 0% of the product {product} through tl\.dot"):
+        check(get(cheat), causal=causal, **case)
+
+
+@interpreted
+@pytest.mark.parametrize("cheat", sorted(_CHEATS))
+def test_each_cheat_kept_its_points_under_the_per_kernel_rule(cheat, monkeypatch):
+    """Without the per-product rule (the per-kernel share only, as before), each cheat passes: the rule
+    above is what rejects it, and that test can fail."""
+    get, check, _, case = _CHEATS[cheat]
+    monkeypatch.setattr(work_models, "_per_product", lambda *a: None)
+    check(get(cheat), causal=True, **case)
+
+
+# PV on half the key tiles through a tl.dot whose inner lanes are every other one masked-off padding (twice the
+# FLOPs of those tiles' PV), on the other half element-wise: PV's FLOPs through tl.dot add up to all it needs.
+_PV_PADDED = """        if (start_n // BLOCK_N) % 2 == 0:
+            offs_w = tl.arange(0, 2 * BLOCK_N)
+            rows_w = start_n + offs_w // 2  # each key twice: once as data, once masked off
+            v_w = tl.load(V + rows_w[:, None] * stride_t + offs_d[None, :],
+                          mask=(offs_w[:, None] % 2 == 0) & (rows_w[:, None] < T), other=0.0)
+            p_w = tl.reshape(tl.join(p, tl.zeros_like(p)), (BLOCK_M, 2 * BLOCK_N))
+            pv = tl.dot(p_w, v_w)
+        else:
+            v = tl.load(V + kv_offs, mask=offs_n[:, None] < T, other=0.0)
+            pv = tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        acc = acc * alpha[:, None] + pv
+"""
+
+
+def _pv_padded_body():
+    body = _sample("05_triton_flash")._SINGLE_PHASE_BODY
+    for old, new in (("        v = tl.load(V + kv_offs, mask=offs_n[:, None] < T, other=0.0)\n", ""),
+                     ("        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n", _PV_PADDED)):
+        assert body.count(old) == 1
+        body = body.replace(old, new)
+    return body
+
+
+@interpreted
+def test_pv_through_a_zero_padded_dot_counts_its_live_lanes_only(tmp_path, monkeypatch):
+    kernel = _flash(tmp_path, _pv_padded_body(), "pv_padded")
+    with pytest.raises(AssertionError, match=r"of the product P V through tl\.dot .*zero-padded lanes"):
+        check_flash_kernel(kernel, T=64, H=1, D=16, causal=False)
+    # every lane counted (padding included), the same kernel passes: the live lanes are what reject it
+    monkeypatch.setattr(loads, "live_flops", lambda a, b: -1)
+    check_flash_kernel(kernel, T=64, H=1, D=16, causal=False)
+
+
+@interpreted
+def test_a_product_faked_from_the_wrong_operands_is_not_the_product(tmp_path):
+    """dK's tl.dot given Pᵀ instead of dSᵀ (dS element-wise added after): its operands make it no product."""
+    sample = _sample("07_triton_backward")
+    fake = sample._DKDV_SRC.replace(
+        "    dk = tl.dot(ds_t.to(q.dtype), q, dk)",
+        "    dk = tl.dot(p_t.to(q.dtype), q, dk) + tl.sum((ds_t - p_t)[:, :, None] * q[None, :, :], axis=1)")
+    mod = _module(tmp_path, "07_triton_backward", ((sample._DKDV_SRC, fake),), "faked_dk")
+    with pytest.raises(AssertionError, match=r"did 0% of the product dK = dSᵀ Q .*other operands"):
+        check_flash_backward_kernels(_backward_kernels(mod), T=37, D=16, causal=False)
+
+
+# ------------------------------------------------------------------------- honest variants
+@interpreted
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 32)])
+def test_honest_forward_variants_keep_their_points(blocks):
+    block_m, block_n = blocks
+    for mistake_id in (None, "05-ok-reversed-tiles", "05-ok-single-phase-exp"):
+        for causal in (False, True):
+            check_flash_kernel(flash_kernel(mistake_id), T=37, H=1, D=16, causal=causal, block_m=block_m,
+                               block_n=block_n)
+
+
+@interpreted
+def test_honest_forward_with_s_transposed_keeps_its_points(tmp_path):
+    """S as (K Qᵀ)ᵀ: the product is named by its operands, not their order."""
+    body = _sample("05_triton_flash")._SINGLE_PHASE_BODY.replace(
+        "        s = tl.dot(q, tl.trans(k)) * scale\n", "        s = tl.trans(tl.dot(k, tl.trans(q))) * scale\n")
+    kernel = _flash(tmp_path, body, "s_transposed")
+    check_flash_kernel(kernel, T=37, H=1, D=16, causal=True, block_m=16, block_n=32)
+
+
+# The dK/dV program walking its query tiles from the last to the first, in one always-masked loop.
+_DKDV_WALK = """    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+    else:
+        lo = 0
+    n_tiles = tl.cdiv(T - lo, BLOCK_M)
+    for i in range(0, n_tiles):
+        start_m = lo + (n_tiles - 1 - i) * BLOCK_M  # last query tile first
+        dk, dv = _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, stride_t, T, qk_scale,
+                            True, CAUSAL, BLOCK_M, HEAD_DIM)
+"""
+
+
+@interpreted
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 32)])
+def test_honest_backward_variants_keep_their_points(blocks, tmp_path):
+    block_m, block_n = blocks
+    src = _sample("07_triton_backward")._DKDV_SRC
+    loops = src[src.index("    # Query tiles [lo, mid)"):src.index("    dk = dk * scale")]
+    reversed_walk = _backward_kernels(_module(tmp_path, "07_triton_backward", ((loops, _DKDV_WALK),),
+                                              f"dkdv_reversed_{block_m}_{block_n}"))
+    for kernels in (backward(), backward("07-ok-dq-by-atomics"), reversed_walk):
+        for causal in (False, True):
+            check_flash_backward_kernels(kernels, T=37, D=16, causal=causal, block_m=block_m, block_n=block_n)
+
+
+@interpreted
+@pytest.mark.parametrize("block_n", [16, 32])
+def test_honest_decoding_keeps_its_points(block_n):
+    check_decode_partial_kernel(decode(), seqlens=[37, 5], H_q=4, H_kv=2, T_q=2, block_n=block_n, num_splits=2)
