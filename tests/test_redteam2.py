@@ -220,3 +220,99 @@ def test_honest_backward_variants_keep_their_points(blocks, tmp_path):
 @pytest.mark.parametrize("block_n", [16, 32])
 def test_honest_decoding_keeps_its_points(block_n):
     check_decode_partial_kernel(decode(), seqlens=[37, 5], H_q=4, H_kv=2, T_q=2, block_n=block_n, num_splits=2)
+
+
+# ------------------------------------------------------------------------ bounded extraction
+def _zip(path, members: dict, compression=zipfile.ZIP_DEFLATED):
+    with zipfile.ZipFile(path, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+def _bomb(tmp_path, mib: int = 8):
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("zeros.ipynb", b"\0" * (mib * 2**20))  # a few KiB compressed
+    return _zip(tmp_path / "export.zip", {"ann_1_assignsubmission_file_/01_online_softmax.ipynb": b"{}",
+                                          "bob_2_assignsubmission_file_/upload.zip": inner.getvalue()})
+
+
+def test_a_nested_zip_bomb_stops_at_the_budget_naming_the_archive(tmp_path):
+    from attnlab.grading.host.collect import ExtractionLimit, extract_bounded
+
+    bomb = _bomb(tmp_path)
+    assert bomb.stat().st_size < 64 * 2**10
+    with pytest.raises(ExtractionLimit, match=r"export\.zip > bob_2_assignsubmission_file_/upload\.zip: unpacking "
+                                              r"zeros\.ipynb passes 4 MiB uncompressed"):
+        extract_bounded(bomb, tmp_path / "out", max_bytes=4 * 2**20)
+    written = sum(p.stat().st_size for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert written <= 4 * 2**20 + 2**20  # stopped within one chunk of the limit, not after 8 MiB
+    extract_bounded(bomb, tmp_path / "roomy", max_bytes=16 * 2**20)  # the same export under a larger budget
+    assert (tmp_path / "roomy" / "export" / "bob_2_assignsubmission_file_" / "upload" / "zeros.ipynb").stat().st_size \
+        == 8 * 2**20
+
+
+def test_members_and_depth_are_bounded_too(tmp_path):
+    from attnlab.grading.host.collect import ExtractionLimit, extract_bounded
+
+    many = _zip(tmp_path / "many.zip", {f"s_{i}/x.ipynb": b"{}" for i in range(50)})
+    with pytest.raises(ExtractionLimit, match=r"many\.zip: more than 20 members"):
+        extract_bounded(many, tmp_path / "a", max_members=20)
+    extract_bounded(many, tmp_path / "b", max_members=50)
+    data = b"{}"
+    for level in range(4):  # a zip in a zip in a zip...
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:
+            z.writestr(f"level{level}.zip" if level else "nb.ipynb", data)
+        data = buf.getvalue()
+    deep = tmp_path / "deep.zip"
+    deep.write_bytes(data)
+    with pytest.raises(ExtractionLimit, match=r"nested more than 2 deep"):
+        extract_bounded(deep, tmp_path / "c", max_depth=2)
+    extract_bounded(deep, tmp_path / "d", max_depth=3)
+
+
+def test_bounded_extraction_lays_out_an_honest_export_as_nbgrader_does(tmp_path):
+    from nbgrader.utils import unzip
+
+    from attnlab.grading.host.collect import extract_bounded
+
+    def export(path, escape: bool):
+        inner = io.BytesIO()
+        with zipfile.ZipFile(inner, "w") as z:
+            z.writestr("attention_kernels/05_triton_flash.ipynb", b"{}")
+            if escape:  # climbs out: skipped (nbgrader's own unzip refuses the whole export)
+                z.writestr("../../escape.ipynb", b"{}")
+        return _zip(path, {"Wei Zhang_1003_assignsubmission_file_/work.zip": inner.getvalue(),
+                           "Wei Zhang_1003_assignsubmission_file_/01_online_softmax.ipynb": b"{}"})
+
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    extract_bounded(export(tmp_path / "export.zip", True), tmp_path / "ours")
+    unzip(str(export(tmp_path / "theirs.zip", False)), str(tmp_path / "theirs"), create_own_folder=True, tree=True)
+    files = lambda root: sorted(str(p.relative_to(root)).split("/", 1)[1] for p in root.rglob("*.ipynb"))  # noqa: E731
+    assert files(tmp_path / "ours") == files(tmp_path / "theirs") and len(files(tmp_path / "ours")) == 2
+    assert not list(tmp_path.rglob("escape.ipynb"))
+
+
+@pytest.mark.slow
+def test_collect_refuses_a_nested_bomb_naming_it(tmp_path, monkeypatch):
+    from attnlab.grading.host import collect
+    from attnlab.grading.host.collect import ExtractionLimit
+
+    from .conftest import copy_course
+
+    from attnlab.grading.course import Course
+
+    c = copy_course(tmp_path / "course")
+    args = []
+    real = Course.nbgrader
+
+    def nbgrader(self, *a, **kw):  # a budget of 4 MiB for this export
+        args.extend(a)
+        return real(self, *a, "--BoundedExtractor.max_bytes=4194304", **kw)
+    monkeypatch.setattr(Course, "nbgrader", nbgrader)
+    with pytest.raises(ExtractionLimit, match=r"upload\.zip: unpacking zeros\.ipynb passes 4 MiB"):
+        collect.collect_zip(c, _bomb(tmp_path))
+    assert "--extractor=attnlab.grading.host.collect.BoundedExtractor" in args
