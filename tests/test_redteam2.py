@@ -1,9 +1,9 @@
 """Red team 2: the tensor-core rule per product, not per kernel (issue: grades that follow the work).
 
 The work ledger tags every loaded value with the tensor it came from and passes the tags through every
-operation and product (:func:`attnlab.checking.loads.sources`), so each ``tl.dot`` is identified by its
+operation and product (:func:`attnlab.checking.flow.sources`), so each ``tl.dot`` is identified by its
 operands (S = QKᵀ: a Q-only and a K-only operand, in either order), and counts its FLOPs on live lanes
-only (:func:`attnlab.checking.loads.live_flops`: masked-off padding and zeros joined in multiply
+only (:func:`attnlab.checking.flow.live_flops`: masked-off padding and zeros joined in multiply
 nothing). Each product of 05/08 (S, PV) and 07 (S, dP, dV, dK, dQ) needs 90% of its own FLOPs through
 ``tl.dot`` (:class:`attnlab.checking.work_models.Product`).
 
@@ -23,7 +23,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from attnlab.checking import loads, work_models
+from attnlab.checking import flow, loads, work_models
 from attnlab.core import device
 from attnlab.verify import check_flash_kernel
 from attnlab.verify_backward import check_flash_backward_kernels
@@ -68,13 +68,13 @@ def _backward_kernels(mod):
 
 # -------------------------------------------------------------------------------- the pieces
 def test_a_product_is_named_by_its_operands_in_either_order():
-    s, pv = work_models._forward_products(np.zeros((1, 1, 1), dtype=np.int64))
+    s, pv = work_models.forward_products(np.zeros((1, 1, 1), dtype=np.int64))
     f = frozenset
     assert s.matches((f({"Q"}), f({"K"}))) and s.matches((f({"K"}), f({"Q"})))
     assert not s.matches((f({"Q"}), f({"Q"}))) and not s.matches((f({"Q", "K"}), f({"K"})))
     assert pv.matches((f({"Q", "K"}), f({"V"}))) and pv.matches((f({"V"}), f({"Q", "K"})))
     assert not pv.matches((f({"Q"}), f({"K"}))) and not pv.matches((f({"Q", "K", "V"}), f({"V"})))
-    dk, dq = work_models._backward_products(("dK", "dQ"), np.zeros((1, 1, 1), dtype=np.int64))
+    dk, dq = work_models.backward_products(("dK", "dQ"), np.zeros((1, 1, 1), dtype=np.int64))
     ds = f({"Q", "K", "V", "DO", "LSE", "DELTA"})
     assert dk.matches((ds, f({"Q"}))) and not dk.matches((ds, f({"K"})))
     assert dq.matches((f({"K"}), ds)) and not dq.matches((f({"Q", "K", "LSE"}), f({"K"})))  # P K is not dQ
@@ -93,7 +93,7 @@ def test_live_flops_leave_out_zero_padded_lanes():
     b[:, 8:] = 0   # and the columns 8..15 of b
     assert loads.live_flops(TensorHandle(a, tl.float32), TensorHandle(b, tl.float32)) == whole // 4
     derived = TensorHandle(a, tl.float32)  # an operand derived from a product (P) is taken whole
-    setattr(derived, "_attnlab_flow", object())
+    setattr(derived, flow.FLOW_ATTR, object())
     assert loads.live_flops(derived, TensorHandle(b, tl.float32)) == whole // 2
 
 

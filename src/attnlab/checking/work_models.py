@@ -42,7 +42,7 @@ import numpy as np
 
 from .loads import READS, WRITES, Launch, Ledger
 
-__all__ = ["InputModel", "KernelModel", "Product", "product_flops", "check_work", "work_violations", "softmax_model", "flash_forward_model",
+__all__ = ["InputModel", "KernelModel", "Product", "product_flops", "forward_products", "backward_products", "check_work", "work_violations", "softmax_model", "flash_forward_model",
            "backward_designs", "decode_partial_model"]
 
 
@@ -87,7 +87,7 @@ class Product:
     A ``tl.dot`` is this product when one operand was loaded from (derives from) every tensor of one
     side's ``has`` and none of its ``not_``, and the other operand the same of the other side, in either
     order (``tl.dot(q, kᵀ)`` and ``tl.dot(k, qᵀ)`` are both S = QKᵀ): the ledger tags each loaded value
-    with its tensor, every operation passes the tags on (:func:`attnlab.checking.loads.sources`).
+    with its tensor, every operation passes the tags on (:func:`attnlab.checking.flow.sources`).
 
     Attributes:
         name: how messages call it ("S = QKᵀ").
@@ -397,7 +397,7 @@ def _keys_needed(end: int, tile: int, T: int) -> int:
     return min(_cdiv(end, tile) * tile, T) if end > 0 else 0
 
 
-def _forward_products(flops: np.ndarray) -> tuple[Product, Product]:
+def forward_products(flops: np.ndarray) -> tuple[Product, Product]:
     """S = QKᵀ and PV, each half of the forward's FLOPs."""
     return (Product("S = QKᵀ", (("Q",), ("K", "V")), (("K",), ("Q", "V")), flops // 2),
             Product("P V", (("Q", "K"), ("V",)), (("V",), ("Q", "K")), flops // 2))
@@ -412,7 +412,7 @@ _BACKWARD = {"S": ("S = QKᵀ", (("Q",), ("K", "V", "DO")), (("K",), ("Q", "V", 
              "dQ": ("dQ = dS K", (_GRADS, ()), (("K",), ("Q", "V", "DO")))}
 
 
-def _backward_products(names, flops: np.ndarray) -> tuple[Product, ...]:
+def backward_products(names, flops: np.ndarray) -> tuple[Product, ...]:
     return tuple(Product(*_BACKWARD[n], flops) for n in names)
 
 
@@ -466,7 +466,7 @@ def flash_forward_model(*, B: int, H: int, T: int, D: int, causal: bool, block_m
               InputModel("V", "key", D, unit_of, lo_k, hi_k, need_k, **kv))
     return (KernelModel("05", "_flash_fwd_kernel", "each program (one per query tile and head)", inputs,
                         ("O", "LSE"), dot_flops=flops, dot_cap=cap,
-                        dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile", products=_forward_products(flops)),)
+                        dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile", products=forward_products(flops)),)
 
 
 def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: int, block_n: int,
@@ -523,7 +523,7 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
     dot_rule = "compute its products (S, dP, and dV, dK, dQ sums) with tl.dot, tile by tile"
     dkdv = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs, ("DK", "DV"),
                        dot_flops=8 * D * pairs_k, dot_cap=4 * tiles_k, dot_rule=dot_rule,  # S, dV, dP, dK
-                       products=_backward_products(("S", "dP", "dV", "dK"), 2 * D * pairs_k))
+                       products=backward_products(("S", "dP", "dV", "dK"), 2 * D * pairs_k))
     dq_rule = f"walk the key tiles{skip_k}, each once"
     dq = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                      (*(tile(t, rows_d, D, "query row") for t in ("Q", "DO", "DQ_ACC")),  # DQ_ACC: zeros here
@@ -532,13 +532,13 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
                                "a causal query tile needs" if causal else "of its head (each once)")
                         for t in ("K", "V"))),
                      ("DQ",), dot_flops=6 * D * pairs_q, dot_cap=3 * tiles_q, dot_rule=dot_rule,  # S, dP, dQ
-                     products=_backward_products(("S", "dP", "dQ"), 2 * D * pairs_q))
+                     products=backward_products(("S", "dP", "dQ"), 2 * D * pairs_q))
     # dQ by atomics: the dK/dV program also forms dS K for each query tile it walks and adds it into
     # DQ_ACC (an atomic reads and writes those rows); the dQ program only scales its rows of DQ_ACC
     acc = walked("DQ_ACC", rows_d, D, "query row", walk_q, dkdv_rule, dkdv_what)
     dkdv_atomic = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs + (acc,), ("DK", "DV", "DQ_ACC"),
                               dot_flops=10 * D * pairs_k, dot_cap=5 * tiles_k, dot_rule=dot_rule,
-                              products=_backward_products(("S", "dP", "dV", "dK", "dQ"), 2 * D * pairs_k))
+                              products=backward_products(("S", "dP", "dV", "dK", "dQ"), 2 * D * pairs_k))
     dq_copy = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                           (tile("DQ_ACC", rows_d, D, "query row"),), ("DQ",))
     return (pre, dkdv, dq), (pre, dkdv_atomic, dq_copy)
@@ -591,4 +591,4 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
     return (KernelModel("08", "_decode_partial_kernel", "each program (one per sequence and KV head, slice "
                         "and block of rows)", inputs, ("O_PART", "LSE_PART"), dot_flops=flops, dot_cap=cap, dims=3,
                         dot_rule="compute QKᵀ and PV with tl.dot, one K/V tile at a time",
-                        products=_forward_products(flops)),)
+                        products=forward_products(flops)),)
