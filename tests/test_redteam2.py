@@ -316,3 +316,25 @@ def test_collect_refuses_a_nested_bomb_naming_it(tmp_path, monkeypatch):
     with pytest.raises(ExtractionLimit, match=r"upload\.zip: unpacking zeros\.ipynb passes 4 MiB"):
         collect.collect_zip(c, _bomb(tmp_path))
     assert "--extractor=attnlab.grading.host.collect.BoundedExtractor" in args
+
+
+def test_an_operand_that_changes_nothing_passes_no_sources():
+    """``p + 1e-30 * dp`` and ``0 * dp`` are not dS (no DO, V of theirs passes on); ``P * (dP - Δ)`` where P
+    underflowed to 0 still is."""
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    def h(values, *names):
+        t = TensorHandle(np.asarray(values, dtype=np.float32), tl.float32)
+        return flow.mark_sources(t, frozenset(names)) if names else t
+
+    def op(fn, *args):
+        out = TensorHandle(fn(*(a.data for a in args)).astype(np.float32), tl.float32)
+        flow.pass_sources(args, {}, out)
+        return flow.sources(out)
+
+    p, dp = h([0.5, 0.25], "Q", "K"), h([1.0, 2.0], "DO", "V")
+    assert op(lambda a, b: a + b, p, h([1e-30, 2e-30], "DO", "V")) == {"Q", "K"}  # rounded away
+    assert op(lambda a, b: a * b, h([0.0, 0.0]), dp) == frozenset()                 # times a constant zero
+    assert op(lambda a, b: a * b, p, dp) == {"Q", "K", "DO", "V"}                   # the honest dS
+    assert op(lambda a, b: a * b, h([0.0, 0.0], "Q", "K"), dp) == {"Q", "K", "DO", "V"}  # P underflowed

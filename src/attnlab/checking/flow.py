@@ -169,6 +169,11 @@ def sources(value) -> frozenset:
 
 
 def pass_sources(args, kw, result) -> None:
+    """Mark ``result`` with the sources of the operands (``args``, ``kw``) that changed it.
+
+    An operand is left out when the result is exactly another operand's values and not its own
+    (``p + 1e-30 * dp``, ``0 * dp``), except where that other operand has sources itself and the result
+    is all zeros: an honest ``dS = P * (dP - Δ)`` over a tile whose P underflowed to 0 is still dS."""
     names, found = set(), []
     for a in tuple(args) + tuple(kw.values()):
         for h in (a if isinstance(a, (list, tuple)) else (a,)):
@@ -181,7 +186,8 @@ def pass_sources(args, kw, result) -> None:
     flat = [getattr(h, "handle", h) for a in args for h in (a if isinstance(a, (list, tuple)) else (a,))]
     for h, src in found:
         if len(flat) > 1 and hasattr(result, "data") and not same_values(h, result) and \
-                any(b is not h and hasattr(b, "data") and same_values(b, result) for b in flat):
+                any(b is not h and hasattr(b, "data") and same_values(b, result)
+                    and (not getattr(b, SOURCES_ATTR, None) or np.any(np.asarray(result.data))) for b in flat):
             continue  # h changed nothing: the result is another operand's values
         names |= src
     if names:
