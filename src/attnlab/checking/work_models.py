@@ -24,7 +24,11 @@ The rules, in the order they are checked (the first broken one is reported):
 5. *tensor cores*: the ``tl.dot`` FLOPs whose results reach an output (a stored value derives from
    them: :meth:`attnlab.checking.loads.Launch.feeding`) are at least ``dot_share`` of the products the case needs,
    and all ``tl.dot`` FLOPs at most ``dot_slack`` times those of the tiles the method visits (tiles past the diagonal
-   loaded fully masked, and multiplied, are work the method skips);
+   loaded fully masked, and multiplied, are work the method skips); and *per product* (:class:`Product`:
+   S = QKᵀ and PV; in 07 also dP, dV, dK, dQ), each one's own FLOPs, on live lanes (zero padding of a
+   loaded or constant operand multiplies nothing), at least ``dot_share`` through ``tl.dot`` calls whose
+   operands, by the tensors they were loaded from, make them that product: one product padded or
+   repeated does not stand in for another;
 6. *iterations*: at most ``loads_per_tile`` read calls per tile needed (one key per loop iteration).
 
 A launch may have alternatives (:func:`check_work` takes a tuple of designs, e.g. notebook 07's dQ
