@@ -149,6 +149,24 @@ _DUMMY_DOT_BODY = _SINGLE_PHASE_BODY.replace(
     "        junk_o = tl.dot(p.to(v.dtype), v)\n", 1)
 assert _DUMMY_DOT_BODY.count("junk") == 2
 
+# Red team 2: S through a tl.dot over zero-padded lanes (Q and K loaded as (rows, 2·HEAD_DIM) blocks whose
+# second half is masked off: twice the FLOPs of S = QKᵀ, for the count) and PV element-wise. Every read rule
+# is met, the results of the tl.dot feed O, and the FLOPs of tl.dot reached the share of *both* products the
+# kernel needs (and stay under the cap): it kept every point while the tensor-core rule was per kernel.
+_PADDED_DOT_BODY = _SINGLE_PHASE_BODY.replace(
+    "    q = tl.load(Q + offs_m[:, None] * stride_t + offs_d[None, :], mask=row_ok[:, None], other=0.0)\n",
+    "    offs_w = tl.arange(0, 2 * HEAD_DIM)  # HEAD_DIM lanes of data, HEAD_DIM of zeros\n"
+    "    q = tl.load(Q + offs_m[:, None] * stride_t + offs_w[None, :],\n"
+    "                mask=row_ok[:, None] & (offs_w[None, :] < HEAD_DIM), other=0.0)\n", 1).replace(
+    "        s = tl.dot(q, tl.trans(k)) * scale\n",
+    "        k_wide = tl.load(K + offs_n[:, None] * stride_t + offs_w[None, :],\n"
+    "                         mask=(offs_n[:, None] < T) & (offs_w[None, :] < HEAD_DIM), other=0.0)\n"
+    "        s = tl.dot(q, tl.trans(k_wide)) * scale  # S on 2 * HEAD_DIM lanes, half of them zeros\n", 1).replace(
+    "        k = tl.load(K + kv_offs, mask=offs_n[:, None] < T, other=0.0)\n", "", 1).replace(
+    "        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n",
+    "        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)  # PV element-wise\n", 1)
+assert _PADDED_DOT_BODY.count("k_wide") == 2 and "tl.dot(p" not in _PADDED_DOT_BODY
+
 # Correct, in another order: key tiles from the last one down to the first, so a row can meet a
 # fully masked tile before any visible key; the m = -inf guard keeps that exact. K is loaded
 # already transposed, as a (HEAD_DIM, BLOCK_N) block.
@@ -285,6 +303,13 @@ MISTAKES = [
         edits=((_REF_BODY, _DUMMY_DOT_BODY),),
         fails=_ALL,
         why="S and PV element-wise, with tl.dot on the same tiles whose results are thrown away",
+    ),
+    Mistake(
+        id="05-padded-dot", notebook=_NB, cell=_CELL,
+        edits=((_REF_BODY, _PADDED_DOT_BODY),),
+        fails=_ALL,
+        why="S through a tl.dot over zero-padded lanes (twice its FLOPs) and PV element-wise: the FLOPs of one "
+            "product stand in for the other's",
     ),
     # correct variants
     Mistake(

@@ -82,6 +82,16 @@ _DQ_ONE_KEY = """    if CAUSAL:
         dq += ds[:, None] * k[None, :]
 """
 
+# Red team 2: S computed twice through tl.dot (and averaged) and dK = dSᵀ Q element-wise: the FLOPs of the
+# repeated product stand in for dK's; every read rule met, both S products feed the outputs. It kept every
+# point while the tensor-core rule was per kernel.
+_DKDV_REPEATED = (_DKDV_SRC
+                  .replace("    s_t = tl.dot(k, tl.trans(q)) * qk_scale",
+                           "    s_t = (tl.dot(k, tl.trans(q)) + tl.dot(k, tl.trans(q))) * (0.5 * qk_scale)  # S twice")
+                  .replace("    dk = tl.dot(ds_t.to(q.dtype), q, dk)",
+                           "    dk += tl.sum(ds_t[:, :, None] * q[None, :, :], axis=1)  # dK element-wise"))
+assert _DKDV_REPEATED.count("tl.dot(k, tl.trans(q))") == 2 and "dK element-wise" in _DKDV_REPEATED
+
 MISTAKES = [
     Mistake(
         id="07-delta-from-do-only", notebook=_NB, cell=_PRE,
@@ -178,6 +188,12 @@ MISTAKES = [
         fails=(_REF, _RAG),
         why="the dQ program takes one key per loop iteration and multiplies element-wise (tl.sum) instead of "
             "tile products with tl.dot",
+    ),
+    Mistake(
+        id="07-repeated-product", notebook=_NB, cell=_DKDV,
+        edits=((_DKDV_SRC, _DKDV_REPEATED),),
+        fails=(_REF, _RAG),
+        why="S computed twice through tl.dot and dK element-wise: one product repeated stands in for another",
     ),
     Mistake(
         id="07-ok-dq-by-atomics", notebook=_NB, cell=_DKDV,

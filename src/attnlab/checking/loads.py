@@ -15,11 +15,12 @@ grid) and per program (``tl.program_id``),
   the shape of the block and a serial number (one per ``tl.load``/``tl.store`` call: how many tiles,
   i.e. loop iterations, a program read);
 - every ``tl.dot`` (and ``tl.dot_scaled``): its (M, N, K) and FLOPs, and where its result went: the
-  interpreter's tensors carry a data-flow tag (:class:`_Flow`) from each product through every tensor
+  interpreter's tensors carry a data-flow tag (:class:`attnlab.checking.flow.FlowNode`) from each product through every tensor
   operation (the builder's ``create_*`` methods, reductions and scans, ``.T``) to the stores, so a
   product counts as work only if a value derived from it is stored (:meth:`Launch.feeding`); one
   whose result is thrown away, stored and then overwritten, or used where it changes nothing
-  (``0 * product``, an addition rounded away: :func:`_idle`) does not.
+  (``0 * product``, an addition rounded away: :func:`attnlab.checking.flow.idle_operand`) does not; each loaded value also carries the
+  tensors it came from, so a product is named by its operands (:func:`attnlab.checking.flow.sources`).
 
 A lane whose address lies in none of those tensors is recorded and switched off before the access,
 so a wild load cannot crash the grader's Python process. A builder method that touches memory but
@@ -31,8 +32,9 @@ the ``check_*_reads`` functions below add the precise diagnoses of notebooks 04,
 A compiled launch records nothing: the accounted checks run their CPU-sized cases through the
 interpreter on every machine, a GPU machine included (:func:`attnlab.verify.kernel_device`).
 """
-# Length: One job, long: the ledger of every launch, its accounting hooks into Triton's
-# interpreter and the read checks built on it.
+# Length: Split along its one seam (the data flow and operand sources now live in checking/flow.py);
+# what stays is one job: the ledger of every launch, its accounting hooks into Triton's interpreter,
+# and the read and race checks built on it (they read the same Access records).
 
 from __future__ import annotations
 
@@ -45,7 +47,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races",
+from .flow import (FLOW_ATTR, INDEX_OPS, give_flow, join_flows, flow_tags, live_flops, mark_sources, passing_flows,
+                   same_values, sources, transpose_flows)
+
+__all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races", "sources",
+           "live_flops",
            "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals"]
 
 #: Builder methods that touch memory themselves (every other memory method of Triton 3.x routes
@@ -90,7 +96,13 @@ class Dot:
     k: int
     batch: int = 1
     stores: set = field(default_factory=set)
-    parents = ()  # a leaf of the data-flow graph (see _Flow)
+    #: the tensors each operand was loaded from, (a's, b's): what identifies the product (S = QKᵀ has a
+    #: Q-only and a K-only operand, whatever their order), see :func:`sources`
+    operands: tuple = (frozenset(), frozenset())
+    #: the FLOPs on live lanes: a row, column or inner lane of an operand computed from no product that is
+    #: zero throughout (a masked-off load's padding, ``tl.zeros``) multiplies nothing (see :func:`live_flops`)
+    live: int = -1
+    parents = ()  # a leaf of the data-flow graph (see FlowNode)
 
     @property
     def flops(self) -> int:
@@ -207,14 +219,15 @@ class Ledger:
         if len(sa) < 2 or len(sb) < 2:
             return None
         batch = int(np.prod(sa[:-2])) if len(sa) > 2 else 1
-        dot = Dot(tuple(program) if program is not None else (0, 0, 0), int(sa[-2]), int(sb[-1]), int(sa[-1]), batch)
+        dot = Dot(tuple(program) if program is not None else (0, 0, 0), int(sa[-2]), int(sb[-1]), int(sa[-1]), batch,
+                  operands=(sources(a), sources(b)), live=live_flops(a, b))
         self.current.dots.append(dot)
         return dot
 
     def _stored(self, value, kind: str, first: int) -> None:
         """The value of a store (or atomic) whose accesses start at ``first`` in the current launch:
         mark every product it derives from as reaching those tensors."""
-        flow = getattr(value, _FLOW, None)
+        flow = getattr(value, FLOW_ATTR, None)
         launch = self.current
         if flow is None or len(launch.accesses) == first:
             return
@@ -228,133 +241,6 @@ class Ledger:
             if isinstance(node, Dot):
                 node.stores |= marks
             stack.extend(node.parents)
-
-
-# ------------------------------------------------------------------------------------ data flow
-#: The attribute of an interpreter TensorHandle that holds its flow tag (absent: derived from no product).
-_FLOW = "_attnlab_flow"
-
-
-class _Flow:
-    """A node of the data-flow graph: the products (:class:`Dot` leaves) a tensor derives from are the
-    leaves reachable through ``parents``. An operation on one tagged tensor passes its tag on; one
-    on several makes a node, so each operation costs O(1) and a store walks the graph once."""
-
-    __slots__ = ("parents",)
-
-    def __init__(self, parents) -> None:
-        self.parents = parents
-
-
-def _tags(args, out: list) -> list:
-    """The flow tags of the interpreter handles in ``args`` (tensors, handles, lists and tuples)."""
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            _tags(a, out)
-            continue
-        a = getattr(a, "handle", a)  # a tl.tensor wraps its handle
-        tag = getattr(a, _FLOW, None)
-        if tag is not None and all(tag is not t for t in out):
-            out.append(tag)
-    return out
-
-
-def _join(tags: list):
-    return None if not tags else tags[0] if len(tags) == 1 else _Flow(tuple(tags))
-
-
-def _tag(result, tag):
-    """Give ``tag`` to every handle in ``result`` (a handle, a tl.tensor, or a tuple or list of them)."""
-    if tag is None:
-        return result
-    for r in result if isinstance(result, (list, tuple)) else (result,):
-        h = getattr(r, "handle", r)
-        if hasattr(h, "data") and hasattr(h, "dtype"):
-            try:
-                setattr(h, _FLOW, tag)
-            except AttributeError:  # an object without a __dict__ carries no data a kernel computes with
-                pass
-    return result
-
-
-#: Builder operations on integers, booleans and pointers (offsets, masks, addresses), left unwrapped: most of
-#: a kernel's operations, and no product's value reaches an output through them in any honest kernel
-#: (a value sent through them loses its tag: only a kernel doing so loses counted FLOPs).
-_INDEX_OPS = re.compile(r"create_(?:addptr|make_range|get_program_id|get_num_programs|icmp\w*|int_cast|add|sub|mul|"
-                        r"[su]div|[su]rem|shl|lshr|ashr|and|or|xor|(?:min|max)[su]i)$")
-
-
-def _transpose_flows() -> None:
-    """Make ``tensor.T`` pass flow tags on for the launch that starts (the interpreter sets its own
-    ``T``, which makes a handle without the builder, when the launch patches the language, and puts
-    the one from before back when the launch ends; the course's launcher patches once per launch)."""
-    import triton.language as tl
-
-    transpose = getattr(tl.core.tensor, "T", None)
-    fget = getattr(transpose, "fget", None)
-    if fget is None or getattr(fget, "_passes_flow", False):
-        return
-
-    def flow_transpose(self):
-        return _tag(fget(self), _join(_tags((self,), [])))
-    flow_transpose._passes_flow = True
-    tl.core.tensor.T = property(flow_transpose)
-
-
-def _flows(fn, *, select: bool = False):
-    """``fn`` (an operation of the interpreter), passing the flow tags of its arguments to its results.
-
-    ``select``: ``fn`` is ``create_select(cond, x, y)``; a branch that no lane picks passes nothing on
-    (``tl.where(False, product, x)`` does not make ``x`` derive from the product)."""
-    def wrapper(*args, **kw):
-        result = fn(*args, **kw)
-        for a in args:  # the fast path: most operations (offsets, masks, pointers) see no tagged operand
-            if getattr(a, _FLOW, None) is not None or type(a) in (list, tuple) or hasattr(a, "handle"):
-                break
-        else:
-            if not kw:
-                return result
-        if select and len(args) == 3 and hasattr(args[0], "data"):
-            cond = np.asarray(args[0].data, dtype=bool)
-            args = (args[0],) + ((args[1],) if cond.any() else ()) + ((args[2],) if not cond.all() else ())
-        tags, tagged = [], []
-        for a in args + tuple(kw.values()) if kw else args:  # the common case, flat handles, without _tags
-            tag = _join(_tags(a, [])) if isinstance(a, (list, tuple)) else getattr(getattr(a, "handle", a), _FLOW, None)
-            if tag is not None:
-                tagged.append((a, tag))
-        if len(args) > 1 and tagged:
-            tagged = [(a, tag) for a, tag in tagged if not _idle(a, args, result)]
-        for _, tag in tagged:
-            if all(tag is not t for t in tags):
-                tags.append(tag)
-        return _tag(result, _join(tags)) if tags else result
-    return wrapper
-
-
-def _same(x, result) -> bool:
-    """Whether handle ``x``'s values, broadcast, are exactly ``result``'s (NaN never equals)."""
-    try:
-        a, r = np.asarray(x.data), np.asarray(result.data)
-        if a.size == 0 or r.size == 0 or not a.flat[0] == r.flat[0]:  # most operands differ at once: cheap no
-            return False
-        if a.shape == r.shape:
-            return bool(np.array_equal(a, r))
-        return bool(np.array_equal(np.broadcast_to(a, r.shape), r))
-    except (AttributeError, ValueError, TypeError):
-        return False
-
-
-def _idle(a, args, result) -> bool:
-    """Whether argument ``a`` of an operation did not change its result: the result is exactly the values
-    of another argument that derives from no product, and not ``a``'s own (``0 * product``, ``x +
-    1e-30 * product``, ``maximum(x, product - inf)``, ``x + (product - product)``, with ``x`` computed
-    without products). Only an untagged operand counts: in an honest kernel a product's contribution
-    may underflow to nothing (growing scores make ``exp(s - m)`` 0 for a whole tile, ``acc * alpha``
-    with ``alpha`` 0), and the accumulator it is added to derives from products itself."""
-    if not hasattr(result, "data") or isinstance(a, (list, tuple)) or _same(a, result):
-        return False
-    return any(b is not a and hasattr(b, "data") and getattr(b, _FLOW, None) is None and _same(b, result)
-               for b in args)
 
 
 def _width(ptrs) -> int:
@@ -434,7 +320,9 @@ def record(buffers: dict[str, torch.Tensor]):
     # the trailing arguments (cache and eviction policies, memory semantics) differ between Triton
     # versions; only the pointers and the mask matter here, and their positions have not changed
     def masked_load(ptrs, mask, *rest, **kw):
-        return load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
+        first = len(ledger.current.accesses)
+        result = load(ptrs, ledger._note(where(), "load", ptrs, mask), *rest, **kw)
+        return mark_sources(result, frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def masked_store(ptrs, value, mask, *rest, **kw):
         first = len(ledger.current.accesses)
@@ -446,7 +334,7 @@ def record(buffers: dict[str, torch.Tensor]):
         first = len(ledger.current.accesses)
         mask = ledger._note(where(), "atomic", ptr, mask)
         ledger._stored(val, "atomic", first)
-        return rmw(op, ptr, val, mask, *rest, **kw)
+        return mark_sources(rmw(op, ptr, val, mask, *rest, **kw), frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def atomic_cas(ptr, cmp, val, *rest, **kw):
         before, first = len(ledger.current.strays), len(ledger.current.accesses)
@@ -454,24 +342,26 @@ def record(buffers: dict[str, torch.Tensor]):
         if len(ledger.current.strays) > before:  # no mask to switch lanes off: refuse the access itself
             raise MemoryError("tl.atomic_cas on memory outside the kernel's tensors")
         ledger._stored(val, "atomic", first)
-        return cas(ptr, cmp, val, *rest, **kw)
+        return mark_sources(cas(ptr, cmp, val, *rest, **kw), frozenset(a.tensor for a in ledger.current.accesses[first:]))
 
     def set_grid_dim(*grid):
         ledger._start(grid, _launching_kernel())
-        _transpose_flows()
+        transpose_flows()
         return grid_dim(*grid)
 
     def create_dot(a, b, *rest, **kw):  # the result derives from the product and from a, b and the accumulator
         leaf = ledger._dot(where(), a, b)
         result = dot(a, b, *rest, **kw)
-        if rest and getattr(rest[0], _FLOW, None) is None and _same(rest[0], result):  # zeros added to a product-free accumulator
-            return _tag(result, _join(_tags((rest[0],), [])))
-        return _tag(result, _join(([leaf] if leaf else []) + _tags((a, b, rest, tuple(kw.values())), [])))
+        if rest and getattr(rest[0], FLOW_ATTR, None) is None and same_values(rest[0], result):  # zeros added to a product-free accumulator
+            mark_sources(result, sources(rest[0]))
+            return give_flow(result, join_flows(flow_tags((rest[0],), [])))
+        mark_sources(result, sources(a) | sources(b) | (sources(rest[0]) if rest else frozenset()))
+        return give_flow(result, join_flows(([leaf] if leaf else []) + flow_tags((a, b, rest, tuple(kw.values())), [])))
 
     def create_dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw):
         leaf = ledger._dot(where(), lhs, rhs)
-        return _tag(dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw),
-                    _join(([leaf] if leaf else []) + _tags((lhs, lhs_scale, rhs, rest, tuple(kw.values())), [])))
+        return give_flow(mark_sources(dot_scaled(lhs, lhs_scale, lhs_format, rhs, *rest, **kw), sources(lhs) | sources(rhs)),
+                    join_flows(([leaf] if leaf else []) + flow_tags((lhs, lhs_scale, rhs, rest, tuple(kw.values())), [])))
 
     def unaccounted(name):
         method = getattr(builder, name)
@@ -488,15 +378,15 @@ def record(buffers: dict[str, torch.Tensor]):
         wrappers["create_dot_scaled"] = create_dot_scaled
     wrappers.update({name: unaccounted(name) for name in _memory_methods(builder)})
     # every other operation passes its arguments' flow tags on (loads start untagged: memory is data)
-    wrappers.update({name: _flows(getattr(builder, name), select=name == "create_select")
+    wrappers.update({name: passing_flows(getattr(builder, name), select=name == "create_select")
                      for name in dir(type(builder)) if name.startswith("create_") and name not in wrappers
-                     and not _INDEX_OPS.match(name) and callable(getattr(builder, name))})
+                     and not INDEX_OPS.match(name) and callable(getattr(builder, name))})
     for name, fn in wrappers.items():
         setattr(builder, name, fn)
     # the operations that make tensors without the builder: reductions and scans (restored on the
     # way out), and tensor.T, which each launch sets before set_grid_dim and puts back at its end
     apply = ti.ReduceScanOpInterface.apply
-    ti.ReduceScanOpInterface.apply = _flows(apply)
+    ti.ReduceScanOpInterface.apply = passing_flows(apply)
     try:
         yield ledger
     finally:  # the class's own methods again (no function was left on the instance before)

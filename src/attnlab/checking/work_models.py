@@ -24,7 +24,11 @@ The rules, in the order they are checked (the first broken one is reported):
 5. *tensor cores*: the ``tl.dot`` FLOPs whose results reach an output (a stored value derives from
    them: :meth:`attnlab.checking.loads.Launch.feeding`) are at least ``dot_share`` of the products the case needs,
    and all ``tl.dot`` FLOPs at most ``dot_slack`` times those of the tiles the method visits (tiles past the diagonal
-   loaded fully masked, and multiplied, are work the method skips);
+   loaded fully masked, and multiplied, are work the method skips); and *per product* (:class:`Product`:
+   S = QKᵀ and PV; in 07 also dP, dV, dK, dQ), each one's own FLOPs, on live lanes (zero padding of a
+   loaded or constant operand multiplies nothing), at least ``dot_share`` through ``tl.dot`` calls whose
+   operands, by the tensors they were loaded from, make them that product: one product padded or
+   repeated does not stand in for another;
 6. *iterations*: at most ``loads_per_tile`` read calls per tile needed (one key per loop iteration).
 
 A launch may have alternatives (:func:`check_work` takes a tuple of designs, e.g. notebook 07's dQ
@@ -42,7 +46,7 @@ import numpy as np
 
 from .loads import READS, WRITES, Launch, Ledger
 
-__all__ = ["InputModel", "KernelModel", "check_work", "work_violations", "softmax_model", "flash_forward_model",
+__all__ = ["InputModel", "KernelModel", "Product", "product_flops", "forward_products", "backward_products", "check_work", "work_violations", "softmax_model", "flash_forward_model",
            "backward_designs", "decode_partial_model"]
 
 
@@ -81,6 +85,47 @@ class InputModel:
 
 
 @dataclass(frozen=True)
+class Product:
+    """One matrix product a kernel's method asks for through ``tl.dot``, named by its operands.
+
+    A ``tl.dot`` is this product when one operand was loaded from (derives from) every tensor of one
+    side's ``has`` and none of its ``not_``, and the other operand the same of the other side, in either
+    order (``tl.dot(q, kᵀ)`` and ``tl.dot(k, qᵀ)`` are both S = QKᵀ): the ledger tags each loaded value
+    with its tensor, every operation passes the tags on (:func:`attnlab.checking.flow.sources`).
+
+    Attributes:
+        name: how messages call it ("S = QKᵀ").
+        left, right: (has, not_) pairs of tensor-name tuples.
+        flops: int array of the grid's shape: the FLOPs each program needs of it (2·D per visible pair).
+    """
+
+    name: str
+    left: tuple
+    right: tuple
+    flops: np.ndarray
+
+    def matches(self, operands) -> bool:
+        a, b = operands
+
+        def fits(src, side):
+            has, not_ = side
+            return set(has) <= src and not set(not_) & src
+        return (fits(a, self.left) and fits(b, self.right)) or (fits(b, self.left) and fits(a, self.right))
+
+
+def product_flops(launch: Launch, products, outputs) -> dict:
+    """(program, product name) -> the live FLOPs (:attr:`attnlab.checking.loads.Dot.live`) of the ``tl.dot``
+    calls identified as that product whose results reach ``outputs``; ``(program, None)``: those that are
+    none of ``products``."""
+    got: dict = {}
+    for d in launch.feeding(outputs):
+        name = next((pr.name for pr in products if pr.matches(d.operands)), None)
+        live = d.live if d.live >= 0 else d.flops
+        got[(d.program, name)] = got.get((d.program, name), 0) + live
+    return got
+
+
+@dataclass(frozen=True)
 class KernelModel:
     """The work one launch's method implies.
 
@@ -97,6 +142,9 @@ class KernelModel:
             (whole tiles, padding included), None for no upper bound; ``dot_slack`` the factor allowed.
         dot_rule: what the notebook asks of the products, completing "asks <role> to ...".
         dims: how many grid axes name a program in messages.
+        products: the products, each of which must have ``dot_share`` of its own FLOPs, on live lanes,
+            through ``tl.dot`` (one product pushed through a padded or repeated ``tl.dot`` does not
+            stand in for another).
     """
 
     notebook: str
@@ -110,6 +158,7 @@ class KernelModel:
     dot_slack: float = 1.5
     dot_rule: str = "multiply tiles with tl.dot"
     dims: int = 2
+    products: tuple = ()
 
 
 class _Found(list):
@@ -229,6 +278,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"{m.unit}s one tile at a time")
                 break
     # 5. tensor cores
+    out.rule = 5
     if model.dot_flops is not None:
         done: dict = {}
         for d in launch.dots:
@@ -247,6 +297,8 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"tensor core, and a tl.dot counts only when the output is computed from its result: "
                            f"multiply whole tiles with tl.dot and use the products")
                 break
+        if not out or out[-1][0] != 5:
+            _per_product(launch, model, out, asks)
         for p in launch.programs() if model.dot_cap is not None else ():
             cap = int(model.dot_cap[p])
             if done.get(p, 0) > model.dot_slack * cap:
@@ -255,6 +307,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"{cap}): tiles loaded masked and multiplied anyway are work to skip")
                 break
     # 6. iterations
+    out.rule = 6
     for m in model.inputs:
         if m.loads_per_tile is None or m.tile is None:
             continue
@@ -268,6 +321,34 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"average) where {tiles} tile(s) would do")
                 break
     return out
+
+
+def _per_product(launch: Launch, model: KernelModel, out: _Found, asks: str) -> None:
+    """Rule 5, product by product: each of ``model.products`` has ``dot_share`` of its FLOPs, on live
+    lanes, through ``tl.dot`` calls whose operands make it that product and whose results reach an output."""
+    if not model.products:
+        return
+    got = product_flops(launch, model.products, model.outputs)
+    for p in launch.programs():
+        for pr in model.products:
+            need, have = int(pr.flops[p]), got.get((p, pr.name), 0)
+            if not need or have >= model.dot_share * need:
+                continue
+            others = [f"{q.name} {got[(p, q.name)] / max(int(q.flops[p]), 1):.0%} of its need"
+                      for q in model.products if q is not pr and got.get((p, q.name), 0)]
+            if got.get((p, None)):
+                others.append(f"{got[(p, None)]} FLOPs to products of other operands")
+            mine = [d for d in launch.dots if d.program == p and d.live >= 0 and pr.matches(d.operands)]
+            padded, total = sum(d.flops - d.live for d in mine), sum(d.flops for d in mine)
+            where = f"; its tl.dot calls went to {', '.join(others)}" if others else ""
+            pad = (f"; {padded} of the {total} FLOPs of its tl.dot calls for {pr.name} fell on zero-padded lanes, "
+                   f"which multiply nothing") if padded else ""
+            out.append(f"{asks} to {model.dot_rule}: {_program(p, dims=model.dims)} did {have / need:.0%} of the "
+                       f"product {pr.name} through tl.dot ({have} of {need} FLOPs, {need - have} short of all; at "
+                       f"least {model.dot_share:.0%} of each product){where}{pad}. Each product counts on its own, "
+                       f"identified by what its operands were loaded from: one product through tl.dot (padded with "
+                       f"zeros, or repeated) does not stand in for another computed element-wise")
+            return
 
 
 def check_work(ledger: Ledger, designs, *, where: str) -> None:
@@ -320,6 +401,25 @@ def _keys_needed(end: int, tile: int, T: int) -> int:
     return min(_cdiv(end, tile) * tile, T) if end > 0 else 0
 
 
+def forward_products(flops: np.ndarray) -> tuple[Product, Product]:
+    """S = QKᵀ and PV, each half of the forward's FLOPs."""
+    return (Product("S = QKᵀ", (("Q",), ("K", "V")), (("K",), ("Q", "V")), flops // 2),
+            Product("P V", (("Q", "K"), ("V",)), (("V",), ("Q", "K")), flops // 2))
+
+
+#: notebook 07's products: (name, one operand (has, not), the other (has, not)); dS derives from everything
+_GRADS = ("Q", "K", "V", "DO")
+_BACKWARD = {"S": ("S = QKᵀ", (("Q",), ("K", "V", "DO")), (("K",), ("Q", "V", "DO"))),
+             "dP": ("dP = dO Vᵀ", (("DO",), ("Q", "K", "V")), (("V",), ("Q", "K", "DO"))),
+             "dV": ("dV = Pᵀ dO", (("Q", "K"), ("V", "DO")), (("DO",), ("Q", "K", "V"))),
+             "dK": ("dK = dSᵀ Q", (_GRADS, ()), (("Q",), ("K", "V", "DO"))),
+             "dQ": ("dQ = dS K", (_GRADS, ()), (("K",), ("Q", "V", "DO")))}
+
+
+def backward_products(names, flops: np.ndarray) -> tuple[Product, ...]:
+    return tuple(Product(*_BACKWARD[n], flops) for n in names)
+
+
 def softmax_model(*, n_rows: int, n_cols: int, x_width: int, block: int, x_len: int) -> tuple[KernelModel]:
     """Notebook 04: program i reads the n_cols columns of input row i once, in one block of at most
     BLOCK_SIZE columns, and writes the output only (no products)."""
@@ -370,7 +470,7 @@ def flash_forward_model(*, B: int, H: int, T: int, D: int, causal: bool, block_m
               InputModel("V", "key", D, unit_of, lo_k, hi_k, need_k, **kv))
     return (KernelModel("05", "_flash_fwd_kernel", "each program (one per query tile and head)", inputs,
                         ("O", "LSE"), dot_flops=flops, dot_cap=cap,
-                        dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile"),)
+                        dot_rule="compute S = QKᵀ and PV with tl.dot, tile by tile", products=forward_products(flops)),)
 
 
 def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: int, block_n: int,
@@ -426,7 +526,8 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
     role_kv = "the dK/dV program (one per key tile and head)"
     dot_rule = "compute its products (S, dP, and dV, dK, dQ sums) with tl.dot, tile by tile"
     dkdv = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs, ("DK", "DV"),
-                       dot_flops=8 * D * pairs_k, dot_cap=4 * tiles_k, dot_rule=dot_rule)  # S, dV, dP, dK
+                       dot_flops=8 * D * pairs_k, dot_cap=4 * tiles_k, dot_rule=dot_rule,  # S, dV, dP, dK
+                       products=backward_products(("S", "dP", "dV", "dK"), 2 * D * pairs_k))
     dq_rule = f"walk the key tiles{skip_k}, each once"
     dq = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                      (*(tile(t, rows_d, D, "query row") for t in ("Q", "DO", "DQ_ACC")),  # DQ_ACC: zeros here
@@ -434,12 +535,14 @@ def backward_designs(*, B: int, H: int, T: int, D: int, causal: bool, block_m: i
                       *(walked(t, rows_d, D, "key", walk_k, dq_rule,
                                "a causal query tile needs" if causal else "of its head (each once)")
                         for t in ("K", "V"))),
-                     ("DQ",), dot_flops=6 * D * pairs_q, dot_cap=3 * tiles_q, dot_rule=dot_rule)  # S, dP, dQ
+                     ("DQ",), dot_flops=6 * D * pairs_q, dot_cap=3 * tiles_q, dot_rule=dot_rule,  # S, dP, dQ
+                     products=backward_products(("S", "dP", "dQ"), 2 * D * pairs_q))
     # dQ by atomics: the dK/dV program also forms dS K for each query tile it walks and adds it into
     # DQ_ACC (an atomic reads and writes those rows); the dQ program only scales its rows of DQ_ACC
     acc = walked("DQ_ACC", rows_d, D, "query row", walk_q, dkdv_rule, dkdv_what)
     dkdv_atomic = KernelModel("07", "_bwd_dkdv_kernel", role_kv, dkdv_inputs + (acc,), ("DK", "DV", "DQ_ACC"),
-                              dot_flops=10 * D * pairs_k, dot_cap=5 * tiles_k, dot_rule=dot_rule)
+                              dot_flops=10 * D * pairs_k, dot_cap=5 * tiles_k, dot_rule=dot_rule,
+                              products=backward_products(("S", "dP", "dV", "dK", "dQ"), 2 * D * pairs_k))
     dq_copy = KernelModel("07", "_bwd_dq_kernel", "the dQ program (one per query tile and head)",
                           (tile("DQ_ACC", rows_d, D, "query row"),), ("DQ",))
     return (pre, dkdv, dq), (pre, dkdv_atomic, dq_copy)
@@ -491,4 +594,5 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
                          factor=None, rule="read its sequence's length"))
     return (KernelModel("08", "_decode_partial_kernel", "each program (one per sequence and KV head, slice "
                         "and block of rows)", inputs, ("O_PART", "LSE_PART"), dot_flops=flops, dot_cap=cap, dims=3,
-                        dot_rule="compute QKᵀ and PV with tl.dot, one K/V tile at a time"),)
+                        dot_rule="compute QKᵀ and PV with tl.dot, one K/V tile at a time",
+                        products=forward_products(flops)),)

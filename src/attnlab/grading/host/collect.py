@@ -15,6 +15,11 @@ id is ``<name>-<LMS id>`` (``wei_zhang-1003``, ``李明-1001``): distinct, stabl
 readable, and traceable to the LMS's gradebook. Names keep their letters in any alphabet
 (:func:`slug`). Every file of the export that is not collected is reported with the reason.
 
+The export is unpacked by :class:`BoundedExtractor` (nbgrader's extractor with a budget): an archive
+nested in the export is unpacked too, as nbgrader does, but every byte written and every member, at
+any depth, draws on one budget (:func:`extract_bounded`), so a zip bomb in one student's upload stops
+with an error naming it instead of filling the disk.
+
 Or give nbgrader's own ``named_regexp`` (``--regexp``), with ``student_id`` and ``file_id`` groups,
 matched against the file's path. Then every submission folder is normalised
 (:func:`.submissions.normalize_submission`): "Copy of X.ipynb" and the like become X.ipynb.
@@ -30,8 +35,10 @@ import unicodedata
 import zipfile
 from pathlib import Path
 
-from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
-from traitlets import Enum
+import tarfile
+
+from nbgrader.plugins.zipcollect import ExtractorPlugin, FileNameCollectorPlugin
+from traitlets import Enum, Int
 
 from ..course import ASSIGNMENTS, Course
 from . import lms
@@ -117,6 +124,139 @@ def parse(rel_path: str, layout: str = "auto") -> dict | None:
     return None
 
 
+# ------------------------------------------------------------------------------ bounded extraction
+#: The default budget of one export: bytes written, members (files and folders), nesting depth.
+MAX_BYTES, MAX_MEMBERS, MAX_DEPTH = 512 * 2**20, 20000, 4
+_CHUNK = 2**20
+
+
+class ExtractionLimit(RuntimeError):
+    """An archive of the export would unpack past the extraction budget (a zip bomb, or an export too
+    large for one run): the message names the archive, the member and the limit."""
+
+
+class _Budget:
+    def __init__(self, max_bytes: int, max_members: int, max_depth: int) -> None:
+        self.max_bytes, self.max_members, self.max_depth = max_bytes, max_members, max_depth
+        self.bytes = self.members = 0
+
+    def member(self, archive: str, name: str) -> None:
+        self.members += 1
+        if self.members > self.max_members:
+            raise ExtractionLimit(f"{archive}: more than {self.max_members} members in the export (at {name}); "
+                                  f"the extraction budget is {self.max_members} members, nested archives included")
+
+    def spend(self, archive: str, name: str, n: int) -> None:
+        self.bytes += n
+        if self.bytes > self.max_bytes:
+            raise ExtractionLimit(f"{archive}: unpacking {name} passes {self.max_bytes / 2**20:g} MiB uncompressed "
+                                  f"(the extraction budget of the whole export, nested archives included): a zip "
+                                  f"bomb, or an export to unpack with a larger --BoundedExtractor.max_bytes")
+
+
+def _safe_target(dest: Path, name: str) -> Path | None:
+    """Where member ``name`` goes below ``dest``; None for an absolute path or one climbing out (``..``)."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or name.startswith("/") or ":" in parts[0]:
+        return None
+    return dest.joinpath(*parts)
+
+
+def _copy(src, target: Path, budget: _Budget, archive: str, name: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as out:
+        while True:  # the bytes actually read, not the sizes the archive's headers claim
+            chunk = src.read(_CHUNK)
+            if not chunk:
+                break
+            budget.spend(archive, name, len(chunk))
+            out.write(chunk)
+
+
+def _archive_stem(path: Path) -> str:
+    stem = path.name[:-len(path.suffix)] if path.suffix else path.name
+    return stem[:-4] if stem.endswith(".tar") else stem
+
+
+def _unpack(archive: Path, dest: Path, budget: _Budget, depth: int, zip_ext, label: str) -> None:
+    if depth > budget.max_depth:
+        raise ExtractionLimit(f"{label}: archives nested more than {budget.max_depth} deep (the extraction budget's "
+                              f"depth)")
+    dest.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                budget.member(label, info.filename)
+                target = _safe_target(dest, info.filename)
+                if target is None:
+                    continue
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                with z.open(info) as src:
+                    _copy(src, target, budget, label, info.filename)
+                written.append(target)
+    else:
+        try:
+            t = tarfile.open(archive)
+        except tarfile.TarError:
+            raise RuntimeError(f"{label}: not a zip or tar archive") from None
+        with t:
+            for info in t:
+                budget.member(label, info.name)
+                target = _safe_target(dest, info.name)
+                if target is None or not (info.isfile() or info.isdir()):  # no links, devices, fifos
+                    continue
+                if info.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                _copy(t.extractfile(info), target, budget, label, info.name)
+                written.append(target)
+    for path in written:  # nested archives: into a folder of their own name beside them, as nbgrader does
+        if path.suffix in zip_ext:
+            _unpack(path, path.parent / _archive_stem(path), budget, depth + 1, zip_ext,
+                    f"{label} > {path.relative_to(dest)}")
+
+
+def extract_bounded(archive, dest, *, max_bytes: int = MAX_BYTES, max_members: int = MAX_MEMBERS,
+                    max_depth: int = MAX_DEPTH, zip_ext=(".zip", ".gz")) -> None:
+    """Unpack ``archive`` (zip, or tar, gzipped or not) into ``dest/<its name>/``, and every archive inside it
+    into a folder of its own name beside it (nbgrader's ``unzip(tree=True)`` layout), under one budget:
+    at most ``max_bytes`` written (counted as they are read, whatever the headers claim) and
+    ``max_members`` members, over all archives, at most ``max_depth`` archives deep. Members with
+    absolute paths or ``..``, and tar links, are skipped.
+
+    Raises:
+        ExtractionLimit: the budget ran out; the message names the archive (outermost first, ``>`` per
+            level), the member and the limit. What was unpacked so far stays (the caller removes it).
+    """
+    archive, dest = Path(archive), Path(dest)
+    _unpack(archive, dest / _archive_stem(archive), _Budget(max_bytes, max_members, max_depth), 0, tuple(zip_ext),
+            archive.name)
+
+
+class BoundedExtractor(ExtractorPlugin):
+    """nbgrader's extractor plugin with :func:`extract_bounded`: one budget for the whole export."""
+
+    max_bytes = Int(MAX_BYTES, help="Most bytes the export may unpack to, nested archives included").tag(config=True)
+    max_members = Int(MAX_MEMBERS, help="Most members over every archive of the export").tag(config=True)
+    max_depth = Int(MAX_DEPTH, help="Most levels of archives inside archives").tag(config=True)
+
+    def extract(self, archive_path: str, extracted_path: str) -> None:
+        budget = dict(max_bytes=self.max_bytes, max_members=self.max_members, max_depth=self.max_depth)
+        for root, _, files in os.walk(archive_path):
+            extract_to = Path(extracted_path) / os.path.relpath(root, archive_path)
+            extract_to.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                path = Path(root) / name
+                if path.suffix in self.zip_ext:
+                    self.log.info("Extracting from: %s (bounded)", path)
+                    extract_bounded(path, extract_to, zip_ext=tuple(self.zip_ext), **budget)
+                else:
+                    shutil.copy(path, extract_to / name)
+
+
 #: Marks the collector's log line for each file it leaves out.
 LEFT_OUT = "attnlab-left-out"
 
@@ -177,6 +317,7 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
 
     Raises:
         FileNotFoundError: ``archive`` does not exist.
+        ExtractionLimit: the export unpacks past the extraction budget (:func:`extract_bounded`).
         RuntimeError: nbgrader zip_collect failed (its output is in the message).
     """
     from .submissions import normalize_submission
@@ -191,11 +332,14 @@ def collect_zip(course: Course, archive: Path, layout: str = "auto", regexp: str
     shutil.copy(archive, store / archive.name)
     before = set(_students(course))
     args = ["zip_collect", course.assignment, "--force", "--collector=attnlab.grading.host.collect.LmsCollector",
-            f"--LmsCollector.layout={layout}"]
+            "--extractor=attnlab.grading.host.collect.BoundedExtractor", f"--LmsCollector.layout={layout}"]
     if regexp:
         args.append(f"--LmsCollector.named_regexp={regexp}")
     proc = course.nbgrader(*args, timeout=timeout, check=False)
     if proc.returncode != 0:
+        limit = re.search(r"ExtractionLimit: (.*)", proc.stdout + proc.stderr)
+        if limit:
+            raise ExtractionLimit(limit.group(1))
         raise RuntimeError(f"nbgrader zip_collect failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     collected = _collected_students(proc.stdout + proc.stderr, course) or sorted(set(_students(course)) - before)
     if not regexp:  # the LMS ids, for the grades' way back (`attnlab export --canvas/--moodle`)
