@@ -59,7 +59,7 @@ import torch
 from .core import review
 from .checks import Case, assert_shape, randn
 from .checking.probe import MethodProbe, tensors_in
-from .verify import call_learner
+from .checking.harness import call_learner
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
            "check_smem_estimate", "check_prune_configs", "expected_smem", "expected_scales"]
