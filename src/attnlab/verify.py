@@ -75,6 +75,8 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
     Raises:
         AssertionError: a wrong value, a write outside the output, or a load the method forbids;
             the message names the case, the program and the rule.
+
+    Contract: ``attnlab.contracts.softmax_kernel``.
     """
     import triton
 
@@ -185,6 +187,8 @@ def check_flash_kernel(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32, c
 
     Tolerance: 1e-5 for float32 on the CPU, 2e-3 on a GPU (tf32), 5e-3 float16, 2e-2 bfloat16;
     with an offset, 1e-4 at least (float32 scores near 1000 carry absolute rounding near 1e-4).
+
+    Contract: ``attnlab.contracts.flash_fwd_kernel``.
     """
     device, accounted = kernel_device(device, dtype=dtype, elements=B * H * T * T)
     case = Case(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,

@@ -131,6 +131,8 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
 
     Raises:
         AssertionError: Δ wrong (with the first wrong index), or a store past the last row.
+
+    Contract: ``attnlab.contracts.bwd_preprocess_kernel``.
     """
     import triton
 
@@ -195,6 +197,8 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         writes with a plain store (dQ rows added with a load and a store, however spelled, instead of
         ``tl.atomic_add``).
         TypeError: a kernel is not a ``@triton.jit`` function.
+
+    Contracts: ``attnlab.contracts.bwd_preprocess_kernel``, ``attnlab.contracts.bwd_dkdv_kernel``, ``attnlab.contracts.bwd_dq_kernel``.
     """
     device, accounted = kernel_device(device, dtype=dtype, elements=B * H * T * T)
     kernels = launch_backward.BackwardKernels(*kernels)

@@ -169,6 +169,8 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong
             index, or the load rule broken (a K/V element loaded twice by one program: not once per
             GQA group; a key past the sequence's length or outside the program's slice).
+
+    Contract: ``attnlab.contracts.decode_partial_kernel``.
     """
     T_max = max(seqlens) + 3 if T_max is None else T_max
     device, accounted = kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_max)
@@ -234,6 +236,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
 
     Raises:
         AssertionError: naming the case, ``o`` or ``lse``, and the first wrong index.
+
+    Contract: ``attnlab.contracts.decode_merge_kernel``.
     """
     device = device or runtime().device
     case = Case(B=B, H=H, T_q=T_q, num_splits=num_splits, D=D, empty_fraction=empty, spread=spread,

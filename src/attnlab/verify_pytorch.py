@@ -96,6 +96,8 @@ def check_online_softmax(fn, *, block_size: int, shape=(4, 50), seed: int = 0, x
 
     Raises:
         AssertionError: with the case, the quantity and the first wrong index, or the method rule broken.
+
+    Contract: ``attnlab.contracts.online_softmax_stats``.
     """
     if x is None:
         x = randn(*shape, seed=seed) * 5.0
@@ -176,6 +178,8 @@ def check_flash_forward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H: 
     is exercised too. The call runs under a :class:`~attnlab.checking.probe.MethodProbe`: no fused attention
     operator, and no intermediate as large as one head's T_q x T_k score matrix (when this case's
     tiles, inputs and outputs are all smaller than that).
+
+    Contract: ``attnlab.contracts.flash_attention_forward``.
     """
     T_k = T_q if T_k is None else T_k
     q, k, v = seeded_qkv(B, H, T_q, T_k, D, seed=seed, dtype=dtype)
@@ -225,6 +229,8 @@ def check_flash_backward(fn, *, T_q: int, T_k: int | None = None, B: int = 1, H:
     imposes one of :data:`REGIMES` on the scores. The call runs under a
     :class:`~attnlab.checking.probe.MethodProbe`: no autograd backward, no fused attention operator, no
     intermediate as large as one head's score matrix (when the case can tell).
+
+    Contract: ``attnlab.contracts.flash_attention_backward``.
     """
     T_k = T_q if T_k is None else T_k
     q, k, v = seeded_qkv(B, H, T_q, T_k, D, seed=seed, dtype=dtype)

@@ -457,6 +457,8 @@ def check_fp8_scales(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch.f
 
     Raises:
         AssertionError: naming the case, the group and the expected scale (and the draw).
+
+    Contract: ``attnlab.contracts.fp8_scales``.
     """
     if draw:
         with _drawn("check_fp8_scales", draw, seed, replay) as d:
@@ -517,6 +519,8 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     Raises:
         AssertionError: wrong dtype or shape, NaN, a value off by more than half an E4M3 step, a
             value beyond ±448 converted, or FP8 values made where the checks cannot see them.
+
+    Contract: ``attnlab.contracts.quantize_fp8``.
     """
     if draw:
         with _drawn("check_quantize_fp8", draw, seed, replay) as d:
@@ -602,6 +606,8 @@ def check_smem_estimate(fn, *, cases=_DEFAULT_SMEM_CASES, draw: int = 0, seed: i
 
     Raises:
         AssertionError: the arguments, what came back and what was expected (and the draw).
+
+    Contract: ``attnlab.contracts.smem_estimate``.
     """
     for args in cases:
         _smem_once(fn, args)
@@ -676,6 +682,8 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
 
     Raises:
         AssertionError: the configs kept wrongly and dropped wrongly, with the estimate of each.
+
+    Contract: ``attnlab.contracts.prune_configs``.
     """
     if draw:
         with _drawn("check_prune_configs", draw, seed, replay) as d:
