@@ -22,7 +22,7 @@ from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
 from .checking.hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
 from .core.device import runtime
-from .checking.loads import check_races, record
+from .checking.loads import check_races
 from .checking.poisoned import GUARD, guarded, tail_room
 from .reference import naive_attention, reference_gradients
 from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, kernel_device
@@ -325,10 +325,9 @@ def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_na
     def run():
         launch.prepare_kernel(kernel, what, tensors, what)[(1, _FAR_HEADS)](*launch_args(t, T))
 
-    with record(buffers):
-        call_learner(run, what, _key=kernel)
     case = Case(B=_FAR_HEADS, H=1, T=T, D=D, **({"causal": True} if "Q" in t else {}), stride_bh=T * D,
                 launched=f"the first tile of {block} rows of each head")
+    check_kernel(KernelCheck(what=what, case=case, launch=run, key=kernel, accounted=True, buffers=buffers))
     return t, small, case
 
 

@@ -27,9 +27,9 @@ from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .core.device import runtime
 from .checking.hints import quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
-from .checking.loads import check_decode_reads, check_races, record
+from .checking.loads import check_decode_reads, check_races
 from .checking.poisoned import guarded, tail_room, with_tail
-from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, check_tail, kernel_device
+from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, kernel_device
 from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
@@ -382,20 +382,25 @@ def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int
     lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     buffers = {f"K/V of sequence {b}": p for b, p in enumerate(mem.pieces)}
     buffers.update(Q=q, SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
-    with record(buffers):
-        call_learner(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
-              lse_part, causal=causal, cfg=cfg, _key=kernel)
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
-    check_tail(Tail(o_buf, o_part.numel(), _past_the_end("_decode_partial_kernel", case, hint)))
-    check_tail(Tail(lse_buf, lse_part.numel(), _past_the_end("_decode_partial_kernel", case, hint)))
     far = [b * stride_kb + per_seq >= 2**31 for b in range(B)]
 
     def wraps(got, want):
         return lambda: int32_offset_hint(got, want, 1e-5, far=far, what="b * stride_kb + kvh * stride_kh",
                                          fix="b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh")
 
-    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=1e-5,
-                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
-              wraps(lse_part, lse_ref))
-    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                                            case=case, tol=1e-5), wraps(o_part, o_ref))
+    def compare() -> None:
+        diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=1e-5,
+                                                name="lse_part (natural-log LSE of each row over each split's keys)"),
+                  wraps(lse_part, lse_ref))
+        diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                                case=case, tol=1e-5), wraps(o_part, o_ref))
+
+    # accounted on every machine: the ledger switches off every lane outside the pages that exist
+    check_kernel(KernelCheck(
+        what="_decode_partial_kernel", case=case, launch=launch_decode.run_decode_partial,
+        args=(kernel, q, k, v, lens, o_part, lse_part), kwargs=dict(causal=causal, cfg=cfg), key=kernel,
+        accounted=True, buffers=buffers,
+        tails=(Tail(o_buf, o_part.numel(), _past_the_end("_decode_partial_kernel", case, hint)),
+               Tail(lse_buf, lse_part.numel(), _past_the_end("_decode_partial_kernel", case, hint))),
+        compare=compare))
