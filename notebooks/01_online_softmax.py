@@ -158,6 +158,9 @@ online_softmax_explorer(block_size=8)
 #
 # Useful: `torch.full`, `torch.maximum`, `Tensor.amax(dim=-1)`, `torch.exp`, `torch.where`,
 # `x[..., start:stop]`.
+#
+# The whole contract of `online_softmax_stats` in one place: `attnlab.contracts.online_softmax_stats`
+# (`import attnlab.contracts; help(attnlab.contracts.online_softmax_stats)`).
 
 # %% nbgrader={"grade_id": "online_softmax_stats", "solution": true}
 def online_softmax_stats(x: torch.Tensor, block_size: int):

@@ -258,6 +258,9 @@ roofline_calculator(T=4096, D=64, B=8, H=16, causal=True)
 # - `scale` defaults to `D ** -0.5`.
 # - Return `o` in `q`'s dtype and `lse` (natural log) of shape `(B, H, T_q)` in
 #   `torch.promote_types(q.dtype, torch.float32)`; keep $m$, $\ell$ and $\text{acc}$ in that dtype too.
+#
+# The whole contract of `flash_attention_forward` in one place: `attnlab.contracts.flash_attention_forward`
+# (`import attnlab.contracts; help(attnlab.contracts.flash_attention_forward)`).
 
 # %% nbgrader={"grade_id": "flash_attention_forward", "solution": true}
 def flash_attention_forward(q, k, v, causal=False, block_q=16, block_k=16, scale=None):

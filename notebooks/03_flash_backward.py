@@ -292,6 +292,9 @@ assert_number(causal_pairs_masked, 6, name="causal_pairs_masked", rel=0.01)
 #
 # Useful: `torch.zeros_like`, `x[:, :, a:b]`, `@`, `.transpose(-1, -2)`, `torch.arange`,
 # `Tensor.masked_fill`, `torch.exp`, `Tensor.sum(dim=-1)`.
+#
+# The whole contract of `flash_attention_backward` in one place: `attnlab.contracts.flash_attention_backward`
+# (`import attnlab.contracts; help(attnlab.contracts.flash_attention_backward)`).
 
 # %% nbgrader={"grade_id": "flash_attention_backward", "solution": true}
 def flash_attention_backward(q, k, v, o, lse, do, causal=False, block_q=16, block_k=16, scale=None):

@@ -158,6 +158,9 @@ print("y =", y_demo.tolist())
 #
 # Useful: `tl.program_id`, `tl.arange`, `tl.load(..., mask=, other=)`, `tl.max(x, axis=0)`,
 # `tl.exp`, `tl.sum(x, axis=0)`, `tl.store(..., mask=)`, `x.to(tl.float32)`.
+#
+# The whole contract of `_softmax_kernel` in one place: `attnlab.contracts.softmax_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.softmax_kernel)`).
 
 # %% nbgrader={"grade_id": "_softmax_kernel", "solution": true}
 @triton.jit

@@ -200,6 +200,9 @@ DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 # Useful: `tl.program_id`, `tl.arange`, `tl.load(..., mask=, other=)`, `tl.dot(a, b, acc)`,
 # `tl.trans`, `tl.where`, `tl.maximum`, `tl.minimum`, `tl.max(x, axis=1)`, `tl.sum(x, axis=1)`,
 # `tl.exp2`, `tl.log2`, `tl.full`, `tl.zeros`, `range(lo, hi, step)` with run-time bounds.
+#
+# The whole contract of `_flash_fwd_kernel` in one place: `attnlab.contracts.flash_fwd_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.flash_fwd_kernel)`).
 
 # %% nbgrader={"grade_id": "_flash_fwd_kernel", "solution": true}
 @triton.jit

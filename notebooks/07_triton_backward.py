@@ -234,6 +234,9 @@ check_predictions("predict-backward-cost", {"causal_bwd_tflop": causal_bwd_tflop
 # `_bwd_preprocess_kernel(O, DO, DELTA, stride_bh, stride_t, T, BLOCK_M, HEAD_DIM)`, grid
 # `(cdiv(T, BLOCK_M), B * H)`: program `(m, bh)` writes `DELTA[bh, m*BLOCK_M : (m+1)*BLOCK_M]`
 # (the rows below $T$), in float32, whatever the dtype of $O$ and $dO$.
+#
+# The whole contract of `_bwd_preprocess_kernel` in one place: `attnlab.contracts.bwd_preprocess_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.bwd_preprocess_kernel)`).
 
 # %% nbgrader={"grade_id": "_bwd_preprocess_kernel", "solution": true}
 @triton.jit
@@ -291,6 +294,9 @@ if not RUNTIME.interpret:
 #
 # On a GPU, cast the operands of each `tl.dot` to the input dtype (`p_t.to(do.dtype)`, as in 05)
 # and keep the accumulators in float32.
+#
+# The whole contract of `_bwd_dkdv_kernel` in one place: `attnlab.contracts.bwd_dkdv_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.bwd_dkdv_kernel)`).
 
 # %% nbgrader={"grade_id": "_bwd_dkdv_kernel", "solution": true}
 @triton.jit
@@ -399,6 +405,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, stride_bh, stride_
 # grid `(cdiv(T, BLOCK_M), B * H)`, launched after the dK/dV kernel: program `(m, bh)` loads
 # $Q$ and $dO$ of its rows, their LSE and $\Delta$, once; walks the key tiles they see (causal:
 # up to and including the diagonal); stores its rows of $dQ$ once.
+#
+# The whole contract of `_bwd_dq_kernel` in one place: `attnlab.contracts.bwd_dq_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.bwd_dq_kernel)`).
 
 # %% nbgrader={"grade_id": "_bwd_dq_kernel", "solution": true}
 @triton.jit

@@ -246,6 +246,9 @@ for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 40
 # once**. A kernel that walks its slice once per query head of the group gets the right numbers but
 # reads the cache $g$ times; it fails with a message saying so. Load `q` as one `(BLOCK_M, HEAD_DIM)`
 # tile of all the group's rows, and one load of each K/V tile serves them all.
+#
+# The whole contract of `_decode_partial_kernel` in one place: `attnlab.contracts.decode_partial_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.decode_partial_kernel)`).
 
 # %% nbgrader={"grade_id": "_decode_partial_kernel", "solution": true}
 @triton.jit
@@ -399,6 +402,9 @@ if not RUNTIME.interpret:
 #
 # Load all of a row's partials at once, a `(BLOCK_S,)` vector of LSEs and a `(BLOCK_S, HEAD_DIM)` block
 # of outputs, and reduce with `tl.max(x, axis=0)` and `tl.sum(x, axis=0)`: no loop needed.
+#
+# The whole contract of `_decode_merge_kernel` in one place: `attnlab.contracts.decode_merge_kernel`
+# (`import attnlab.contracts; help(attnlab.contracts.decode_merge_kernel)`).
 
 # %% nbgrader={"grade_id": "_decode_merge_kernel", "solution": true}
 @triton.jit

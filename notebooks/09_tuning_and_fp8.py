@@ -146,6 +146,9 @@ assert_number(kept_d128, 22, name="kept_d128", rel=0.001)
 # Return the formula above as an `int` of bytes. The hidden tests, like those of the other helpers
 # below, try cases drawn when your notebook is graded (block sizes, stages, head dims, dtypes, shapes):
 # write the rule, not the numbers of one case.
+#
+# The whole contract of `smem_estimate` in one place: `attnlab.contracts.smem_estimate`
+# (`import attnlab.contracts; help(attnlab.contracts.smem_estimate)`).
 
 # %% nbgrader={"grade_id": "smem_estimate", "solution": true}
 def smem_estimate(block_m, block_n, num_stages, head_dim, elem_bytes):
@@ -173,6 +176,9 @@ check_smem_estimate(smem_estimate, draw=24, seed=9)  # five fixed configs, then 
 # to their values, `kwargs` holds its keyword arguments: the given launcher passes the tensors and `T`
 # by position and the constexprs (`CAUSAL`, `HEAD_DIM`, ...) by keyword, but another caller may not,
 # so look names up in both. The extra `smem_limit` parameter lets the tests (and you) try other devices.
+#
+# The whole contract of `prune_configs` in one place: `attnlab.contracts.prune_configs`
+# (`import attnlab.contracts; help(attnlab.contracts.prune_configs)`).
 
 # %% nbgrader={"grade_id": "prune_configs", "solution": true}
 def prune_configs(configs, named_args, smem_limit=None, **kwargs):
@@ -452,6 +458,9 @@ assert_number(fp8_qk_speedup_bound, 4 / 3, name="fp8_qk_speedup_bound", rel=0.01
 # Mind three things: the maximum of the **magnitude** (a head whose largest entries are negative),
 # a head (or block) of zeros, where $\max|x| = 0$ would make $x / s = 0/0$, and one scale per group,
 # not one for the whole tensor.
+#
+# The whole contract of `fp8_scales` in one place: `attnlab.contracts.fp8_scales`
+# (`import attnlab.contracts; help(attnlab.contracts.fp8_scales)`).
 
 # %% nbgrader={"grade_id": "fp8_scales", "solution": true}
 def fp8_scales(x, block_rows=None):
@@ -494,6 +503,9 @@ check_fp8_scales(fp8_scales, draw=8, seed=5)  # shapes, dtypes and block sizes d
 # PyTorch's cast to `float8_e4m3fn` happens to saturate too (500 becomes 448 in torch 2.13), but
 # others give NaN beyond it (ml_dtypes, behind NumPy and JAX: 465 becomes NaN), so the tests watch what
 # reaches the cast: a value beyond $\pm 448$ there fails, even where PyTorch's output would have been right.
+#
+# The whole contract of `quantize_fp8` in one place: `attnlab.contracts.quantize_fp8`
+# (`import attnlab.contracts; help(attnlab.contracts.quantize_fp8)`).
 
 # %% nbgrader={"grade_id": "quantize_fp8", "solution": true}
 def quantize_fp8(x, scale, block_rows=None):

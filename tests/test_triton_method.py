@@ -233,7 +233,7 @@ def test_atomic_stores_are_accounted_too(tmp_path):
 
 
 def test_without_an_instrumentable_interpreter_the_method_is_flagged_not_passed_silently(monkeypatch, capsys):
-    monkeypatch.setattr("attnlab.verify.loads_available", lambda: False)
+    monkeypatch.setattr("attnlab.checking.harness.loads_available", lambda: False)
     check_softmax_kernel(softmax_kernel("04-three-passes"), n_rows=3, n_cols=37)
     assert "[grader] needs review: this Triton's interpreter cannot be instrumented" in capsys.readouterr().out
 

@@ -185,6 +185,8 @@ def run_softmax_kernel(kernel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
             under the interpreter included).
         ValueError: shapes differ, a column stride is not 1, output rows overlap, or the device is
             not one the kernel runs on.
+
+    Contract: ``attnlab.contracts.softmax_kernel``.
     """
     import triton
 
@@ -293,6 +295,8 @@ def run_flash_kernel(kernel, q, k, v, o, lse, *, causal, block_m, block_n, num_w
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function; an unsupported dtype.
         ValueError: a shape, stride (non-contiguous tensor), block size or device the kernel cannot use.
+
+    Contract: ``attnlab.contracts.flash_fwd_kernel``.
     """
     import triton
 

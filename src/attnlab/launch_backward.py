@@ -8,11 +8,11 @@ as notebook 05's forward, :mod:`attnlab.launch`):
 
 - contiguous (B, H, T, D) tensors, so ``stride_bh = T*D`` and ``stride_t = D``; LSE and Δ are
   float32 (B, H, T), one value per query row (Δ_i = rowsum(dO ∘ O)_i, Dao 2023, Algorithm 2 line 4);
-- ``preprocess(O, DO, DELTA, stride_bh, stride_t, T, BLOCK_M, HEAD_DIM)``, grid (cdiv(T, BLOCK_M), B*H);
-- ``dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL, BLOCK_M,
-  BLOCK_N, HEAD_DIM)``, grid (cdiv(T, BLOCK_N), B*H): one program per key tile;
-- ``dq(Q, K, V, DO, LSE, DELTA, DQ, DQ_ACC, stride_bh, stride_t, T, scale, CAUSAL, BLOCK_M,
-  BLOCK_N, HEAD_DIM)``, grid (cdiv(T, BLOCK_M), B*H): one program per query tile, launched after dkdv.
+- ``preprocess``, grid (cdiv(T, BLOCK_M), B*H) (contract: ``attnlab.contracts.bwd_preprocess_kernel``);
+- ``dkdv``, grid (cdiv(T, BLOCK_N), B*H): one program per key tile (contract:
+  ``attnlab.contracts.bwd_dkdv_kernel``);
+- ``dq``, grid (cdiv(T, BLOCK_M), B*H): one program per query tile, launched after dkdv (contract:
+  ``attnlab.contracts.bwd_dq_kernel``).
 
 In every kernel BLOCK_M counts query rows and BLOCK_N keys. The launcher's ``block_n`` is the
 tile a program *owns* and ``block_m`` the *step* of its inner loop: the dK/dV kernel gets
@@ -101,6 +101,8 @@ def run_backward_kernels(kernels: BackwardKernels, q, k, v, o, lse, do, delta, d
         TypeError: a kernel that is not a ``@triton.jit`` function, or a dtype this mode cannot run.
         ValueError: a tensor that is not contiguous (the kernels get one ``stride_bh = T*D``,
             ``stride_t = D`` for all of them, so a view would be read wrong), or a wrong device.
+
+    Contracts: ``attnlab.contracts.bwd_preprocess_kernel``, ``attnlab.contracts.bwd_dkdv_kernel``, ``attnlab.contracts.bwd_dq_kernel``.
     """
     import triton
 

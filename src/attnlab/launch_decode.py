@@ -2,15 +2,12 @@
 
 The learner writes the kernels; these functions validate the inputs, pick the split count and tile
 sizes, allocate the partials and outputs (NaN-poisoned when checking: :func:`attnlab.launch.checking`),
-and launch (contract in DESIGN.md and :mod:`attnlab.reference_decode`):
+and launch:
 
-- ``partial(Q, K, V, SEQLENS, O_PART, LSE_PART, stride_kb, stride_kh, stride_kt, H_kv, group, T_q,
-  keys_per_split, num_splits, scale, CAUSAL, BLOCK_M, BLOCK_N, HEAD_DIM)`` on grid
-  (B·H_kv, num_splits, row_blocks): one program per (sequence, KV head), slice of keys and block of
-  query rows, the rows being all (query head of the group, new query) pairs of that KV head, so a
-  K/V tile is loaded once for the whole group; it writes float32 partials O_PART (B, H_q, T_q, S, D)
-  and LSE_PART (B, H_q, T_q, S);
-- ``merge(O_PART, LSE_PART, O, LSE, num_splits, BLOCK_S, HEAD_DIM)`` on grid (B·H_q·T_q,).
+- ``partial`` on grid (B·H_kv, num_splits, row_blocks): one program per (sequence, KV head), slice of keys
+  and block of query rows, the rows being all (query head of the group, new query) pairs of that KV head,
+  so a K/V tile is loaded once for the whole group (contract: ``attnlab.contracts.decode_partial_kernel``);
+- ``merge`` on grid (B·H_q·T_q,) (contract: ``attnlab.contracts.decode_merge_kernel``).
 """
 
 from __future__ import annotations
@@ -154,6 +151,8 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
             from k_cache's or either's last dim is not contiguous (the kernel gets k_cache's strides only);
             or, on a GPU, the tiles need more shared memory than a program may have (large D), named with
             the bytes needed and the device's limit.
+
+    Contract: ``attnlab.contracts.decode_partial_kernel``.
     """
     kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
                             "flash_decode")
@@ -201,6 +200,8 @@ def run_decode_merge(kernel, o_part, lse_part, o, lse, *, num_warps: int = 4):
     Raises:
         TypeError: ``kernel`` is not a ``@triton.jit`` function.
         ValueError: a tensor that is not contiguous (the kernel addresses all four by their shapes).
+
+    Contract: ``attnlab.contracts.decode_merge_kernel``.
     """
     import triton
 

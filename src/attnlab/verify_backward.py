@@ -2,7 +2,8 @@
 through the course's launcher (:mod:`attnlab.launch_backward`), float64 references from
 :mod:`attnlab.reference`.
 
-As in :mod:`attnlab.verify`: every call of learner code goes through ``verify.call_learner`` (time limit,
+As in :mod:`attnlab.verify`: every kernel check runs :func:`attnlab.checking.harness.check_kernel`, every call
+of learner code goes through :func:`attnlab.checking.harness.call_learner` (time limit,
 the grader's guard), inputs are followed by a tile of NaN (an unmasked load past the last row
 poisons the result), outputs start as NaN and are followed by guard values (an element never
 written stays NaN; a store past the last row changes a guard), and a kernel that writes into its
@@ -12,7 +13,6 @@ inputs fails.
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import textwrap
 
@@ -22,10 +22,10 @@ from . import launch_backward
 from .checks import Case, assert_close, randn, tolerance
 from .checking.hints import delta_hint, diagnosed, head_offset_hint, later_heads_hint, lse_base_hint, scale_factor_hint
 from .core.device import runtime
-from .checking.loads import check_races, record
+from .checking.loads import check_races
 from .checking.poisoned import GUARD, guarded, tail_room
 from .reference import naive_attention, reference_gradients
-from .verify import call_learner, flag_internals, kernel_device
+from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, kernel_device
 from .checking.work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
@@ -131,6 +131,8 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
 
     Raises:
         AssertionError: Δ wrong (with the first wrong index), or a store past the last row.
+
+    Contract: ``attnlab.contracts.bwd_preprocess_kernel``.
     """
     import triton
 
@@ -149,14 +151,12 @@ def check_bwd_preprocess(kernel, *, T: int, B: int = 1, H: int = 2, D: int = 32,
                                          "_bwd_preprocess_kernel")
         runnable[(triton.cdiv(T, block_m), B * H)](o, do, delta, o.stride(1), o.stride(2), T,
                                                     BLOCK_M=block_m, HEAD_DIM=D)
-    call_learner(run, "_bwd_preprocess_kernel", _key=kernel)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    if (buf[B * H * T:] != GUARD).any():
-        raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA: mask the "
-                             f"store with offs_m < T")
-    assert_close(delta.cpu(), expected, name="Δ = rowsum(dO ∘ O)", case=case,
-                 tol=max(tolerance(dtype, device), 1e-5))
+    check_kernel(KernelCheck(
+        what="_bwd_preprocess_kernel", case=case, launch=run, key=kernel, device=device,
+        tails=(Tail(buf, B * H * T, f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA: mask the "
+                                    f"store with offs_m < T"),),
+        compare=lambda: assert_close(delta.cpu(), expected, name="Δ = rowsum(dO ∘ O)", case=case,
+                                     tol=max(tolerance(dtype, device), 1e-5))))
 
 
 def _one_head_stays_inside(kernels, inputs, *, causal, block_m, block_n) -> bool:
@@ -197,6 +197,8 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
         writes with a plain store (dQ rows added with a load and a store, however spelled, instead of
         ``tl.atomic_add``).
         TypeError: a kernel is not a ``@triton.jit`` function.
+
+    Contracts: ``attnlab.contracts.bwd_preprocess_kernel``, ``attnlab.contracts.bwd_dkdv_kernel``, ``attnlab.contracts.bwd_dq_kernel``.
     """
     device, accounted = kernel_device(device, dtype=dtype, elements=B * H * T * T)
     kernels = launch_backward.BackwardKernels(*kernels)
@@ -216,45 +218,47 @@ def check_flash_backward_kernels(kernels, *, T: int, B: int = 1, H: int = 2, D: 
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=device)
     buffers = dict(zip(("Q", "K", "V", "O", "LSE", "DO"), map(_whole, (q, k, v, o, lse, do))),
                    DELTA=delta_buf, DQ=bufs[0], DK=bufs[1], DV=bufs[2], DQ_ACC=dq_acc)
-    with record(buffers) if accounted else contextlib.nullcontext() as ledger:
-        call_learner(launch_backward.run_backward_kernels, "the backward kernels", kernels, q, k, v, o, lse, do, delta,
-              *outs, dq_acc, causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps,
-              num_stages=num_stages, _key=kernels[1])
-    if device == "cuda":
-        torch.cuda.synchronize()
-    n = q.numel()
-    for name, buf in zip(("DQ", "DK", "DV"), bufs):
-        if (buf[n:] != GUARD).any():
+
+    def past_the_end(name: str):
+        def message() -> str:
             why = head_offset_hint(B * H, lambda: _one_head_stays_inside(kernels, inputs, causal=causal,
                                                                         block_m=block_m, block_n=block_n))
-            raise AssertionError(f"backward kernels [{case}]: wrote past the last row of {name}: "
-                                 f"{why or 'padded rows (offsets >= T) must be masked out of the stores'}")
-    if (delta_buf[B * H * T:] != GUARD).any():
-        raise AssertionError(f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA")
-    for name, before, after in zip(("Q", "K", "V", "O", "LSE", "DO"), inputs, (q, k, v, o, lse, do)):
-        if not torch.equal(before.nan_to_num(), after.nan_to_num()):
-            raise AssertionError(f"backward kernels [{case}]: wrote into the input {name}: the kernels may "
-                                 f"only store to DELTA, DQ, DK, DV and DQ_ACC")
-    if ledger is not None:
-        for kernel, what in zip(kernels, ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")):
-            flag_internals(kernel, what, "07")
-        where = f"backward kernels [{case}]"
-        check_races(ledger, where=where, names={"DQ_ACC": "DQ_ACC (dQ rows shared by every key tile)"})
+            return (f"backward kernels [{case}]: wrote past the last row of {name}: "
+                    f"{why or 'padded rows (offsets >= T) must be masked out of the stores'}")
+        return message
+
     tol = _tolerance(dtype, device)
-    for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
-        q_, k_, v_, *_, do_ = inputs
-        diagnosed(lambda: assert_close(out.cpu(), ref, name=name, case=case, tol=tol),
-                  lambda: delta_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, scale=None, block_k=block_n,
-                                     tol=tol, symbol="Δ"),
-                  lambda: scale_factor_hint(name, out.cpu(), ref, D ** -0.5, tol),
-                  lambda: lse_base_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, tol=tol))
-    if ledger is not None:
+
+    def compare() -> None:
+        for name, out, ref in zip(("dq", "dk", "dv"), outs, refs):
+            q_, k_, v_, *_, do_ = inputs
+            diagnosed(lambda: assert_close(out.cpu(), ref, name=name, case=case, tol=tol),
+                      lambda: delta_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, scale=None, block_k=block_n,
+                                         tol=tol, symbol="Δ"),
+                      lambda: scale_factor_hint(name, out.cpu(), ref, D ** -0.5, tol),
+                      lambda: lse_base_hint(name, out.cpu(), q_, k_, v_, do_, causal=causal, tol=tol))
+
+    n = q.numel()
+    check_kernel(KernelCheck(
+        what="backward kernels", call_name="the backward kernels", case=case,
+        launch=launch_backward.run_backward_kernels,
+        args=(kernels, q, k, v, o, lse, do, delta, *outs, dq_acc),
+        kwargs=dict(causal=causal, block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages),
+        key=kernels[1], device=device, accounted=accounted, buffers=buffers,
+        tails=(*(Tail(buf, n, past_the_end(name)) for name, buf in zip(("DQ", "DK", "DV"), bufs)),
+               Tail(delta_buf, B * H * T, f"_bwd_preprocess_kernel [{case}]: wrote past the last row of DELTA")),
+        inputs=dict(zip(("Q", "K", "V", "O", "LSE", "DO"), (q, k, v, o, lse, do))),
+        input_written="{what} [{case}]: wrote into the input {name}: the kernels may only store to DELTA, DQ, DK, "
+                      "DV and DQ_ACC",
+        internals=tuple(zip(kernels, ("_bwd_preprocess_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"), ("07",) * 3)),
+        reads=lambda ledger, where: check_races(ledger, where=where,
+                                                names={"DQ_ACC": "DQ_ACC (dQ rows shared by every key tile)"}),
+        compare=compare,
         # after the numbers: a kernel that skips work it needs is wrong, and the result's check (with its
         # diagnoses) names that better than the method's rules would; right numbers by the wrong method fail here
-        check_work(ledger, backward_designs(B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n,
-                                            buffer_len=buffers["Q"].numel(),
-                                            row_len=max(buffers["LSE"].numel(), delta_buf.numel())),
-                   where=f"backward kernels [{case}]")
+        work=lambda ledger, where: check_work(ledger, backward_designs(
+            B=B, H=H, T=T, D=D, causal=causal, block_m=block_m, block_n=block_n, buffer_len=buffers["Q"].numel(),
+            row_len=max(buffers["LSE"].numel(), delta_buf.numel())), where=where)))
 
 
 def check_triton_attention(attn, *, T: int, B: int = 1, H: int = 2, D: int = 16, causal: bool = False,
@@ -321,10 +325,9 @@ def _run_far(kernel, what: str, launch_args, *, D: int, rows: int, names, row_na
     def run():
         launch.prepare_kernel(kernel, what, tensors, what)[(1, _FAR_HEADS)](*launch_args(t, T))
 
-    with record(buffers):
-        call_learner(run, what, _key=kernel)
     case = Case(B=_FAR_HEADS, H=1, T=T, D=D, **({"causal": True} if "Q" in t else {}), stride_bh=T * D,
                 launched=f"the first tile of {block} rows of each head")
+    check_kernel(KernelCheck(what=what, case=case, launch=run, key=kernel, accounted=True, buffers=buffers))
     return t, small, case
 
 

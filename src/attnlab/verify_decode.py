@@ -21,17 +21,15 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from . import launch_decode, reference_decode
 from .checks import Case, assert_close, assert_shape, generator, randn, tolerance
 from .core.device import runtime
 from .checking.hints import quiet, alignment_sentence, diagnosed, matches_with_empty, merge_overflow_hint, merge_weights_hint, past_length_hint, rescale_hint
-from .checking.loads import check_decode_reads, check_races, record
-from .checking.poisoned import GUARD, guarded, tail_room, with_tail
-from .verify import call_learner, flag_internals, kernel_device
+from .checking.loads import check_decode_reads, check_races
+from .checking.poisoned import guarded, tail_room, with_tail
+from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, kernel_device
 from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
@@ -42,16 +40,14 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _check_guard(buf: torch.Tensor, n: int, what: str, case, hint: str) -> None:
-    if (buf[n:] != GUARD).any():
-        raise AssertionError(f"{what} [{case}]: wrote past the end of its output: {hint}")
+def _past_the_end(what: str, case, hint: str) -> str:
+    return f"{what} [{case}]: wrote past the end of its output: {hint}"
 
 
-def _check_inputs_kept(before, after, what: str, case, names) -> None:
-    for name, b, a in zip(names, before, after):
-        if not torch.equal(b.nan_to_num(), a.nan_to_num()):
-            raise AssertionError(f"{what} [{case}]: wrote into its input {name}: a kernel may only store "
-                                 f"to its outputs")
+def _merge_tails(o_buf, o, lse_buf, lse, case) -> tuple[Tail, Tail]:
+    """The guard values after the merge kernel's O and LSE."""
+    return (Tail(o_buf, o.numel(), _past_the_end("_decode_merge_kernel", case, "store one row of D values per program")),
+            Tail(lse_buf, lse.numel(), _past_the_end("_decode_merge_kernel", case, "store one LSE per program")))
 
 
 #: Why a row or split whose keys are visible came out -inf, for the kernels that loop over keys.
@@ -173,6 +169,8 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         AssertionError: naming the case, the quantity (``o_part``/``lse_part``) and the first wrong
             index, or the load rule broken (a K/V element loaded twice by one program: not once per
             GQA group; a key past the sequence's length or outside the program's slice).
+
+    Contract: ``attnlab.contracts.decode_partial_kernel``.
     """
     T_max = max(seqlens) + 3 if T_max is None else T_max
     device, accounted = kernel_device(device, dtype=dtype, elements=len(seqlens) * H_q * T_q * T_max)
@@ -183,27 +181,12 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
                                                           num_splits=cfg.num_splits,
                                                           keys_per_split=cfg.keys_per_split)
     o_ref, lse_ref = reference()
-    before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
     o_part, o_buf = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
     lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     buffers = dict(zip(("Q", "K", "V"), bufs), SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
-    with record(buffers) if accounted else contextlib.nullcontext() as ledger:
-        call_learner(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
-              lse_part, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=kernel)
-    if device == "cuda":
-        torch.cuda.synchronize()
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
-    _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)
-    _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
-    _check_inputs_kept(before, (q, k, v), "_decode_partial_kernel", case, ("Q", "K", "V"))
-    if ledger is not None:
-        flag_internals(kernel, "_decode_partial_kernel", "08")
-        where = f"_decode_partial_kernel [{case}]"
-        check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
-                           keys_per_split=cfg.keys_per_split, where=where, strides=k.stride()[:3])
-        check_races(ledger, where=where, dims=3)
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
     visible = reference_decode.decode_visible(T_q, T_max, lens.cpu(), causal)
@@ -213,17 +196,33 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         return lambda: rescale_hint(got, which, *exact, visible, valid, num_splits=cfg.num_splits,
                                     keys_per_split=cfg.keys_per_split, block_n=cfg.block_n, tol=max(tol, 1e-5))
 
-    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=max(tol, 1e-5),
-                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
-              top_left, unscaled(lse_part, "lse"))
-    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                                            case=case, tol=tol), top_left, unscaled(o_part, "o"))
-    if ledger is not None:  # after the numbers: see verify.check_flash_kernel
-        check_work(ledger, decode_partial_model(
+    def reads(ledger, where: str) -> None:
+        check_decode_reads(ledger, seqlens=seqlens, H_kv=H_kv, T_max=T_max, D=D, group=H_q // H_kv,
+                           keys_per_split=cfg.keys_per_split, where=where, strides=k.stride()[:3])
+        check_races(ledger, where=where, dims=3)
+
+    def compare() -> None:
+        diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=max(tol, 1e-5),
+                                                name="lse_part (natural-log LSE of each row over each split's keys)"),
+                  top_left, unscaled(lse_part, "lse"))
+        diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                                case=case, tol=tol), top_left, unscaled(o_part, "o"))
+
+    check_kernel(KernelCheck(
+        what="_decode_partial_kernel", case=case, launch=launch_decode.run_decode_partial,
+        args=(kernel, q, k, v, lens, o_part, lse_part),
+        kwargs=dict(causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages), key=kernel,
+        device=device, accounted=accounted, buffers=buffers,
+        tails=(Tail(o_buf, o_part.numel(), _past_the_end("_decode_partial_kernel", case, hint)),
+               Tail(lse_buf, lse_part.numel(), _past_the_end("_decode_partial_kernel", case, hint))),
+        inputs={"Q": q, "K": k, "V": v}, internals=((kernel, "_decode_partial_kernel", "08"),), reads=reads,
+        compare=compare,
+        # after the numbers: see verify.check_flash_kernel
+        work=lambda ledger, where: check_work(ledger, decode_partial_model(
             seqlens=seqlens, H_q=H_q, H_kv=H_kv, T_q=T_q, T_max=T_max, D=D, causal=causal, block_m=cfg.block_m,
             block_n=cfg.block_n, num_splits=cfg.num_splits, keys_per_split=cfg.keys_per_split,
             row_blocks=cfg.row_blocks, strides=k.stride()[:3], kv_len=bufs[1].numel(), q_len=bufs[0].numel()),
-            where=f"_decode_partial_kernel [{case}]")
+            where=where)))
 
 
 def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2, T_q: int = 1, D: int = 16,
@@ -237,6 +236,8 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
 
     Raises:
         AssertionError: naming the case, ``o`` or ``lse``, and the first wrong index.
+
+    Contract: ``attnlab.contracts.decode_merge_kernel``.
     """
     device = device or runtime().device
     case = Case(B=B, H=H, T_q=T_q, num_splits=num_splits, D=D, empty_fraction=empty, spread=spread,
@@ -251,21 +252,23 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
     o_ref, lse_ref = reference_decode.merge_partials_reference(o_part32.double(), lse_part32.double())
     o_in = tail_room(o_part32.to(device), num_splits * D)
     lse_in = tail_room(lse_part32.to(device), num_splits)
-    before = (o_in.clone(), lse_in.clone())
     o, o_buf = guarded((B, H, T_q, D), D, out_dtype, device)
     lse, lse_buf = guarded((B, H, T_q), 1, torch.float32, device)
-    call_learner(launch_decode.run_decode_merge, "_decode_merge_kernel", kernel, o_in, lse_in, o, lse, _key=kernel)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    _check_guard(o_buf, o.numel(), "_decode_merge_kernel", case, "store one row of D values per program")
-    _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
-    _check_inputs_kept(before, (o_in, lse_in), "_decode_merge_kernel", case, ("O_PART", "LSE_PART"))
     tol = 1e-5 if out_dtype == torch.float32 else tolerance(out_dtype)  # no dot product: no tf32
-    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol, no_keys=SPLITS_MISSED),
-              lambda: merge_overflow_hint(o, lse_part32),
-              lambda: merge_weights_hint(o, o_part32, lse_part32, tol))
-    assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
-                          tol=1e-5, no_keys=SPLITS_MISSED)
+
+    def compare() -> None:
+        diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o (merged)", case=case, tol=tol,
+                                                no_keys=SPLITS_MISSED),
+                  lambda: merge_overflow_hint(o, lse_part32),
+                  lambda: merge_weights_hint(o, o_part32, lse_part32, tol))
+        assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
+                              tol=1e-5, no_keys=SPLITS_MISSED)
+
+    check_kernel(KernelCheck(
+        what="_decode_merge_kernel", case=case, launch=launch_decode.run_decode_merge,
+        args=(kernel, o_in, lse_in, o, lse), key=kernel, device=device,
+        tails=_merge_tails(o_buf, o, lse_buf, lse, case), inputs={"O_PART": o_in, "LSE_PART": lse_in},
+        compare=compare))
 
 
 def _run_both(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, lse, *, causal, cfg,
@@ -290,21 +293,12 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     def reference(align="bottom-right"):
         return reference_decode.decode_attention_reference(*exact, lens.cpu(), causal=causal, align=align)
     o_ref, lse_ref = reference()
-    before = tuple(t.clone() for t in (q, k, v))
     B, S = len(seqlens), cfg.num_splits
     spare = cfg.block_m * S
     o_part, _ = guarded((B, H_q, T_q, S, D), spare * D, torch.float32, device)
     lse_part, _ = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     o, o_buf = guarded((B, H_q, T_q, D), D, dtype, device)
     lse, lse_buf = guarded((B, H_q, T_q), 1, torch.float32, device)
-    call_learner(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, k, v, lens,
-          o_part, lse_part, o, lse, causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages,
-          _key=partial_kernel)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    _check_guard(o_buf, o.numel(), "_decode_merge_kernel", case, "store one row of D values per program")
-    _check_guard(lse_buf, lse.numel(), "_decode_merge_kernel", case, "store one LSE per program")
-    _check_inputs_kept(before, (q, k, v), "flash_decode", case, ("Q", "K_CACHE", "V_CACHE"))
     tol = tolerance(dtype, device)
     top_left = _top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
 
@@ -320,10 +314,18 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
         return call_learner(_run_both, "flash_decode (your two kernels)", partial_kernel, merge_kernel, q, *kv, lens, *outs,
                      causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages, _key=partial_kernel)[0]
 
-    diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left,
-              lambda: past_length_hint(o, past_length))
-    assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
-                          case=case, tol=max(tol, 1e-5))
+    def compare() -> None:
+        diagnosed(lambda: assert_close_or_empty(o, o_ref, name="o", case=case, tol=tol), top_left,
+                  lambda: past_length_hint(o, past_length))
+        assert_close_or_empty(lse, lse_ref, name="lse (natural log)",
+                              case=case, tol=max(tol, 1e-5))
+
+    check_kernel(KernelCheck(
+        what="flash_decode", call_name="flash_decode (your two kernels)", case=case, launch=_run_both,
+        args=(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, lse),
+        kwargs=dict(causal=causal, cfg=cfg, num_warps=num_warps, num_stages=num_stages), key=partial_kernel,
+        device=device, tails=_merge_tails(o_buf, o, lse_buf, lse, case),
+        inputs={"Q": q, "K_CACHE": k, "V_CACHE": v}, compare=compare))
 
 
 def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int = 4, H_kv: int = 2, T_q: int = 1,
@@ -380,20 +382,25 @@ def check_decode_partial_large_offsets(kernel, *, seqlens=(30, 17, 25), H_q: int
     lse_part, lse_buf = guarded((B, H_q, T_q, S), spare, torch.float32, device)
     buffers = {f"K/V of sequence {b}": p for b, p in enumerate(mem.pieces)}
     buffers.update(Q=q, SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
-    with record(buffers):
-        call_learner(launch_decode.run_decode_partial, "_decode_partial_kernel", kernel, q, k, v, lens, o_part,
-              lse_part, causal=causal, cfg=cfg, _key=kernel)
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
-    _check_guard(o_buf, o_part.numel(), "_decode_partial_kernel", case, hint)
-    _check_guard(lse_buf, lse_part.numel(), "_decode_partial_kernel", case, hint)
     far = [b * stride_kb + per_seq >= 2**31 for b in range(B)]
 
     def wraps(got, want):
         return lambda: int32_offset_hint(got, want, 1e-5, far=far, what="b * stride_kb + kvh * stride_kh",
                                          fix="b.to(tl.int64) * stride_kb + kvh.to(tl.int64) * stride_kh")
 
-    diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=1e-5,
-                                            name="lse_part (natural-log LSE of each row over each split's keys)"),
-              wraps(lse_part, lse_ref))
-    diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
-                                            case=case, tol=1e-5), wraps(o_part, o_ref))
+    def compare() -> None:
+        diagnosed(lambda: assert_close_or_empty(lse_part, lse_ref, case=case, tol=1e-5,
+                                                name="lse_part (natural-log LSE of each row over each split's keys)"),
+                  wraps(lse_part, lse_ref))
+        diagnosed(lambda: assert_close_or_empty(o_part, o_ref, name="o_part (each split's softmax-weighted mean of V)",
+                                                case=case, tol=1e-5), wraps(o_part, o_ref))
+
+    # accounted on every machine: the ledger switches off every lane outside the pages that exist
+    check_kernel(KernelCheck(
+        what="_decode_partial_kernel", case=case, launch=launch_decode.run_decode_partial,
+        args=(kernel, q, k, v, lens, o_part, lse_part), kwargs=dict(causal=causal, cfg=cfg), key=kernel,
+        accounted=True, buffers=buffers,
+        tails=(Tail(o_buf, o_part.numel(), _past_the_end("_decode_partial_kernel", case, hint)),
+               Tail(lse_buf, lse_part.numel(), _past_the_end("_decode_partial_kernel", case, hint))),
+        compare=compare))

@@ -1,7 +1,7 @@
 """Checkers of notebook 09: FP8 (E4M3) scales and quantisation, the shared-memory estimate, and the
 config pruning that ``triton.autotune`` calls. All run on plain tensors and lists, on a CPU.
 
-Each checker calls the learner's function on copies through :func:`attnlab.verify.call_learner` (time
+Each checker calls the learner's function on copies through :func:`attnlab.checking.harness.call_learner` (time
 limit, the grader's guard) and checks properties of what came back, whatever code made it:
 
 - scale of a group (one head, or ``block_rows`` rows of one head, the last block possibly short) =
@@ -39,8 +39,9 @@ no infinities), FlashAttention-3 (Shah et al., 2024, section 3.3: per-block scal
 ``triton.autotune``'s ``prune_configs_by={"early_config_prune": f}`` contract,
 ``f(configs, named_args, **kwargs) -> configs`` (triton/runtime/autotuner.py).
 """
-# Length: Long because it holds notebook 09's four checkers and the tripwire that keeps their
-# references from learner code; the tripwire is to move into checking/.
+# Length: above 400 lines on purpose: the tripwire that keeps the references from learner code tells the
+# checkers' own frames by this file (``_ours``), so the four checkers, their references and the tripwire
+# stay one module; the steps shared with the other checkers (call_learner) are in checking/harness.py.
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ import torch
 from .core import review
 from .checks import Case, assert_shape, randn
 from .checking.probe import MethodProbe, tensors_in
-from .verify import call_learner
+from .checking.harness import call_learner
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
            "check_smem_estimate", "check_prune_configs", "expected_smem", "expected_scales"]
@@ -456,6 +457,8 @@ def check_fp8_scales(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch.f
 
     Raises:
         AssertionError: naming the case, the group and the expected scale (and the draw).
+
+    Contract: ``attnlab.contracts.fp8_scales``.
     """
     if draw:
         with _drawn("check_fp8_scales", draw, seed, replay) as d:
@@ -516,6 +519,8 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     Raises:
         AssertionError: wrong dtype or shape, NaN, a value off by more than half an E4M3 step, a
             value beyond ±448 converted, or FP8 values made where the checks cannot see them.
+
+    Contract: ``attnlab.contracts.quantize_fp8``.
     """
     if draw:
         with _drawn("check_quantize_fp8", draw, seed, replay) as d:
@@ -601,6 +606,8 @@ def check_smem_estimate(fn, *, cases=_DEFAULT_SMEM_CASES, draw: int = 0, seed: i
 
     Raises:
         AssertionError: the arguments, what came back and what was expected (and the draw).
+
+    Contract: ``attnlab.contracts.smem_estimate``.
     """
     for args in cases:
         _smem_once(fn, args)
@@ -675,6 +682,8 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
 
     Raises:
         AssertionError: the configs kept wrongly and dropped wrongly, with the estimate of each.
+
+    Contract: ``attnlab.contracts.prune_configs``.
     """
     if draw:
         with _drawn("check_prune_configs", draw, seed, replay) as d:
