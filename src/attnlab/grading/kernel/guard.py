@@ -59,11 +59,11 @@ SNAPSHOT_MODULES = (
     # replaces inspect.getfile when it is imported: a library imported later that patched these would
     # have its patch undone and noted in every notebook (Triton, imported below, patches none)
     "numpy", "inspect", "re",
-    # the compile gate's modules and the checking harness
+    # the compile gate's modules, the checking harness and the ledger's data flow
     "attnlab.gpu_compile.targets", "attnlab.gpu_compile.signature", "attnlab.gpu_compile.interpreter",
     "attnlab.gpu_compile.compiling", "attnlab.gpu_compile.clock", "attnlab.gpu_compile.diagnosis",
     "attnlab.gpu_compile.gate", "attnlab.gpu_compile.launching", "attnlab.gpu_compile.usage",
-    "attnlab.checking.harness", "attnlab.verify_pytorch", "attnlab.contracts",
+    "attnlab.checking.harness", "attnlab.verify_pytorch", "attnlab.contracts", "attnlab.checking.flow",
 )
 #: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.checking.loads)
 #: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a
