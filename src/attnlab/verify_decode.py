@@ -18,6 +18,8 @@ Each draws seeded inputs, launches the learner's kernels the way the given ``fla
   of its GQA group, in tiles of at most BLOCK_N keys, with the products through ``tl.dot``. Only the split kernel's checker does this, so a kernel that reloads K/V per
   query head loses that checker's points, not the end-to-end ones as well.
 """
+# Length: one job, notebook 08's four checkers (split, merge, both, large offsets); the steps they share with
+# the other notebooks' checkers are in checking/harness.py.
 
 from __future__ import annotations
 
