@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from ...core.review import PREFIX as REVIEW
+from ...core.outcome import Status, split_reviews
 from ..course import Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
@@ -479,8 +479,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
     errors = cell_errors(out)
     notes = grader_notes(out)
     res.variant = _variant_of(out)
-    res.notes = [n for n in notes if not n.startswith(REVIEW)]
-    res.needs_review = [n for n in notes if n.startswith(REVIEW)]
+    res.needs_review, res.notes = split_reviews(notes)
     grades = read_grades(course, student, notebook)
     for gid, max_points in auto.items():
         score = grades.get(gid, (0.0, max_points))[0] or 0.0

@@ -59,6 +59,7 @@ SNAPSHOT_MODULES = (
     # replaces inspect.getfile when it is imported: a library imported later that patched these would
     # have its patch undone and noted in every notebook (Triton, imported below, patches none)
     "numpy", "inspect", "re",
+    "attnlab.core.outcome",  # outcomes
 )
 #: Triton's classes that run a kernel under the interpreter, where the load accounting (attnlab.checking.loads)
 #: and the compile gate watch it: guarded in notebooks that use Triton (install's ``triton``), since a
