@@ -36,6 +36,8 @@ import signal
 import sys
 import types
 
+from ...core.outcome import review as _review  # bound here: a cell may rebind outcome.review
+
 #: Modules whose attributes (functions, classes, constants) the tests rely on: snapshotted when the guard is
 #: installed, put back and noted after each cell that changed them.
 SNAPSHOT_MODULES = (
@@ -239,7 +241,7 @@ def _note(text: str) -> None:
         _STATE.seen = set()
         if type(_STATE.notes) is not list:
             _STATE.notes = []
-        _note("needs review: the grader's record of notes had been replaced by notebook code")
+        _note(_review("the grader's record of notes had been replaced by notebook code").text)
     if text not in _STATE.seen:
         _STATE.seen.add(text)
         _STATE.notes.append(text)
