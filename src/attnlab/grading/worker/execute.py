@@ -45,6 +45,8 @@ they are, so the report can list them apart. Everything it noticed is appended t
 """
 # Length: To split (issue 32): its steps (guard calls, output limits, kernel restarts, timing of
 # cells) are to become one nbgrader preprocessor each.
+# It stays long until then: its steps share one kernel client and one cell loop (nbclient's), so no part
+# moves out cheaply; its review notes are told apart by attnlab.core.outcome (kinds), not by their words.
 
 from __future__ import annotations
 
