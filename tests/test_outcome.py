@@ -47,3 +47,23 @@ def test_flag_prints_the_same_text(capsys):
 
     review.flag("why")
     assert capsys.readouterr().out == "[grader] needs review: why\n"
+
+
+def test_a_timeout_is_contended_by_its_status_whatever_its_reason_says():
+    from attnlab.grading.host.autograde import NotebookResult, contended, not_graded
+
+    for reason in ("grading ran past 600 s and was stopped", "stopped: too slow (reworded)"):
+        result = NotebookResult("s", "n", Status.TIMEOUT, reason=reason)
+        assert contended(result) and not_graded([result]) == [result]
+
+
+def test_reports_print_a_status_as_the_word_they_always_printed(tmp_path):
+    from attnlab.grading.host.autograde import (NotebookResult, format_report, read_report_json,
+                                                write_report_json)
+
+    typed = [NotebookResult("s", "n", Status.MISSING, reason="no submission")]
+    plain = [NotebookResult("s", "n", "missing", reason="no submission")]
+    assert format_report(typed) == format_report(plain)
+    write_report_json(typed, tmp_path / "r.json")
+    assert read_report_json(tmp_path / "r.json")[0].status is not None
+    assert read_report_json(tmp_path / "r.json")[0].status == Status.MISSING
