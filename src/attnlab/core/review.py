@@ -10,8 +10,10 @@ autograding, handed to the grader through the guard's notes channel
 
 from __future__ import annotations
 
-#: Prefix of every review note, in cell output and in the grader's notes.
-PREFIX = "needs review: "
+from .outcome import REVIEW_PREFIX, review
+
+#: Prefix of every review note, in cell output and in the grader's notes (:data:`attnlab.core.outcome.REVIEW_PREFIX`).
+PREFIX = REVIEW_PREFIX
 
 
 #: Where a note goes besides the cell's output: the grading guard's notes channel, connected by
@@ -29,7 +31,7 @@ def connect(sink) -> None:
 
 def flag(reason: str) -> None:
     """Report ``reason`` for review: printed to stdout and, while autograding, noted for the report."""
-    text = PREFIX + reason
+    text = review(reason).text
     print(f"[grader] {text}", flush=True)
     if _SINK is not None:
         _SINK(text)

@@ -13,8 +13,9 @@ or with the reason it was not, even when a worker or a kernel is killed or the g
 goes away (waited for: :func:`attnlab.grading.worker.gradebook.retrying`); a re-grade keeps the hand grading of answers
 that did not change (:func:`attnlab.grading.worker.gradebook.keep_hand_grading`).
 """
-# Length: To split (issue 32): records and reports, the worker pool, contention and the
-# orchestration are separate jobs.
+# Length: records (.records), contention (.contention) and reports (.reports) are split out; the
+# worker pool (_run_worker, _Pool, _Slot, ~250 lines) still lives here because tests drive it through
+# these private names (moving it means making them public first: issue 32, item 3, left for later).
 
 from __future__ import annotations
 
@@ -34,42 +35,15 @@ from pathlib import Path
 
 import nbformat
 
-from ...core.review import PREFIX as REVIEW
+from ...core.outcome import Status, split_reviews
+from .contention import contended, contended_reason
+from .records import CellResult, NotebookResult, not_graded, printable, without_escapes
+from .reports import format_report, read_report_json, write_report_csv, write_report_json  # noqa: F401 (public here)
 from ..course import Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
 NOTEBOOK_LIMIT_S = 600
 
-
-@dataclass
-class CellResult:
-    grade_id: str
-    points: float | None   # None: waits for manual grading
-    max_points: float
-    reason: str = ""       # why points were lost (empty when full marks or manual)
-
-
-@dataclass
-class NotebookResult:
-    student: str
-    notebook: str
-    status: str            # graded | missing | failed | timeout (failed, timeout: not graded)
-    points: float = 0.0    # autograded points earned
-    max_points: float = 0.0
-    manual_max: float = 0.0  # points waiting for manual grading
-    reason: str = ""
-    seconds: float = 0.0
-    cells: list[CellResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what the grader noticed or repaired
-    needs_review: list[str] = field(default_factory=list)  # "needs review: ..." notes from the checks
-    gradebook: list[str] = field(default_factory=list)  # hand grading kept or reopened, outages waited out
-    variant: str = ""  # whose variant the kernel had (attnlab.variants.describe)
-
-    def losses(self) -> list[str]:
-        if self.status != "graded":
-            return [self.reason]
-        return [f"{c.grade_id} (-{c.max_points - (c.points or 0):g}): {c.reason}" for c in self.cells
-                if c.points is not None and c.points < c.max_points]
 
 
 def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]:
@@ -85,21 +59,9 @@ def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]
     return auto, manual
 
 
-#: Terminal escape sequences (CSI ``ESC [ ... final``, OSC ``ESC ] ... BEL/ST``, two-byte ``ESC x``) and
-#: every other control character: learner text (an exception's message) reaches the instructor's terminal
-#: through the report, where a red team's sequences moved the cursor, rewrote a row's points and hid
-#: the lines after it.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # and bidi overrides
-
-
-def printable(text: str) -> str:
-    """``text`` on one line with no escape sequence or control character left (tabs kept)."""
-    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
-
 
 def _first_line(text: str, limit: int = 220) -> str:
-    text = _ESCAPES.sub("", text).strip()
+    text = without_escapes(text).strip()
     line = text.splitlines()[0] if text else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -464,14 +426,14 @@ def _kill_kernels(pidfile: Path) -> None:
 def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
               seconds: float, gradebook_notes: list[str] = (), *, limit_s: float) -> NotebookResult:
     auto, manual_max = notebook_points(course, notebook)
-    res = NotebookResult(student, notebook, "graded", max_points=sum(auto.values()), manual_max=manual_max,
+    res = NotebookResult(student, notebook, Status.GRADED, max_points=sum(auto.values()), manual_max=manual_max,
                          seconds=seconds, gradebook=[str(n) for n in gradebook_notes])
     out = course.autograded / student / course.assignment / f"{notebook}.ipynb"
     if status != "ok" or not out.exists():
         if status == "timeout":
-            res.status, res.reason = "timeout", f"grading ran past {limit_s:g} s and was stopped"
+            res.status, res.reason = Status.TIMEOUT, f"grading ran past {limit_s:g} s and was stopped"
         else:
-            res.status, res.reason = "failed", _failure_reason(log)
+            res.status, res.reason = Status.FAILED, _failure_reason(log)
         if out.exists():
             out.unlink()
         _zero_notebook(course, student, notebook)
@@ -479,8 +441,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
     errors = cell_errors(out)
     notes = grader_notes(out)
     res.variant = _variant_of(out)
-    res.notes = [n for n in notes if not n.startswith(REVIEW)]
-    res.needs_review = [n for n in notes if n.startswith(REVIEW)]
+    res.needs_review, res.notes = split_reviews(notes)
     grades = read_grades(course, student, notebook)
     for gid, max_points in auto.items():
         score = grades.get(gid, (0.0, max_points))[0] or 0.0
@@ -571,7 +532,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             r = evaluate(s, n, outcome)
         except Exception as exc:  # noqa: BLE001 (the gradebook gone for good, or a bug: say so, carry on)
             auto, manual = notebook_points(course, n)
-            r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual,
+            r = NotebookResult(s, n, Status.FAILED, max_points=sum(auto.values()), manual_max=manual,
                                reason=_unrecorded(exc), seconds=outcome[2] if outcome else 0.0)
         from ..worker.gradebook import take_waits
 
@@ -587,7 +548,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         if s in refused or outcome is None:
             auto, manual = notebook_points(course, n)
         if s in refused:
-            r = NotebookResult(s, n, "failed", max_points=sum(auto.values()), manual_max=manual, reason=refused[s])
+            r = NotebookResult(s, n, Status.FAILED, max_points=sum(auto.values()), manual_max=manual, reason=refused[s])
             _zero_notebook(course, s, n)
         elif outcome is None:
             folder = course.submitted / s / course.assignment
@@ -597,7 +558,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
                 reason += " (no submission folder)"
             elif others:
                 reason += f" (the submission holds {', '.join(others)})"
-            r = NotebookResult(s, n, "missing", max_points=sum(auto.values()), manual_max=manual, reason=reason)
+            r = NotebookResult(s, n, Status.MISSING, max_points=sum(auto.values()), manual_max=manual, reason=reason)
             _zero_notebook(course, s, n)
         else:
             r = _evaluate(course, s, n, *outcome, limit_s=limit_s)
@@ -625,31 +586,6 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
     return [results[f"{s}/{n}"] for s, n in jobs]
 
 
-#: What another slot's kernel can cause (CPU starved by its threads, GPU or host memory taken): a
-#: timeout (the notebook's, a cell's, or a test's wall-clock limit on one call of learner code,
-#: :func:`attnlab.checks.time_limit`), a dead or unresponsive kernel, an exhausted budget, an
-#: out-of-memory error.
-_CONTENDED = re.compile(r"ran past|did not finish within|kernel died|stopped responding|did not respond to an "
-                        r"interrupt|used up its [\d.]+ s budget|grading worker process died|out of memory|"
-                        r"OutOfMemoryError", re.IGNORECASE)
-#: ... and, where no per-kernel task bound is in force (attnlab.grading.sandbox.tasks), a thread or process that
-#: could not be started because another slot filled the process table. With the bound, that message
-#: is the kernel's own limit speaking: nothing to grade again.
-_NO_TASKS = re.compile(r"can't start new thread|Resource temporarily unavailable", re.IGNORECASE)
-
-
-def contended(result: NotebookResult) -> bool:
-    """Whether ``result`` failed (or lost a cell) in a way a kernel in another slot can cause. A call
-    that timed out while running on the CPU all along (:data:`attnlab.checks.RAN_ALL_ALONG`) was not
-    slowed by other work: graded again alone, it would only spend its time limit again."""
-    from ...checks import RAN_ALL_ALONG
-    from ..sandbox.tasks import describe
-
-    texts = [t for t in (result.reason, *result.notes, *(c.reason for c in result.cells)) if t]
-    if not describe()[0] and any(_NO_TASKS.search(t) for t in texts):
-        return True
-    return result.status == "timeout" or any(_CONTENDED.search(t) and RAN_ALL_ALONG not in t for t in texts)
-
 
 def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan, limit_s: float,
                    progress) -> None:
@@ -665,16 +601,10 @@ def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan
     _run_worker(course, again, limit_s, on_done=finish, workers=plan.alone())
     for job in again:
         was = first[job]
-        why = was.reason if was.status != "graded" else next(
-            (t for t in [*was.notes, *(c.reason for c in was.cells)] if t and _CONTENDED.search(t)), "")
+        why = was.reason if was.status != Status.GRADED else contended_reason(was)
         if job in results and results[job] is not was:
             results[job].notes.append(f"graded again alone after the parallel pass, where it got "
                                       f"{was.points:g}/{was.max_points:g} ({was.status}: {why}); this result counts")
-
-
-def not_graded(results: list[NotebookResult]) -> list[NotebookResult]:
-    """The notebooks that could not be graded (failed or timed out); missing ones count as graded 0."""
-    return [r for r in results if r.status in ("failed", "timeout")]
 
 
 def autograde_submission(course: Course, student: str, notebooks: list[str] | None = None,
@@ -697,95 +627,6 @@ def autograde(course: Course, students: list[str] | None = None, notebooks: list
     notebooks = notebooks or course.notebook_names()
     jobs = [(s, n) for s in students or submitted_students(course) for n in notebooks]
     return autograde_jobs(course, jobs, progress=progress, allow_unsafe=allow_unsafe, workers=workers)
-
-
-def format_report(results: list[NotebookResult]) -> str:
-    """A table of autograded points per student and notebook, then one line per lost point."""
-    students = list(dict.fromkeys(r.student for r in results))
-    notebooks = list(dict.fromkeys(r.notebook for r in results))
-    by = {(r.student, r.notebook): r for r in results}
-    short = [n.split("_", 1)[0] for n in notebooks]
-    width = max([len(s) for s in students] + [7])
-    lines = ["Autograded points (manually graded answers not included)",
-             "  ".join([f"{'student':<{width}}", *[f"{s:>7}" for s in short], f"{'total':>9}"])]
-    for s in students:
-        row = [by[(s, n)] for n in notebooks if (s, n) in by]
-        cells = []
-        for n in notebooks:
-            r = by.get((s, n))
-            cells.append(f"{'':>7}" if r is None else f"{f'{r.points:g}/{r.max_points:g}':>7}")
-        total = f"{sum(r.points for r in row):g}/{sum(r.max_points for r in row):g}"
-        lines.append("  ".join([f"{s:<{width}}", *cells, f"{total:>9}"]))
-    lines.append("")
-    lines.append("Legend: " + ", ".join(f"{s} = {n}" for s, n in zip(short, notebooks)))
-    losses = [(r, loss) for r in results for loss in r.losses()]
-    if losses:
-        lines.append("")
-        lines.append("Points lost:")
-        for r, loss in losses:
-            lines.append(f"  {r.student} / {r.notebook}: {loss}")
-    reviews = [(r, note) for r in results for note in r.needs_review]
-    if reviews:
-        lines.append("")
-        lines.append("Needs review (what the checks could not rule out: look at these notebooks yourself):")
-        for r, note in reviews:
-            lines.append(f"  {r.student} / {r.notebook}: {note}")
-    hand = [(r, note) for r in results for note in r.gradebook]
-    if hand:
-        lines.append("")
-        lines.append("Gradebook (hand grading kept or reopened by this run; database outages waited out):")
-        for r, note in hand:
-            lines.append(f"  {r.student} / {r.notebook}: {note}")
-    failed = not_graded(results)
-    if failed:
-        lines.append("")
-        lines.append(f"NOT GRADED: {len(failed)} notebook(s) could not be graded (grade them again with --student "
-                     f"and --notebook once the cause is gone): " + ", ".join(f"{r.student}/{r.notebook}" for r in failed))
-        for r in failed:
-            lines.append(f"  {r.student}/{r.notebook}: {r.reason}")
-    notes = [(r, note) for r in results for note in r.notes]
-    if notes:
-        lines.append("")
-        lines.append("Grader's notes (what was repaired, restored or flagged; also shown to the learner):")
-        for r, note in notes:
-            lines.append(f"  {r.student} / {r.notebook}: {note}")
-    return "\n".join(printable(line) for line in lines)
-
-
-def _cell(text: str) -> str:
-    """A CSV field a spreadsheet shows as text: no control characters, no leading formula sign."""
-    text = printable(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t") else text
-
-
-def write_report_csv(results: list[NotebookResult], path: Path) -> None:
-    """One row per (student, notebook): status, points, and the reasons for lost points."""
-    import csv
-
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["student", "notebook", "status", "points", "max_points", "manual_points_pending",
-                    "seconds", "losses", "needs_review", "notes", "gradebook", "variant"])
-        for r in results:
-            w.writerow([_cell(r.student), _cell(r.notebook), r.status, f"{r.points:g}", f"{r.max_points:g}",
-                        f"{r.manual_max:g}", f"{r.seconds:.1f}", _cell(" | ".join(r.losses())),
-                        _cell(" | ".join(r.needs_review)), _cell(" | ".join(r.notes)), _cell(" | ".join(r.gradebook)),
-                        _cell(r.variant)])
-
-
-def write_report_json(results: list[NotebookResult], path: Path) -> None:
-    """Every result with its cells and notes, for scripts (``attnlab autograde --report-json``)."""
-    from dataclasses import asdict
-
-    Path(path).write_text(json.dumps([asdict(r) for r in results], indent=1))
-
-
-def read_report_json(path: Path) -> list[NotebookResult]:
-    results = []
-    for d in json.loads(Path(path).read_text()):
-        cells = [CellResult(**c) for c in d.pop("cells")]
-        results.append(NotebookResult(**d, cells=cells))
-    return results
 
 
 def export_grades(course: Course, path: Path) -> Path:

@@ -45,6 +45,8 @@ they are, so the report can list them apart. Everything it noticed is appended t
 """
 # Length: To split (issue 32): its steps (guard calls, output limits, kernel restarts, timing of
 # cells) are to become one nbgrader preprocessor each.
+# It stays long until then: its steps share one kernel client and one cell loop (nbclient's), so no part
+# moves out cheaply; its review notes are told apart by attnlab.core.outcome (kinds), not by their words.
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from ...core.device import FORCE_ENV
+from ...core.outcome import is_review, split_reviews
 from ...core.review import PREFIX as REVIEW
 from ... import variants
 from . import iopub as _iopub
@@ -271,8 +274,7 @@ class GradingExecute(Execute):
         add_notes(nb, self._notes)
         notes = nb.metadata.get("attnlab", {}).get("notes", [])
         if notes:
-            reviews = [n for n in notes if n.startswith(REVIEW)]
-            others = [n for n in notes if not n.startswith(REVIEW)]
+            reviews, others = split_reviews(notes)
             text = "**Grader's notes** (written by the autograder while grading this notebook):\n\n"
             if reviews:
                 text += ("**Needs review** (what the checks could not rule out; a person will look at it):\n\n"
@@ -384,10 +386,10 @@ class GradingExecute(Execute):
         label = _label(cell, index)
         # a check's "needs review: ..." (attnlab.core.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
-        for note in [n for n in [*before, *after] if isinstance(n, str) and n.startswith(REVIEW)]:
+        for note in [n for n in [*before, *after] if is_review(n)]:
             self._notes.append(f"{note} ({label})")
-        before = [n for n in before if not (isinstance(n, str) and n.startswith(REVIEW))]
-        after = [n for n in after if not (isinstance(n, str) and n.startswith(REVIEW))]
+        before = [n for n in before if not is_review(n)]
+        after = [n for n in after if not is_review(n)]
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
             # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers

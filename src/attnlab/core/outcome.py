@@ -1,0 +1,92 @@
+"""Outcomes as data: what a check or the grader concluded, as a kind a program reads and a text people read.
+
+Issue 32, item 3. A grading decision (list a note under "needs review", re-grade a notebook alone)
+reads the :class:`Kind`, never the words: rewording a message for people changes no grade.
+
+Who sets and who reads each kind:
+
+- ``REVIEW``: set by a check that cannot rule something out (:func:`attnlab.core.review.flag`) and by the
+  grader's own steps (the executor, the repair scan, the kernel guard); read by the worker's feedback cell
+  and the host's report, which list these notes apart for a person.
+- ``CONTENDED``: a notebook ran past a limit or lost its kernel, which a busy machine can cause; set where
+  the limit is met (``checks.time_limit``, the executor, the guard); read by the host, which re-grades
+  such a notebook alone before it counts.
+- ``INFO``: any other note of the grader (a repair, a dropped output); shown, decides nothing.
+
+Notes travel as JSON from the kernel to the worker to the host (the notebook's ``attnlab.notes``
+metadata). :meth:`Note.to_json` writes ``{"kind": ..., "text": ...}``; :func:`notes_of` reads those and
+the plain strings older notebooks and channels carry (a plain string is classified once, here, by the
+review prefix it has always had; nothing else in the package reads that prefix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Iterable
+
+#: Prefix the text of every review note starts with, in cell output and in the grader's notes (shown to
+#: people; :func:`notes_of` reads it only to classify a plain-string note).
+REVIEW_PREFIX = "needs review: "
+
+
+class Kind(StrEnum):
+    """What a note means to the grader (module docstring: who sets and who reads each)."""
+
+    REVIEW = "review"
+    CONTENDED = "contended"
+    INFO = "info"
+
+
+class Status(StrEnum):
+    """A graded notebook's outcome, as the host records it (the same strings the reports print)."""
+
+    GRADED = "graded"    # nbgrader finished and the grades were read
+    MISSING = "missing"  # no submission: zero points
+    FAILED = "failed"    # nbgrader did not finish (not graded)
+    TIMEOUT = "timeout"  # grading ran past its limit and was stopped (not graded; re-graded alone)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One note: its :class:`Kind` (for the grader) and its text (for people, shown unchanged)."""
+
+    kind: Kind
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": str(self.kind), "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Note":
+        """A note from its JSON form, or from a plain string (classified by the review prefix)."""
+        if isinstance(data, Note):
+            return data
+        if isinstance(data, dict):
+            return cls(Kind(data.get("kind", Kind.INFO)), str(data.get("text", "")))
+        text = str(data)
+        return cls(Kind.REVIEW if text.startswith(REVIEW_PREFIX) else Kind.INFO, text)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def review(reason: str) -> Note:
+    """A review note for ``reason``; its text is ``"needs review: <reason>"`` as people have always read it."""
+    return Note(Kind.REVIEW, REVIEW_PREFIX + reason)
+
+
+def notes_of(items: Iterable[Any] | None) -> list[Note]:
+    """The notes in ``items`` (JSON dicts, plain strings or :class:`Note`), in order; ``None`` gives none."""
+    return [Note.from_json(item) for item in (items or ()) if isinstance(item, (str, dict, Note))]
+
+
+def is_review(item: Any) -> bool:
+    """Whether ``item`` (a note in any form notes take) is for a person to review."""
+    return isinstance(item, (str, dict, Note)) and Note.from_json(item).kind is Kind.REVIEW
+
+
+def split_reviews(items: Iterable[Any] | None) -> tuple[list[str], list[str]]:
+    """The texts of ``items`` as (review notes, other notes), each in order."""
+    notes = notes_of(items)
+    return ([n.text for n in notes if n.kind is Kind.REVIEW], [n.text for n in notes if n.kind is not Kind.REVIEW])
