@@ -209,8 +209,8 @@ def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: flo
     return ""
 
 
-def _tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split: int, block_n: int,
-                    rescale_l: bool, rescale_acc: bool):
+def tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split: int, block_n: int,
+                   rescale_l: bool, rescale_acc: bool):
     """Split-K partial O and LSE of an online softmax over ``block_n``-key tiles from each split's start,
     with or without the rescale of l and acc by exp(m_old − m_new) when a tile raises the running max.
     float64, (B, H_q, T_q, num_splits, D) and (B, H_q, T_q, num_splits); rows of a split with no
@@ -257,7 +257,7 @@ def rescale_hint(got, which: str, q, k, v, visible, valid, *, num_splits: int, k
     if keys_per_split <= block_n:  # one tile per split: nothing to rescale, every variant is right
         return ""
     def partials(rescale_l: bool, rescale_acc: bool) -> torch.Tensor:
-        o, lse = _tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
+        o, lse = tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
                                  block_n=block_n, rescale_l=rescale_l, rescale_acc=rescale_acc)
         return o if which == "o" else lse
 
