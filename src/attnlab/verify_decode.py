@@ -35,7 +35,7 @@ from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, ker
 from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
-           "check_decode_partial_large_offsets"]
+           "check_decode_partial_large_offsets", "top_left_hint"]
 
 
 def _dtype_name(dtype) -> str:

@@ -18,7 +18,7 @@ from ..reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
            "diagnosed", "head_offset_hint", "int32_offset_hint", "later_heads_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
-           "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
+           "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint", "tiled_partials"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

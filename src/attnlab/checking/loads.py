@@ -52,7 +52,8 @@ from .flow import (FLOW_ATTR, INDEX_OPS, give_flow, join_flows, flow_tags, live_
 
 __all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races", "sources",
            "live_flops",
-           "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals"]
+           "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals",
+           "memory_methods", "ROUTED"]
 
 #: Builder methods that touch memory themselves (every other memory method of Triton 3.x routes
 #: through ``create_masked_load``/``create_masked_store`` on the builder instance, so through these).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..grading.course import tool_env
 
-__all__ = ["prepare_folder", "lab_command", "lab_env", "add_parser"]
+__all__ = ["prepare_folder", "lab_command", "lab_env", "add_parser", "OLD_CONFIG"]
 
 DEFAULT_FOLDER = Path("~/attention-lab")
 #: Where nbgrader's settings file goes, inside the learner's folder: hidden, so that JupyterLab (which

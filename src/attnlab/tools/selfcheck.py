@@ -38,7 +38,8 @@ from pathlib import Path
 from .. import variants
 from ..course_files import find as find_course_files, source_notebooks
 
-__all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
+__all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report",
+           "main", "advice_of", "error_of"]
 
 STUDENT = "selfcheck"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
