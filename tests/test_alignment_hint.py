@@ -84,7 +84,7 @@ def test_hint_ignores_tensor_subclasses_and_equal_lengths():
 
 def test_alignment_hints_are_quiet_like_the_others():
     """A hint that fails (odd device or values of a learner's output) gives "", never its own error."""
-    from attnlab.verify_decode import _top_left_hint
+    from attnlab.verify_decode import top_left_hint
 
     q, k, v = (torch.randn(1, 1, t, 4, dtype=torch.float64) for t in (3, 5, 5))
     meta = torch.empty(1, 1, 3, 4, device="meta")  # cannot be copied to compare: the comparison raises
@@ -93,4 +93,4 @@ def test_alignment_hints_are_quiet_like_the_others():
     def reference(align):
         raise RuntimeError("the reference could not be built")
 
-    assert _top_left_hint(reference, (q,), 1e-6)() == ""
+    assert top_left_hint(reference, (q,), 1e-6)() == ""

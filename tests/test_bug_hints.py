@@ -316,8 +316,8 @@ def test_08_rescale_hint_needs_a_match_and_several_tiles():
     o_ref, _ = reference_decode.decode_partials_reference(q, k, v, lens, causal=True, num_splits=2, keys_per_split=32)
     kw = dict(num_splits=2, keys_per_split=32, tol=1e-9)
     assert rescale_hint(o_ref, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # right: no hint
-    from attnlab.checking.hints import _tiled_partials
-    l_kept, _ = _tiled_partials(q, k, v, visible, valid, num_splits=2, keys_per_split=32, block_n=16,
+    from attnlab.checking.hints import tiled_partials
+    l_kept, _ = tiled_partials(q, k, v, visible, valid, num_splits=2, keys_per_split=32, block_n=16,
                                 rescale_l=False, rescale_acc=True)
     assert "when l is not rescaled" in rescale_hint(l_kept, "o", q, k, v, visible, valid, block_n=16, **kw)
     assert rescale_hint(o_ref * 1.5, "o", q, k, v, visible, valid, block_n=16, **kw) == ""  # wrong another way

@@ -307,14 +307,14 @@ def test_reference_kernels_compile_and_report_resources(tmp_path):
 def test_selfcheck_lists_the_gates_advice(tmp_path):
     import nbformat
 
-    from attnlab.tools.selfcheck import NotebookReport, TestReport, _advice_of, format_report
+    from attnlab.tools.selfcheck import NotebookReport, TestReport, advice_of, format_report
 
     cell = nbformat.v4.new_code_cell("launch()")
     line = "_softmax_kernel compiles for sm_75 (Colab's T4). With *fp32 pointers: 15 registers/thread"
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"row sums\n{gc.ADVICE_PREFIX}{line}\n")]
     path = tmp_path / "graded.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[cell, cell]), path)
-    assert _advice_of(path) == [line]  # once, however often it was printed
+    assert advice_of(path) == [line]  # once, however often it was printed
     rep = NotebookReport(Path("mine.ipynb"), "04_triton_softmax", "graded", tests=[
         TestReport("test_a", 3.0, 3.0, "test")], advice=[line])
     text = format_report([rep])

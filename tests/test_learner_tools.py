@@ -345,7 +345,6 @@ def test_doctor_reports_this_environment():
 
 def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, capsys):
     """On a busy machine the slow checks take a minute: the quick ones are on screen before they end."""
-    import argparse
     import threading
     import time
 
@@ -358,7 +357,7 @@ def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, cap
         return doctor.Check("grading sandbox", doctor.OK, "slow")
 
     monkeypatch.setattr(doctor, "check_sandbox", slow_sandbox)
-    run = threading.Thread(target=doctor._cmd, args=(argparse.Namespace(quick=True),))
+    run = threading.Thread(target=doctor.main, args=(["--quick"],))
     run.start()
     out, deadline = "", time.monotonic() + 120
     while "Triton  " not in out and time.monotonic() < deadline:

@@ -285,12 +285,12 @@ _TEST_CELL = ("for n_cols in (37, 128, 1000):\n    check_softmax_kernel(_softmax
 ])
 def test_selfcheck_names_the_check_that_failed(traceback, count, hidden):
     """case02b: an error raised inside a kernel defined in another cell was called a hidden failure."""
-    from attnlab.tools.selfcheck import _error_of
+    from attnlab.tools.selfcheck import error_of
 
     cell = nbformat.v4.new_code_cell(_TEST_CELL, execution_count=count)
     cell.outputs = [nbformat.v4.new_output("error", ename=traceback[-1].split(":")[0], evalue="x",
                                            traceback=traceback)]
-    assert _error_of(cell)[1] is hidden
+    assert error_of(cell)[1] is hidden
 
 
 # ------------------------------------------------------------------------------ command line
@@ -468,7 +468,7 @@ def test_attnlab_lab_starts_jupyterlab_on_a_copy_without_errors(tmp_path):
     (folder / "attention_kernels").mkdir(parents=True)
     mine = folder / "attention_kernels" / "01_online_softmax.ipynb"
     mine.write_text("my work")  # never overwritten
-    (folder / "nbgrader_config.py").write_text(lab._OLD_CONFIG)  # as an earlier attnlab lab wrote it: moved
+    (folder / "nbgrader_config.py").write_text(lab.OLD_CONFIG)  # as an earlier attnlab lab wrote it: moved
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.tools.command", "lab", str(folder), "--no-browser",
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -375,6 +375,6 @@ def test_the_scratch_build_registers_in_its_own_sqlite_even_with_a_shared_gradeb
     monkeypatch.setattr(build, "build_source", lambda course: None)
     monkeypatch.setattr(Course, "nbgrader", lambda self, *args, **kw: calls.append((self.root, args)))
     with environment({gradebook.DB_URL_ENV: SECRET_URL}):
-        fresh = build._build_fresh(Course(ROOT), tmp_path)
+        fresh = build.build_fresh(Course(ROOT), tmp_path)
     assert calls and all(root == fresh.root and f"--db=sqlite:///{fresh.root / 'gradebook.db'}" in args
                          for root, args in calls)

@@ -265,7 +265,7 @@ def test_drawn_cases_differ_between_calls_and_come_back_with_replay(monkeypatch)
     assert seen_by() == seen_by(replay=0x1234)
     for text, value in (("0x1234", 0x1234), ("4660", 0x1234), ("", None), ("not a number", None)):
         monkeypatch.setenv(verify_tuning.SEED_ENV, text)
-        assert verify_tuning._replay_from_env() == value
+        assert verify_tuning.replay_from_env() == value
 
 
 def test_a_drawn_failure_names_its_draw_and_the_replay_repeats_it():
@@ -288,17 +288,17 @@ def test_a_drawn_failure_names_its_draw_and_the_replay_repeats_it():
 def test_drawn_cases_cover_the_regimes_the_helpers_must_handle():
     from attnlab import verify_tuning as vt
 
-    d = vt._Draw("test", 200, 0, 7)
-    fp8 = [vt._drawn_fp8_case(d) for _ in range(200)]
-    assert {c["dtype"] for c in fp8} == set(vt._FLOATS)
+    d = vt.Draw("test", 200, 0, 7)
+    fp8 = [vt.drawn_fp8_case(d) for _ in range(200)]
+    assert {c["dtype"] for c in fp8} == set(vt.FLOATS)
     assert any(c["block_rows"] is None for c in fp8) and any(c["zero_blocks"] for c in fp8)
     assert any(c["block_rows"] and c["T"] % c["block_rows"] for c in fp8)  # a ragged last block
     assert any(c["block_rows"] and c["block_rows"] > c["T"] for c in fp8)  # one short block
     assert all(c["negative_heads"] for c in fp8) and sum(bool(c["zero_heads"]) for c in fp8) > 100
-    smem = [vt._drawn_smem_case(d) for _ in range(200)]
+    smem = [vt.drawn_smem_case(d) for _ in range(200)]
     assert {s[4] for s in smem} == {1, 2, 4} and {s[2] for s in smem} == set(range(1, 9))
     assert any(s[3] & (s[3] - 1) for s in smem)  # head dims that are not powers of two
-    prune = [vt._drawn_prune_case(d) for _ in range(60)]
+    prune = [vt.drawn_prune_case(d) for _ in range(60)]
     assert {p["causal"] for p in prune} == {False, True} and any(p["smem_limit"] is None for p in prune)
     assert {p["where"]["HEAD_DIM"] for p in prune} == {"named", "kwargs"}
     assert len({len(p["settings"]) for p in prune}) > 10
@@ -335,11 +335,11 @@ def test_prune_reads_names_wherever_the_launch_put_them():
 
 # ------------------------------------------------------------------------------ saturation, whatever converts
 def test_the_e4m3_table_decodes_every_bit_pattern_as_torch_does():
-    from attnlab.verify_tuning import _E4M3_VALUES
+    from attnlab.verify_tuning import E4M3_VALUES
 
     torch_values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
-    same = (torch_values == _E4M3_VALUES) | (torch_values.isnan() & _E4M3_VALUES.isnan())
-    assert bool(same.all()) and _E4M3_VALUES.nan_to_num().abs().max() == 448
+    same = (torch_values == E4M3_VALUES) | (torch_values.isnan() & E4M3_VALUES.isnan())
+    assert bool(same.all()) and E4M3_VALUES.nan_to_num().abs().max() == 448
 
 
 @pytest.mark.parametrize("convert", [
@@ -383,10 +383,10 @@ def test_any_saturation_before_the_conversion_keeps_full_marks(saturate):
 # ------------------------------------------------------------------------------ the references are refused
 _REFERENCE_CALLS = {
     "expected_smem": lambda vt, *a: vt.expected_smem(*a),
-    "_expected_kept": lambda vt, *a: vt._expected_kept([a[:3]], 1 << 20, a[3], a[4], False, 1 << 60)[0] and _smem(*a),
+    "expected_kept": lambda vt, *a: vt.expected_kept([a[:3]], 1 << 20, a[3], a[4], False, 1 << 60)[0] and _smem(*a),
     "expected_scales": lambda vt, *a: _smem(*a) + 0 * int(vt.expected_scales(torch.ones(1, 1, 1, 1)).sum()),
-    "_group_max": lambda vt, *a: _smem(*a) + 0 * int(vt._group_max(torch.ones(1, 1, 1, 1), None).sum()),
-    "_saturated": lambda vt, *a: _smem(*a) + 0 * int(vt._saturated(torch.ones(1), torch.ones(1)).sum()),
+    "group_max": lambda vt, *a: _smem(*a) + 0 * int(vt.group_max(torch.ones(1, 1, 1, 1), None).sum()),
+    "saturated": lambda vt, *a: _smem(*a) + 0 * int(vt.saturated(torch.ones(1), torch.ones(1)).sum()),
 }
 
 
@@ -466,7 +466,7 @@ def test_hiding_the_call_does_not_help(how):
             t.join()
             return out[0] if out else 0
         if how == "disarmed":
-            vt._WIRE.armed = 0
+            vt.WIRE.armed = 0
         try:
             return vt.expected_smem(*args)
         except Exception:  # noqa: BLE001
@@ -474,7 +474,7 @@ def test_hiding_the_call_does_not_help(how):
 
     with pytest.raises(AssertionError, match="refused"):
         vt.check_smem_estimate(learner, cases=((64, 64, 2, 64, 2),))
-    assert vt._WIRE.armed == 0
+    assert vt.WIRE.armed == 0
     vt.check_smem_estimate(_smem, draw=5)  # the wire is as before
 
 
@@ -525,7 +525,7 @@ def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
         vt._spread.__code__ = (lambda *a, **k: 0).__code__  # a helper of the checks (the models are closures)
         notes = json.loads(guard.before_locked({}))["notes"]
         assert (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__) == real
-        assert vt._Draw("c", 1, 0, None).draw != vt._Draw("c", 1, 0, None).draw
+        assert vt.Draw("c", 1, 0, None).draw != vt.Draw("c", 1, 0, None).draw
         print(json.dumps(notes))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -121,9 +121,9 @@ def test_every_memory_method_of_the_interpreter_is_accounted():
     route through one; anything else is wrapped as unaccounted and fails the check."""
     from triton.runtime.interpreter import interpreter_builder
 
-    assert loads._memory_methods(interpreter_builder) == []
+    assert loads.memory_methods(interpreter_builder) == []
     for name in ("create_descriptor_load", "create_atomic_load", "create_load"):
-        assert name in loads._ROUTED
+        assert name in loads.ROUTED
 
 
 def test_a_wild_atomic_read_is_switched_off():

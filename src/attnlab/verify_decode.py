@@ -35,7 +35,7 @@ from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, ker
 from .checking.work_models import check_work, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
-           "check_decode_partial_large_offsets"]
+           "check_decode_partial_large_offsets", "top_left_hint"]
 
 
 def _dtype_name(dtype) -> str:
@@ -116,7 +116,7 @@ def _cache_inputs(seqlens, *, H_q, H_kv, T_q, T_max, D, seed, dtype, device, spa
     return dev, exact, lens, bufs
 
 
-def _top_left_hint(reference, outputs, tol: float):
+def top_left_hint(reference, outputs, tol: float):
     """A hint (for :func:`attnlab.checking.hints.diagnosed`): every one of ``outputs`` equals what ``reference``
     (a function of ``align``) gives with the causal mask aligned top-left instead of bottom-right.
     Quiet like every hint: an error inside it gives "", never replacing the failure it explains."""
@@ -190,7 +190,7 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
     buffers = dict(zip(("Q", "K", "V"), bufs), SEQLENS=lens, O_PART=o_buf, LSE_PART=lse_buf)
     hint = "rows past the group's g·T_q rows must be masked out of the stores"
     tol = tolerance(dtype, device)
-    top_left = _top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
+    top_left = top_left_hint(reference, (o_part, lse_part), max(tol, 1e-5)) if causal else (lambda: "")
     visible = reference_decode.decode_visible(T_q, T_max, lens.cpu(), causal)
     valid = reference_decode.keys_in_cache(T_max, lens.cpu())
 
@@ -302,7 +302,7 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
     o, o_buf = guarded((B, H_q, T_q, D), D, dtype, device)
     lse, lse_buf = guarded((B, H_q, T_q), 1, torch.float32, device)
     tol = tolerance(dtype, device)
-    top_left = _top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
+    top_left = top_left_hint(reference, (o,), max(tol, 1e-5)) if causal else (lambda: "")
 
     def past_length():  # the same launch on a cache holding 0, not NaN, past each length
         kv = []

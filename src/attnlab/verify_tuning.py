@@ -63,7 +63,9 @@ from .checking.probe import MethodProbe, tensors_in
 from .checking.harness import call_learner
 
 __all__ = ["E4M3_MAX", "SEED_ENV", "ReferenceRefused", "check_fp8_scales", "check_quantize_fp8",
-           "check_smem_estimate", "check_prune_configs", "expected_smem", "expected_scales"]
+           "check_smem_estimate", "check_prune_configs", "expected_smem", "expected_scales",
+           "expected_kept", "group_max", "saturated", "E4M3_VALUES", "FLOATS", "Draw", "drawn_fp8_case",
+           "drawn_smem_case", "drawn_prune_case", "replay_from_env", "WIRE"]
 
 E4M3_MAX = 448.0
 _FP8 = torch.float8_e4m3fn
@@ -73,7 +75,8 @@ _FP8 = torch.float8_e4m3fn
 SEED_ENV = "ATTNLAB_CHECK_SEED"
 
 
-def _replay_from_env() -> int | None:
+def replay_from_env() -> int | None:
+    """The draw to replay named by :data:`SEED_ENV` (hex or decimal), or None when unset or unreadable."""
     text = os.environ.get(SEED_ENV, "").strip()
     try:
         return int(text, 0) if text else None
@@ -81,10 +84,10 @@ def _replay_from_env() -> int | None:
         return None
 
 
-_REPLAY = _replay_from_env()
+_REPLAY = replay_from_env()
 
 
-class _Draw:
+class Draw:
     """The random source of one drawn check: the test cell's ``seed`` mixed with ``draw`` (fresh from
     os.urandom unless replayed), and the sentence a failure ends with."""
 
@@ -103,8 +106,8 @@ class _Draw:
 
 @contextlib.contextmanager
 def _drawn(what: str, n: int, seed: int, replay: int | None):
-    """Yield a :class:`_Draw`; an ``AssertionError`` raised inside gets the draw's note appended."""
-    d = _Draw(what, n, seed, replay)
+    """Yield a :class:`Draw`; an ``AssertionError`` raised inside gets the draw's note appended."""
+    d = Draw(what, n, seed, replay)
     try:
         yield d
     except AssertionError as exc:
@@ -129,7 +132,8 @@ class _Wire:
         self.lock = threading.Lock()
 
 
-_WIRE = _Wire()
+#: The tripwire the references check: armed while a check runs learner code, with the calls it caught.
+WIRE = _Wire()
 
 
 def _ours(frame) -> bool:
@@ -162,12 +166,12 @@ def _refuse_learner_callers() -> None:
     del frame
     from .grading.kernel import guard
 
-    armed = _WIRE.armed
+    armed = WIRE.armed
     if armed or _inside_learner_call(caller) or (guard.active() and not _ours(caller)):
-        with _WIRE.lock:
-            _WIRE.trips.append(name)
+        with WIRE.lock:
+            WIRE.trips.append(name)
         # reported now: the learner code may catch the refusal, or empty the list of trips
-        review.flag(f"{_WIRE.what + ': ' if armed else ''}learner code called the checkers' reference {name}"
+        review.flag(f"{WIRE.what + ': ' if armed else ''}learner code called the checkers' reference {name}"
                     f"{' while it was being checked' if armed else ''}")
         raise ReferenceRefused(f"{name} is the checkers' own reference: graded code may not call it. "
                                f"Compute the value from its definition in the notebook.")
@@ -176,16 +180,16 @@ def _refuse_learner_callers() -> None:
 def _learner_call(fn, what: str, *args, _probe=None, **kwargs):
     """:func:`attnlab.verify.call_learner` with the checkers' references refused while ``fn`` runs: a call of
     one fails this check and is flagged for review, whatever the learner code did with the refusal."""
-    with _WIRE.lock:
-        depth, what_before = _WIRE.armed, _WIRE.what
-        _WIRE.armed, _WIRE.what = (depth if type(depth) is int and depth > 0 else 0) + 1, what
-        before = len(_WIRE.trips)
+    with WIRE.lock:
+        depth, what_before = WIRE.armed, WIRE.what
+        WIRE.armed, WIRE.what = (depth if type(depth) is int and depth > 0 else 0) + 1, what
+        before = len(WIRE.trips)
     try:
         return call_learner(fn, what, *args, _probe=_probe, **kwargs)
     finally:
-        with _WIRE.lock:  # put back what this call found, whatever the learner code set meanwhile
-            _WIRE.armed, _WIRE.what = depth if type(depth) is int and depth > 0 else 0, what_before
-            called = sorted(set(_WIRE.trips[before:]))
+        with WIRE.lock:  # put back what this call found, whatever the learner code set meanwhile
+            WIRE.armed, WIRE.what = depth if type(depth) is int and depth > 0 else 0, what_before
+            called = sorted(set(WIRE.trips[before:]))
         if called:
             raise AssertionError(f"{what}: your code called {', '.join(called)}, the reference this check compares "
                                  f"with, and was refused (flagged for review). Compute the result from the "
@@ -204,10 +208,10 @@ def expected_scales(x: torch.Tensor, block_rows=None) -> torch.Tensor:
         ReferenceRefused: called by learner code while it is checked (see the module docstring).
     """
     _refuse_learner_callers()
-    return _group_max(x.detach().abs().double(), block_rows) / E4M3_MAX
+    return group_max(x.detach().abs().double(), block_rows) / E4M3_MAX
 
 
-def _group_max(a: torch.Tensor, block_rows) -> torch.Tensor:
+def group_max(a: torch.Tensor, block_rows) -> torch.Tensor:
     """The largest entry of ``a`` (B, H, T, D) per head, or per block of ``block_rows`` rows (padding
     with the smallest value, so a short last block keeps its own maximum)."""
     _refuse_learner_callers()
@@ -229,7 +233,7 @@ def expected_smem(block_m: int, block_n: int, num_stages: int, head_dim: int, el
     return head_dim * elem_bytes * (block_m + 2 * num_stages * block_n)
 
 
-def _expected_kept(settings, T: int, head_dim: int, elem_bytes: int, causal: bool, limit: int) -> list[bool]:
+def expected_kept(settings, T: int, head_dim: int, elem_bytes: int, causal: bool, limit: int) -> list[bool]:
     """For each (BLOCK_M, BLOCK_N, num_stages) of ``settings``: whether pruning keeps it."""
     _refuse_learner_callers()
 
@@ -240,7 +244,7 @@ def _expected_kept(settings, T: int, head_dim: int, elem_bytes: int, causal: boo
     return [fits(*s) for s in settings]
 
 
-def _saturated(x: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+def saturated(x: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
     """x / scale in float64, saturated to ±448: what rounding to E4M3 must come within half a step of."""
     _refuse_learner_callers()
     return (x.double() / full).clamp(-E4M3_MAX, E4M3_MAX)
@@ -270,7 +274,8 @@ def _e4m3_table() -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64)
 
 
-_E4M3_VALUES = _e4m3_table()
+#: The value each of the 256 E4M3 bit patterns holds (NaN for the NaN patterns), indexed by the byte.
+E4M3_VALUES = _e4m3_table()
 
 
 def _e4m3_half_step(y: torch.Tensor) -> torch.Tensor:
@@ -350,7 +355,7 @@ def _scale_hint(got: torch.Tensor, x: torch.Tensor, want: torch.Tensor, block_ro
     g, w = got[ok], want[ok]
     if not bool(torch.isfinite(g).all()) or g.numel() == 0:
         return ""
-    if torch.allclose(g, _group_max(x.detach().double(), block_rows)[ok] / E4M3_MAX, rtol=1e-5, atol=0):
+    if torch.allclose(g, group_max(x.detach().double(), block_rows)[ok] / E4M3_MAX, rtol=1e-5, atol=0):
         return (" These are max(x) / 448: take the largest magnitude, x.abs().amax(), or a group whose largest "
                 "entries are negative overflows E4M3.")
     if torch.allclose(g * w, torch.ones_like(w), rtol=1e-5):
@@ -403,7 +408,8 @@ def _quantize_hint(got: torch.Tensor, x: torch.Tensor, full: torch.Tensor, T: in
 
 
 # ------------------------------------------------------------------------------ inputs
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+#: The dtypes the drawn FP8 cases give their inputs.
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _inputs(B, H, T, D, *, seed, dtype, negative_heads=(), zero_heads=(), magnitudes=None, zero_blocks=()):
@@ -425,7 +431,7 @@ def _inputs(B, H, T, D, *, seed, dtype, negative_heads=(), zero_heads=(), magnit
     return x.to(dtype)
 
 
-def _drawn_fp8_case(d: _Draw) -> dict:
+def drawn_fp8_case(d: Draw) -> dict:
     """One case for the FP8 helpers: shapes, a ragged block size or none, a dtype, per-head magnitudes
     over six decades, negative-dominated heads, an all-zero head and an all-zero block."""
     rng = d.rng
@@ -440,7 +446,7 @@ def _drawn_fp8_case(d: _Draw) -> dict:
         b, h = groups[-1]
         first = block_rows * rng.randint(0, (T - 1) // block_rows)
         zero_blocks.append((b, h, first, first + block_rows))
-    return dict(B=B, H=H, T=T, D=D, block_rows=block_rows, dtype=rng.choice(_FLOATS), negative_heads=tuple(negative),
+    return dict(B=B, H=H, T=T, D=D, block_rows=block_rows, dtype=rng.choice(FLOATS), negative_heads=tuple(negative),
                 zero_heads=tuple(zero), zero_blocks=tuple(zero_blocks), seed=d.tensor_seed(),
                 magnitudes=[10 ** rng.uniform(-3, 3) for _ in groups])
 
@@ -463,7 +469,7 @@ def check_fp8_scales(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch.f
     if draw:
         with _drawn("check_fp8_scales", draw, seed, replay) as d:
             for _ in range(draw):
-                _fp8_scales_once(fn, **_drawn_fp8_case(d))
+                _fp8_scales_once(fn, **drawn_fp8_case(d))
         return
     _fp8_scales_once(fn, B=B, H=H, T=T, D=D, block_rows=block_rows, dtype=dtype, negative_heads=negative_heads,
                      zero_heads=zero_heads, seed=seed)
@@ -525,7 +531,7 @@ def check_quantize_fp8(fn, *, B=2, H=3, T=40, D=16, block_rows=None, dtype=torch
     if draw:
         with _drawn("check_quantize_fp8", draw, seed, replay) as d:
             for _ in range(draw):
-                case = _drawn_fp8_case(d)
+                case = drawn_fp8_case(d)
                 n_groups = case["B"] * case["H"] * (1 if case["block_rows"] is None
                                                     else -(-case["T"] // case["block_rows"]))
                 factors = [10 ** d.rng.uniform(-1.7, 0.3) for _ in range(n_groups)]
@@ -570,8 +576,8 @@ def _quantize_once(fn, *, B, H, T, D, block_rows, dtype, zero_heads, seed, facto
     if not (torch.equal(x_in, x) and torch.equal(s_in, s)):
         raise AssertionError(f"quantize_fp8 [{case}]: changed its input x or scale")
     full = _spread(s, block_rows, T)
-    y = _saturated(x, full)
-    g = _E4M3_VALUES[got.detach().contiguous().view(torch.uint8).long()]  # the values its bits hold
+    y = saturated(x, full)
+    g = E4M3_VALUES[got.detach().contiguous().view(torch.uint8).long()]  # the values its bits hold
     if torch.isnan(g).any():
         idx = tuple(int(i) for i in torch.isnan(g).nonzero()[0])
         raise AssertionError(f"quantize_fp8 [{case}]: NaN at {idx} (x = {x[idx].item():.4g}): a division by a zero "
@@ -590,7 +596,7 @@ _DEFAULT_SMEM_CASES = ((64, 64, 2, 64, 2), (128, 64, 3, 128, 2), (128, 128, 4, 1
                        (128, 32, 2, 64, 4))
 
 
-def _drawn_smem_case(d: _Draw) -> tuple[int, ...]:
+def drawn_smem_case(d: Draw) -> tuple[int, ...]:
     """(block_m, block_n, num_stages, head_dim, elem_bytes): powers of two from 16 to 512, 1 to 8 stages,
     any multiple of 8 up to 512 (head dims 80, 96... exist), 1, 2 or 4 bytes."""
     rng = d.rng
@@ -614,7 +620,7 @@ def check_smem_estimate(fn, *, cases=_DEFAULT_SMEM_CASES, draw: int = 0, seed: i
     if draw:
         with _drawn("check_smem_estimate", draw, seed, replay) as d:
             for _ in range(draw):
-                _smem_once(fn, _drawn_smem_case(d))
+                _smem_once(fn, drawn_smem_case(d))
 
 
 def _smem_once(fn, args) -> None:
@@ -641,7 +647,7 @@ def _space():
     return [(bm, bn, w, s) for bm, bn, w, s in CONFIG_SPACE + extra]
 
 
-def _drawn_prune_case(d: _Draw) -> dict:
+def drawn_prune_case(d: Draw) -> dict:
     """One launch for the pruning: T a multiple of 16 up to 8192, a head dim, a dtype (1 to 4 bytes),
     causal or not, 4 to 40 distinct configs from block sizes 16-256, 2-8 warps, 1-5 stages in a random
     order, a limit (the device's, one config's exact need, or anything between the smallest and the
@@ -661,8 +667,8 @@ def _drawn_prune_case(d: _Draw) -> dict:
         r = rng.random()
         limit = None if r < 0.15 else rng.choice(needs) if r < 0.55 else rng.randint(min(needs), max(needs))
         resolved = smem_limit_bytes() if limit is None else limit
-        kept = _expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, resolved)
-        tiled = _expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, 1 << 62)
+        kept = expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, resolved)
+        tiled = expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, 1 << 62)
         if any(kept) and any(t and not k for t, k in zip(tiled, kept)):
             break
     return dict(settings=settings, T=T, head_dim=head_dim, dtype=dtype, causal=causal, smem_limit=limit,
@@ -688,7 +694,7 @@ def check_prune_configs(fn, *, T=4096, head_dim=128, dtype=torch.bfloat16, causa
     if draw:
         with _drawn("check_prune_configs", draw, seed, replay) as d:
             for _ in range(draw):
-                _prune_once(fn, **_drawn_prune_case(d))
+                _prune_once(fn, **drawn_prune_case(d))
         return
     placed = {"Q": "named", "T": "named", "HEAD_DIM": where, "CAUSAL": where}
     _prune_once(fn, settings=_space(), T=T, head_dim=head_dim, dtype=dtype, causal=causal, smem_limit=smem_limit,
@@ -730,7 +736,7 @@ def _prune_once(fn, *, settings, T, head_dim, dtype, causal, smem_limit, where) 
         raise AssertionError(f"prune_configs [{case}]: must return a list of the given configs, got "
                              f"{type(got).__name__}")
     eb = q.element_size()
-    fit = _expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, smem_limit)
+    fit = expected_kept([(bm, bn, s) for bm, bn, _, s in settings], T, head_dim, eb, causal, smem_limit)
     want = [c for c, ok in zip(configs, fit) if ok]
     if [id(c) for c in got] == [id(c) for c in want]:
         return

@@ -18,7 +18,7 @@ from ..reference import naive_attention
 
 __all__ = ["ALIGNMENTS", "alignment_sentence", "causal_attention_aligned", "causal_alignment_hint", "delta_hint",
            "diagnosed", "head_offset_hint", "int32_offset_hint", "later_heads_hint", "log2e_hint", "lse_base_hint", "scale_factor_hint", "matches_with_empty", "merge_overflow_hint", "merge_weights_hint", "padding_zero_hint", "past_length_hint", "rescale_hint",
-           "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint"]
+           "row_stride_hint", "sum_not_rescaled_hint", "unmasked_keys_hint", "zero_max_hint", "tiled_partials"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -209,8 +209,8 @@ def merge_weights_hint(o, o_part: torch.Tensor, lse_part: torch.Tensor, tol: flo
     return ""
 
 
-def _tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split: int, block_n: int,
-                    rescale_l: bool, rescale_acc: bool):
+def tiled_partials(q, k, v, visible, valid, *, num_splits: int, keys_per_split: int, block_n: int,
+                   rescale_l: bool, rescale_acc: bool):
     """Split-K partial O and LSE of an online softmax over ``block_n``-key tiles from each split's start,
     with or without the rescale of l and acc by exp(m_old − m_new) when a tile raises the running max.
     float64, (B, H_q, T_q, num_splits, D) and (B, H_q, T_q, num_splits); rows of a split with no
@@ -257,7 +257,7 @@ def rescale_hint(got, which: str, q, k, v, visible, valid, *, num_splits: int, k
     if keys_per_split <= block_n:  # one tile per split: nothing to rescale, every variant is right
         return ""
     def partials(rescale_l: bool, rescale_acc: bool) -> torch.Tensor:
-        o, lse = _tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
+        o, lse = tiled_partials(q, k, v, visible, valid, num_splits=num_splits, keys_per_split=keys_per_split,
                                  block_n=block_n, rescale_l=rescale_l, rescale_acc=rescale_acc)
         return o if which == "o" else lse
 

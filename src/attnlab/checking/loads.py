@@ -52,16 +52,17 @@ from .flow import (FLOW_ATTR, INDEX_OPS, give_flow, join_flows, flow_tags, live_
 
 __all__ = ["Access", "Dot", "Launch", "Ledger", "Race", "available", "record", "races", "check_races", "sources",
            "live_flops",
-           "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals"]
+           "check_softmax_reads", "check_flash_reads", "check_decode_reads", "interpreter_internals",
+           "memory_methods", "ROUTED"]
 
 #: Builder methods that touch memory themselves (every other memory method of Triton 3.x routes
 #: through ``create_masked_load``/``create_masked_store`` on the builder instance, so through these).
 _PRIMITIVES = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 #: Memory methods known to reach memory only through the primitives (checked: Triton 3.9's interpreter).
-_ROUTED = frozenset({"create_load", "create_store", "create_atomic_load", "create_atomic_store",
-                     "create_atomic_poll", "create_descriptor_load", "create_descriptor_store",
-                     "create_descriptor_gather", "create_descriptor_scatter", "create_make_tensor_descriptor",
-                     "create_tensor_pointer_load", "create_tensor_pointer_store"})
+ROUTED = frozenset({"create_load", "create_store", "create_atomic_load", "create_atomic_store",
+                    "create_atomic_poll", "create_descriptor_load", "create_descriptor_store",
+                    "create_descriptor_gather", "create_descriptor_scatter", "create_make_tensor_descriptor",
+                    "create_tensor_pointer_load", "create_tensor_pointer_store"})
 #: Methods whose names match below but that work on registers only (``tl.gather`` picks from a tensor).
 _REGISTERS = frozenset({"create_gather"})
 #: Builder method names that suggest a memory access: any not known above is recorded as unaccounted.
@@ -261,10 +262,10 @@ def available() -> bool:
     return builder is not None and all(callable(getattr(builder, name, None)) for name in _PRIMITIVES + _EXTRA)
 
 
-def _memory_methods(builder) -> list[str]:
+def memory_methods(builder) -> list[str]:
     """Builder methods whose names say they touch memory and that :func:`record` cannot account."""
     names = [n for n in dir(type(builder)) if n.startswith("create_") and _MEMORY_NAME.search(n)]
-    known = set(_PRIMITIVES) | _ROUTED | _REGISTERS
+    known = set(_PRIMITIVES) | ROUTED | _REGISTERS
     return sorted(n for n in names if n not in known and callable(getattr(builder, n)))
 
 
@@ -376,7 +377,7 @@ def record(buffers: dict[str, torch.Tensor]):
                 "set_grid_dim": set_grid_dim, "create_dot": create_dot}
     if dot_scaled is not None:
         wrappers["create_dot_scaled"] = create_dot_scaled
-    wrappers.update({name: unaccounted(name) for name in _memory_methods(builder)})
+    wrappers.update({name: unaccounted(name) for name in memory_methods(builder)})
     # every other operation passes its arguments' flow tags on (loads start untagged: memory is data)
     wrappers.update({name: passing_flows(getattr(builder, name), select=name == "create_select")
                      for name in dir(type(builder)) if name.startswith("create_") and name not in wrappers

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..grading.course import tool_env
 
-__all__ = ["prepare_folder", "lab_command", "lab_env", "add_parser"]
+__all__ = ["prepare_folder", "lab_command", "lab_env", "add_parser", "OLD_CONFIG"]
 
 DEFAULT_FOLDER = Path("~/attention-lab")
 #: Where nbgrader's settings file goes, inside the learner's folder: hidden, so that JupyterLab (which
@@ -36,8 +36,8 @@ if "transport_encryption" in KernelManager.class_trait_names():
     c.KernelManager.transport_encryption = "auto"
 """
 #: What earlier versions wrote beside the notebooks (removed when found as it was written).
-_OLD_CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
-               "# a learner; the course's own configuration lives in the course repository.\n")
+OLD_CONFIG = ("# Written by `attnlab lab`: nbgrader reads this folder's settings from here. Nothing to set for\n"
+              "# a learner; the course's own configuration lives in the course repository.\n")
 
 
 def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
@@ -69,7 +69,7 @@ def prepare_folder(folder: Path, course_root: Path | None) -> list[Path]:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(_CONFIG)
     old = folder / "nbgrader_config.py"  # where earlier versions wrote it, in the notebooks' listing
-    if old.is_file() and old.read_text() == _OLD_CONFIG:
+    if old.is_file() and old.read_text() == OLD_CONFIG:
         old.unlink()
     return copied
 

@@ -38,7 +38,8 @@ from pathlib import Path
 from .. import variants
 from ..course_files import find as find_course_files, source_notebooks
 
-__all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report", "main"]
+__all__ = ["identify_notebook", "sandbox_plan", "selfcheck", "TestReport", "NotebookReport", "format_report",
+           "main", "advice_of", "error_of"]
 
 STUDENT = "selfcheck"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -139,7 +140,7 @@ def failing_line(traceback: str, execution_count: int | None) -> int | None:
     return int(old.group(1)) if old else None
 
 
-def _error_of(cell) -> tuple[str, bool | None]:
+def error_of(cell) -> tuple[str, bool | None]:
     """("ExcType: message", raised in the hidden part?) of a graded cell's first error output."""
     for out in cell.get("outputs", []):
         if out.get("output_type") != "error":
@@ -172,7 +173,7 @@ def _tests_of(source_nb, autograded: Path | None, grades: dict[str, float | None
         gid = meta["grade_id"]
         if cell.cell_type == "code" and not meta.get("solution"):
             got = graded_cells.get(gid)
-            error, hidden = _error_of(got) if got is not None else ("", None)
+            error, hidden = error_of(got) if got is not None else ("", None)
             reports.append(TestReport(gid, grades.get(gid, 0.0) or 0.0, meta["points"], "test", error, hidden))
         else:
             got = graded_cells.get(gid)
@@ -182,7 +183,7 @@ def _tests_of(source_nb, autograded: Path | None, grades: dict[str, float | None
     return reports
 
 
-def _advice_of(autograded: Path | None) -> list[str]:
+def advice_of(autograded: Path | None) -> list[str]:
     """The GPU compile gate's advice lines (:data:`attnlab.gpu_compile.ADVICE_PREFIX`) in the outputs."""
     import nbformat
 
@@ -332,7 +333,7 @@ def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[st
                     t.hidden = False
         reports.append(NotebookReport(jobs[r.notebook], r.notebook, r.status, r.reason, r.seconds,
                                       tests, hidden_tests=hidden,
-                                      advice=_advice_of(out if r.status == "graded" else None)))
+                                      advice=advice_of(out if r.status == "graded" else None)))
         if keep is not None and out.exists():
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copy(out, keep / f"{r.notebook}.autograded.ipynb")

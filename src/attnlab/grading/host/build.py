@@ -123,7 +123,7 @@ def generate_assignment(course: Course, *options: str) -> None:
     course.nbgrader("generate_assignment", course.assignment, "--force", *options, timeout=600)
 
 
-def _build_fresh(course: Course, tmp: Path) -> Course:
+def build_fresh(course: Course, tmp: Path) -> Course:
     """Build ``course``'s notebooks/ in a new course directory under ``tmp`` (fresh gradebook)."""
     fresh = Course(tmp)
     shutil.copytree(course.notebooks, fresh.notebooks)
@@ -143,7 +143,7 @@ def build(course: Course) -> None:
     building aside keeps ``attnlab build`` working whatever has been graded.)
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
-        fresh = _build_fresh(course, Path(tmp))
+        fresh = build_fresh(course, Path(tmp))
         for each in fresh.assignments():
             mine = course.for_assignment(each.assignment)
             for kind in ("source", "release"):
@@ -164,7 +164,7 @@ def stale_files(course: Course) -> list[str]:
     Builds in a temporary copy of the course, so the working tree and its gradebook are untouched.
     """
     with tempfile.TemporaryDirectory(prefix="attnlab-build-") as tmp:
-        fresh = _build_fresh(course, Path(tmp))
+        fresh = build_fresh(course, Path(tmp))
         problems = []
         for each in fresh.assignments():
             problems += _stale_in(each, course.for_assignment(each.assignment))
