@@ -523,8 +523,8 @@ CASES += [
 # guard tampering from the scan; results made outside the probe's view (NumPy, another thread)
 # were cloned or written into tensors the probe had seen; a forged "ok" reply hid a failed check;
 # figures, metadata and tracebacks were not counted against the output cap.
-_ALIAS_GUARD = """import attnlab.verify as v
-st = v._guard._STATE  # the guard's snapshot, emptied: it then restores nothing
+_ALIAS_GUARD = """import attnlab.checking.harness as v
+st = v.guard._STATE  # the guard's snapshot (through the harness's alias), emptied: it then restores nothing
 for part in (st.names, st.attrs, st.classes, st.modules):
     part.clear()
 st.code.clear()
@@ -688,10 +688,10 @@ def uncounted_output(s):
 
 
 CASES += [
-    Abuse("alias-guard", "wrong m and l; the guard's snapshot emptied through `import attnlab.verify as v`, "
+    Abuse("alias-guard", "wrong m and l; the guard's snapshot emptied through `import attnlab.checking.harness as v`, "
           "the checker rebound through globals().update", (NB1,), alias_guard,
           {NB1: Expect(lost=(T_LSE, T_GROW),
-                       notes=("reaches private state (._guard)", "uses globals()", "integrity check"))}),
+                       notes=("reaches private state (._STATE)", "uses globals()", "integrity check"))}),
     Abuse("swapped-builtins", "wrong predictions; the notebook's __builtins__ swapped so that the test cell "
           "imports a stand-in attnlab.checks", (NB1,), swapped_builtins,
           {NB1: Expect(lost=(T_PREDICT,), notes=("the notebook's __builtins__ had been replaced",))}),
