@@ -67,3 +67,8 @@ def test_reports_print_a_status_as_the_word_they_always_printed(tmp_path):
     write_report_json(typed, tmp_path / "r.json")
     assert read_report_json(tmp_path / "r.json")[0].status is not None
     assert read_report_json(tmp_path / "r.json")[0].status == Status.MISSING
+
+
+def test_a_note_of_an_unknown_kind_goes_to_review_instead_of_stopping_the_grader():
+    note = Note.from_json({"kind": "no-such-kind", "text": "written by a newer grader"})
+    assert note.kind is Kind.REVIEW and note.text == "written by a newer grader"
