@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel below is decorated
+# The kernels of this module are decorated as interpreted ones; the variable is put back at the end of the
+# module, so that on a GPU host the modules collected after this one (and their tests) still compile for it.
+_INTERPRET_BEFORE = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"  # before any kernel below is decorated
 
 import importlib.util
 import signal
@@ -25,6 +28,12 @@ from attnlab import gpu_compile as gc
 from attnlab.gpu_compile import clock, compiling, gate, signature
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def interpreted(monkeypatch):
+    """This module's tests run as under the interpreter, as its kernels were decorated."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 # Small kernels, one per behaviour. Each is a module-level function, so inspect finds its source.
@@ -328,3 +337,9 @@ def test_launch_key_tells_negative_zero_and_nan_constexprs_apart():
     key = lambda value: signature.launch_key(kernel, args, {"BLOCK": value})  # noqa: E731
     assert key(0.0) != key(-0.0)  # 0.0 == -0.0 in Python: the same key would reuse the other's pass
     assert key(float("nan")) == key(float("nan")) and key(1) != key(1.0) and key(64) == key(64)
+
+
+if _INTERPRET_BEFORE is None:  # the end of the module: every kernel above is decorated
+    os.environ.pop("TRITON_INTERPRET", None)
+else:
+    os.environ["TRITON_INTERPRET"] = _INTERPRET_BEFORE
