@@ -43,7 +43,9 @@ KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 #: Test files that still reach private names, and how many uses each may keep: a ratchet, lowered as tests
 #: move to public interfaces (issue 32); a new use, or one in another file, fails.
-KNOWN_TEST_PRIVATE = {"test_hardening.py": 13, "test_parallel.py": 6}
+KNOWN_TEST_PRIVATE = {"test_hardening.py": 14, "test_parallel.py": 7, "test_learner_tools.py": 5, "test_tasks.py": 3,
+                      "test_variants.py": 3, "test_limits.py": 2, "test_redteam2.py": 1, "test_shards.py": 1,
+                      "test_tuning.py": 1}  # monkeypatch.setattr(module, "_x") and getattr forms counted since 2026-12-03
 
 
 def _private(name: str) -> bool:
@@ -122,6 +124,13 @@ class _Uses:
                 target = node.args[0].value  # monkeypatch.setattr("attnlab.x._y", ...)
                 if target.startswith("attnlab.") and _private(target.rpartition(".")[2]):
                     self.private.append((node.lineno, target))
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                    in ("setattr", "getattr", "delattr") and len(node.args) >= 2 and isinstance(node.args[0], ast.Name)
+                    and aliases.get(node.args[0].id) and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str) and _private(node.args[1].value)):
+                dotted = aliases[node.args[0].id]  # monkeypatch.setattr(module, "_y", ...), getattr(module, "_y")
+                if dotted in known and dotted != name:
+                    self.private.append((node.lineno, f"{dotted}.{node.args[1].value}"))
 
     @staticmethod
     def _module(dotted: str, known: dict[str, Path]) -> str:
