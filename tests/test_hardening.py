@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from attnlab import checks
-from attnlab.grading.host.autograde import CellResult, NotebookResult, _failure_reason, format_report
+from attnlab.grading.host.autograde import CellResult, NotebookResult, failure_reason, format_report
 from attnlab.grading.host.collect import parse, slug
 from attnlab.grading.worker.repair import align, repair
 from attnlab.grading.worker.scan import scan
@@ -289,7 +289,7 @@ def test_slug():
 def test_failure_reason_names_the_exception():
     log = "[AutogradeApp | ERROR] Traceback (most recent call last):\n  File x\n    KeyError: 'grade_id'\n" \
           "[AutogradeApp | ERROR] Please see the the above traceback for details"
-    assert _failure_reason(log) == "grading failed: KeyError: 'grade_id'"
+    assert failure_reason(log) == "grading failed: KeyError: 'grade_id'"
 
 
 def test_report_lists_notes():
@@ -722,12 +722,12 @@ def test_a_dying_worker_never_loses_a_job_silently(monkeypatch, tmp_path):
                         lambda cmd, **kw: real([sys.executable, "-c", _FAKE_WORKER, *cmd[1:]], **kw))
     jobs = ["s/ok1", "s/die-during", "s/ok2", "s/die-before", "s/ok3"]
     done = []
-    outcomes = autograde._run_worker(Course(tmp_path), jobs, 30, on_done=lambda j, o: done.append(j))
+    outcomes = autograde.run_worker(Course(tmp_path), jobs, 30, on_done=lambda j, o: done.append(j))
     assert {j: o[0] for j, o in outcomes.items()} == {"s/ok1": "ok", "s/die-during": "failed", "s/ok2": "ok",
                                                       "s/die-before": "failed", "s/ok3": "failed"}
     assert sorted(done) == sorted(jobs)
     assert "exited" in outcomes["s/die-before"][1] and "died" in outcomes["s/die-during"][1]
-    assert autograde._failure_reason(outcomes["s/die-during"][1]).startswith("the grading worker process died")
+    assert autograde.failure_reason(outcomes["s/die-during"][1]).startswith("the grading worker process died")
 
 
 def test_report_lists_needs_review_apart(tmp_path):
@@ -750,6 +750,7 @@ def test_report_lists_needs_review_apart(tmp_path):
 def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     """A notebook that leaves files, module state and a daemon behind; the next notebook runs in the
     spare kernel, which saw none of it; a check's needs-review note is listed apart."""
+    from attnlab.grading import sandbox
     from attnlab.grading.worker import execute
 
     def notebook(cells):
@@ -772,12 +773,12 @@ def test_spare_kernel_is_sandboxed_and_starts_clean(tmp_path):
     ep = execute.GradingExecute(timeout=60, prewarm=True, guard=True)
     try:
         nb1, _ = ep.preprocess(first, {"metadata": {"path": str(tmp_path)}})
-        assert execute._SPARE is not None and isinstance(execute._SPARE, execute._sandbox.SandboxedKernelManager)
-        spare_scratch = execute._SPARE.scratch
+        assert execute.spare() is not None and isinstance(execute.spare(), sandbox.SandboxedKernelManager)
+        spare_scratch = execute.spare().scratch
         nb2, _ = execute.GradingExecute(timeout=60, prewarm=False, guard=True).preprocess(
             second, {"metadata": {"path": str(tmp_path)}})
     finally:
-        execute._drop_spare()
+        execute.drop_spare()
     assert _enames(nb1) == [[], []] and _enames(nb2) == [[]], (_enames(nb1), nb2.cells[-1].outputs)
     assert nb1.metadata["attnlab"]["notes"] == ["needs review: an override could not be undone (cell 't1')"]
     assert "**Needs review**" in nb1.cells[0].source
@@ -857,13 +858,13 @@ def test_a_notebook_without_gpu_cases_runs_with_the_gpu_hidden_and_the_spare_fol
     try:
         nb1, _ = execute.GradingExecute(timeout=60, prewarm=True).preprocess(
             hidden, {"unique_key": "03_flash_backward", "metadata": {"path": str(folder)}})
-        spare = execute._SPARE
+        spare = execute.spare()
         assert spare is not None and spare.gpu is True and spare.attnlab_gpu is True
         nb2, _ = execute.GradingExecute(timeout=60, prewarm=True).preprocess(
             shown, {"unique_key": "04_triton_softmax", "metadata": {"path": str(folder)}})
-        assert execute._SPARE is not spare and execute._SPARE.gpu is False  # taken; the next is 03's kind
+        assert execute.spare() is not spare and execute.spare().gpu is False  # taken; the next is 03's kind
     finally:
-        execute._drop_spare()
+        execute.drop_spare()
     assert _enames(nb1) == [[]] and _enames(nb2) == [[]], (nb1.cells[-1].outputs, nb2.cells[-1].outputs)
     assert nb2.cells[-1].outputs[0]["text"].strip() == spare.scratch  # 04 ran in the spare
 
@@ -894,7 +895,7 @@ def test_doctor_reports_the_sandbox(monkeypatch):
 def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path):
     import tempfile
 
-    from attnlab.grading.host.autograde import _kill_kernels
+    from attnlab.grading.host.autograde import kill_kernels
 
     scratch = tempfile.mkdtemp(prefix="attnlab-run-")
     keep = tmp_path / "not-a-scratch-folder"
@@ -912,7 +913,7 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
         stale = int(process_start(bystander.pid)) - 1
         pidfile.write_text(f"{sleeper.pid}:{process_start(sleeper.pid)} {scratch}\n"
                            f"{bystander.pid}:{stale}\n4194999:1 {keep}\n")
-        _kill_kernels(pidfile)
+        kill_kernels(pidfile)
         assert sleeper.wait(timeout=10) == -9
         assert bystander.poll() is None, "a process that reused a kernel's pid was killed"
         assert not os.path.exists(scratch) and keep.exists()

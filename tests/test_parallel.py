@@ -262,7 +262,7 @@ for job in (line.strip() for line in sys.stdin):
 
 @pytest.fixture
 def fake_worker(monkeypatch):
-    monkeypatch.setattr(autograde._Slot, "WORKER", (__import__("sys").executable, "-c", _FAKE_WORKER))
+    monkeypatch.setattr(autograde.Slot, "WORKER", (__import__("sys").executable, "-c", _FAKE_WORKER))
 
 
 def test_slot_kernels_run_on_the_slots_own_cores(tmp_path, fake_worker):
@@ -271,7 +271,7 @@ def test_slot_kernels_run_on_the_slots_own_cores(tmp_path, fake_worker):
         pytest.skip("needs two cores")
     plan = parallel.Plan(jobs=2, cpus=len(cores), gpus=(), cores=cores)
     spans = {}
-    out = autograde._run_worker(Course(tmp_path), ["a/affinity", "b/affinity"], 30, workers=plan, spans=spans)
+    out = autograde.run_worker(Course(tmp_path), ["a/affinity", "b/affinity"], 30, workers=plan, spans=spans)
     for job in ("a/affinity", "b/affinity"):
         assert out[job][1].strip() == str(list(plan.cores_of(spans[job][0])))
     assert plan.cores_of(0) != plan.cores_of(1) and not set(plan.cores_of(0)) & set(plan.cores_of(1))
@@ -280,10 +280,10 @@ def test_slot_kernels_run_on_the_slots_own_cores(tmp_path, fake_worker):
 def test_a_broken_slot_retires_and_the_others_grade_its_students(tmp_path, fake_worker):
     plan = parallel.Plan(jobs=2, cpus=2, gpus=("broken", "fine"), cores=parallel.usable_cores()[:1] * 2, pin=False)
     jobs = [f"s{i}/ok" for i in range(4)]
-    out = autograde._run_worker(Course(tmp_path), jobs, 30, workers=plan)
+    out = autograde.run_worker(Course(tmp_path), jobs, 30, workers=plan)
     assert {j: o[0] for j, o in out.items()} == {j: "ok" for j in jobs}
     lone = parallel.Plan(jobs=1, cpus=1, gpus=("broken",), pin=False)  # no slot left: they fail, with the reason
-    out = autograde._run_worker(Course(tmp_path), jobs[:2], 30, workers=lone)
+    out = autograde.run_worker(Course(tmp_path), jobs[:2], 30, workers=lone)
     assert all(o[0] == "failed" and "exited (status 3)" in o[1] for o in out.values())
 
 
@@ -391,7 +391,7 @@ def test_parallel_workers_grade_exactly_like_one(tmp_path, monkeypatch):
             gb.remove_submission(c.assignment, s)
     shutil.rmtree(c.autograded)
 
-    spans, real = [], autograde._Slot._grade
+    spans, real = [], autograde.Slot._grade
 
     def timed(self, job):
         start = time.monotonic()
@@ -399,7 +399,7 @@ def test_parallel_workers_grade_exactly_like_one(tmp_path, monkeypatch):
         spans.append((threading.get_ident(), start, time.monotonic()))
         return graded
 
-    monkeypatch.setattr(autograde._Slot, "_grade", timed)
+    monkeypatch.setattr(autograde.Slot, "_grade", timed)
     both = autograde.autograde_jobs(c, jobs, workers=2)
     assert [_comparable(r) for r in both] == [_comparable(r) for r in serial]
     assert gradebook() == serial_rows

@@ -14,8 +14,8 @@ goes away (waited for: :func:`attnlab.grading.worker.gradebook.retrying`); a re-
 that did not change (:func:`attnlab.grading.worker.gradebook.keep_hand_grading`).
 """
 # Length: records (.records), contention (.contention) and reports (.reports) are split out; the
-# worker pool (_run_worker, _Pool, _Slot, ~250 lines) still lives here because tests drive it through
-# these private names (moving it means making them public first: issue 32, item 3, left for later).
+# worker pool (run_worker, _Pool, Slot, ~250 lines) still lives here (its entry points are public now,
+# issue 32 item 2; moving it out is issue 32, item 3, left for later).
 
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ def cell_errors(nb_path: Path) -> dict[str, str]:
     return errors
 
 
-def _failure_reason(log: str) -> str:
+def failure_reason(log: str) -> str:
+    """The one-line reason a notebook's grading failed, read from its grading ``log``."""
     for pattern, reason in (
         (r"^the grading (process died|worker exited)", "the grading worker process died while grading this notebook "
                                                       "(killed or crashed; a new worker graded the rest)"),
@@ -169,8 +170,8 @@ def read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[
     return retrying(read, "the gradebook (to read this notebook's grades)")
 
 
-def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
-                workers=1, spans: dict | None = None) -> dict[str, tuple[str, str, float]]:
+def run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
+               workers=1, spans: dict | None = None) -> dict[str, tuple[str, str, float]]:
     """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds[, lines
     about the gradebook: hand grading kept or reopened, outages waited out]), one entry for every job.
 
@@ -194,7 +195,7 @@ def _run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
     pool = _Pool(collections.deque(by_student.values()), on_done, spans)
     base = tool_env()
     n = min(plan.jobs, len(pool.todo))
-    slots = [_Slot(course, plan.env(i, base), limit_s, pool, i, plan.cores_of(i) if plan.pin else None)
+    slots = [Slot(course, plan.env(i, base), limit_s, pool, i, plan.cores_of(i) if plan.pin else None)
              for i in range(n)]
     pool.live = n
     threads = [threading.Thread(target=slot.run, daemon=True) for slot in slots]
@@ -265,7 +266,7 @@ def overlapped(spans: dict[str, tuple[int, float, float]]) -> set[str]:
     return out
 
 
-class _Slot:
+class Slot:
     """One grading worker at a time (replaced when it dies or overruns), fed jobs on its stdin."""
 
     #: The worker's command line (tests put a stand-in here).
@@ -338,7 +339,7 @@ class _Slot:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         if kill or self.proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
-            _kill_kernels(self.pidfile)
+            kill_kernels(self.pidfile)
         self.errfile.close()
         self.proc = None
 
@@ -395,7 +396,7 @@ class _Slot:
                 return False
 
 
-def _kill_kernels(pidfile: Path) -> None:
+def kill_kernels(pidfile: Path) -> None:
     """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
     runs in a session of its own, out of reach of the worker's process group), and remove their
     sandboxes' scratch folders."""
@@ -433,7 +434,7 @@ def _evaluate(course: Course, student: str, notebook: str, status: str, log: str
         if status == "timeout":
             res.status, res.reason = Status.TIMEOUT, f"grading ran past {limit_s:g} s and was stopped"
         else:
-            res.status, res.reason = Status.FAILED, _failure_reason(log)
+            res.status, res.reason = Status.FAILED, failure_reason(log)
         if out.exists():
             out.unlink()
         _zero_notebook(course, student, notebook)
@@ -576,7 +577,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
 
         plan = workers if isinstance(workers, Plan) else make_plan(workers)
         spans: dict[str, tuple[int, float, float]] = {}
-        outcomes = _run_worker(course, present, limit_s, on_done=finish, workers=plan, spans=spans)
+        outcomes = run_worker(course, present, limit_s, on_done=finish, workers=plan, spans=spans)
         for job in present:  # nothing goes unreported, whatever happened to the workers
             if job not in results:
                 finish(job, outcomes.get(job, ("failed", "never graded: the grading process stopped "
@@ -598,7 +599,7 @@ def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan
         progress(f"grading {len(again)} notebook(s) again alone (a timeout, dead kernel or out-of-memory error "
                  f"while other workers ran): {', '.join(again)}")
     first = {job: results[job] for job in again}
-    _run_worker(course, again, limit_s, on_done=finish, workers=plan.alone())
+    run_worker(course, again, limit_s, on_done=finish, workers=plan.alone())
     for job in again:
         was = first[job]
         why = was.reason if was.status != Status.GRADED else contended_reason(was)

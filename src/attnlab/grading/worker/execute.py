@@ -150,8 +150,14 @@ def _kill(km) -> None:
         km.remove_folders()
 
 
+def spare():
+    """The kernel manager whose kernel is started and waiting for the next notebook, or None."""
+    return _SPARE
+
+
 @atexit.register
-def _drop_spare() -> None:
+def drop_spare() -> None:
+    """Kill the waiting spare kernel and remove its folders, if there is one (also run at exit)."""
     global _SPARE
     km, _SPARE = _SPARE, None
     if km is not None:
