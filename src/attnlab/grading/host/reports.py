@@ -30,24 +30,16 @@ def format_report(results: list[NotebookResult]) -> str:
         lines.append("  ".join([f"{s:<{width}}", *cells, f"{total:>9}"]))
     lines.append("")
     lines.append("Legend: " + ", ".join(f"{s} = {n}" for s, n in zip(short, notebooks)))
-    losses = [(r, loss) for r in results for loss in r.losses()]
-    if losses:
-        lines.append("")
-        lines.append("Points lost:")
-        for r, loss in losses:
-            lines.append(f"  {r.student} / {r.notebook}: {loss}")
-    reviews = [(r, note) for r in results for note in r.needs_review]
-    if reviews:
-        lines.append("")
-        lines.append("Needs review (what the checks could not rule out: look at these notebooks yourself):")
-        for r, note in reviews:
-            lines.append(f"  {r.student} / {r.notebook}: {note}")
-    hand = [(r, note) for r in results for note in r.gradebook]
-    if hand:
-        lines.append("")
-        lines.append("Gradebook (hand grading kept or reopened by this run; database outages waited out):")
-        for r, note in hand:
-            lines.append(f"  {r.student} / {r.notebook}: {note}")
+    sections = (
+        ("Points lost:", [(r, loss) for r in results for loss in r.losses()]),
+        ("Needs review (what the checks could not rule out: look at these notebooks yourself):",
+         [(r, note) for r in results for note in r.needs_review]),
+        ("Gradebook (hand grading kept or reopened by this run; database outages waited out):",
+         [(r, note) for r in results for note in r.gradebook]),
+    )
+    for heading, entries in sections:
+        if entries:
+            lines += ["", heading, *(f"  {r.student} / {r.notebook}: {text}" for r, text in entries)]
     failed = not_graded(results)
     if failed:
         lines.append("")
