@@ -145,13 +145,18 @@ def slurm_run(slurm, postgres, tmp_path_factory) -> SlurmRun:
                         env=env, cwd=course.root).stdout.strip()
         log0 = course.root / "logs" / f"autograde-{job}_0.out"
 
+        tree: list[int] = []
+
         def kernel_running() -> bool:  # task 0 runs its student's notebook in a sandboxed kernel
             main = _task_process(job, 0)
-            return main is not None and any(b"bwrap" in _cmdline(pid) for pid in _descendants(main))
+            if main is None:
+                return False
+            # the tree is kept as seen with its kernel: read again later, the kernel may have been
+            # between two sandboxes (a loaded 2-core CI machine saw only the shard and its worker)
+            tree[:] = [main, *_descendants(main)]
+            return any(b"bwrap" in _cmdline(pid) for pid in tree)
 
         _wait_for("task 0's sandboxed kernel", kernel_running, 600, slurm)
-        main = _task_process(job, 0)
-        tree = [main, *_descendants(main)]
         slurm.run("scancel", f"{job}_0")
         states = slurm.wait_job(job, timeout=600)
         seconds["array job"] = time.perf_counter() - t
