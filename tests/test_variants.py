@@ -105,6 +105,27 @@ def test_own_answers_pass_and_a_copy_loses_the_prediction_points(grading):
     assert set(_run_01(_predictions_of(ALICE))) == {"test-predict-bytes"}
 
 
+def test_answers_for_the_release_shapes_count_unless_the_course_says_otherwise(grading, monkeypatch, capsys):
+    """A student who worked where no id was set (a laptop, Colab) answered the release's shapes: honest
+    work, which keeps its points with a note saying how to see their own shapes; a class that always
+    works on a hub can turn that off (GradingExecute.release_answers), and then it loses them as a copy does."""
+    flagged = []
+    monkeypatch.setattr("attnlab.core.review.flag", flagged.append)
+    expected = lambda T, block: {"causal_tiles_visited": (T // block) * (T // block + 1) // 2}  # noqa: E731
+    release = dict(variants.QUESTIONS["predict-tiles"].release)
+    assert variants.shapes("predict-tiles", BOB) != release
+    answers = expected(**release)
+    grading(BOB)
+    variants.check_predictions("predict-tiles", answers, expected, rel=1e-9)
+    note = capsys.readouterr().out
+    assert "release's shapes" in note and repr(BOB) in note and variants.STUDENT_ENV in note and not flagged
+    monkeypatch.setattr(variants, "_GRADING", None)
+    json.loads(eval(variants.grading_expression(BOB, None, False)))
+    with pytest.raises(AssertionError, match="not this notebook's"):
+        variants.check_predictions("predict-tiles", answers, expected, rel=1e-9)
+    assert len(flagged) == 1 and "copied" in flagged[0]
+
+
 def test_copy_is_flagged_for_review_and_a_plain_mistake_is_not(grading, monkeypatch):
     flagged = []
     monkeypatch.setattr("attnlab.core.review.flag", flagged.append)

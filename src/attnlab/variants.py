@@ -75,11 +75,16 @@ QUESTIONS = MappingProxyType({
 _GRADING: tuple[str | None, int | None] | None = None
 
 
-def _set_grading(student: str | None, salt: int | None) -> str:
+def _set_grading(student: str | None, salt: int | None, release_answers: bool = True) -> str:
     """Called by the grader in the kernel (see :func:`grading_expression`); returns JSON text."""
     global _GRADING
-    _GRADING = (student or None, salt)
+    _GRADING = (student or None, salt, bool(release_answers))
     return '"ok"'
+
+
+def _release_answers_count() -> bool:
+    """Whether answers for the release's shapes earn their points (see :func:`grading_expression`)."""
+    return _GRADING is None or _GRADING[2]
 
 
 def student_id() -> str | None:
@@ -144,8 +149,10 @@ def check_predictions(question: str, answers: dict, expected, *, rel: float | di
 
     Raises:
         AssertionError: a wrong answer (named, with the shapes it had to use). When every answer fits
-            other shapes of the question instead (another student's variant, or the release's), the
-            message says so and the notebook is flagged for review (:func:`attnlab.core.review.flag`).
+            another student's variant instead, the message says so and the notebook is flagged for
+            review (:func:`attnlab.core.review.flag`). Answers that fit the release's shapes (the
+            notebook ran without the student's id) pass with a printed note, unless the grader was told
+            otherwise (:func:`grading_expression`).
     """
     from .checking.answers import assert_number, real_number  # torch, only when answers are checked
 
@@ -168,6 +175,14 @@ def check_predictions(question: str, answers: dict, expected, *, rel: float | di
         if not others:
             raise AssertionError(f"{exc} (Your shapes: {_text(mine)}.)") from None
         student = student_id()
+        release = dict(QUESTIONS[question].release)
+        if student and release in others and _release_answers_count():
+            # the notebook ran without its student's id (a laptop or Colab where $ATTNLAB_STUDENT was
+            # not set): honest work, which a copy of a classmate's variant is not
+            print(f"[grader] The answers of {question} are for the release's shapes ({_text(release)}), not "
+                  f"student id {student!r}'s ({_text(mine)}): this notebook ran without your id. They count "
+                  f"this time; set ${STUDENT_ENV} to your id before starting Jupyter (docs/student.md).")
+            return
         why = (f"the answers of {question} fit the shapes {_text(others[0])}, not this notebook's "
                f"({_text(mine)}{f', student id {student!r}' if student else ''})")
         if student:
@@ -195,10 +210,14 @@ def seed_key(secret: bytes, student: str) -> int:
     return int.from_bytes(hmac.new(secret, f"attnlab-seeds\0{student}".encode(), hashlib.sha256).digest()[:6], "big")
 
 
-def grading_expression(student: str | None, salt: int | None) -> str:
+def grading_expression(student: str | None, salt: int | None, release_answers: bool = True) -> str:
     """Python source the grader evaluates in a grading kernel before any learner code runs: this
-    kernel's student id (None: the release's shapes) and seed key (None: the notebooks' own seeds)."""
-    return f"__import__('attnlab.variants').variants._set_grading({student!r}, {salt!r})"
+    kernel's student id (None: the release's shapes), seed key (None: the notebooks' own seeds), and
+    whether prediction answers for the release's shapes earn their points under a student id
+    (``release_answers``: a notebook run where no id was set; False for a course whose students always
+    work where the id is known, such as a hub: such answers then lose their points as a copy does)."""
+    return (f"__import__('attnlab.variants').variants._set_grading({student!r}, {salt!r}, "
+            f"{bool(release_answers)!r})")
 
 
 def describe(notebook: str, student: str | None, salt: int | None) -> str:

@@ -208,6 +208,10 @@ class GradingExecute(Execute):
                               "get: None, nbgrader's student id of the submission, with the tests' seeds "
                               "keyed by the course secret; else this id ('' for none: the release's "
                               "shapes) and the notebooks' own seeds (attnlab selfcheck)").tag(config=True)
+    release_answers = Bool(True, help="Whether prediction answers for the release's shapes earn their "
+                           "points under a student id (attnlab.variants: the notebook ran where the id was "
+                           "not set, e.g. a laptop without $ATTNLAB_STUDENT); False for a class that always "
+                           "works on a hub, where such answers lose their points as a copy does").tag(config=True)
     # a dead or stuck kernel is killed, not asked to shut down
     shutdown_kernel = Enum(["graceful", "immediate"], default_value="immediate").tag(config=True)
 
@@ -327,7 +331,7 @@ class GradingExecute(Execute):
                     self._notes.append("the grader could not copy the submission's files into the kernel's folder")
             # the variant is set before the guard's snapshot, which then keeps it as set
             student, salt = self._variant(resources)
-            if self._kernel_eval(variants.grading_expression(student, salt)) is None:
+            if self._kernel_eval(variants.grading_expression(student, salt, self.release_answers)) is None:
                 self._notes.append("the grader could not set the student's variant in the kernel: the release's "
                                    "shapes and seeds were used")
             else:  # for the report and the gradebook (attnlab.variants.record); the feedback shows it in
