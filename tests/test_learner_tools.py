@@ -453,3 +453,19 @@ def test_a_wrong_prediction_names_the_telling_factor(ratio, says):
     with pytest.raises(AssertionError) as err:
         assert_number(6.135 * ratio, 6.135, name="kernel_us_at_512")
     assert ("Off by" in str(err.value)) == (says is not None) and (says or "") in str(err.value), str(err.value)
+
+
+def test_selfcheck_says_when_predictions_were_checked_for_the_release_shapes(monkeypatch):
+    """Without a student id selfcheck checks the release's shapes, which a graded course may not use:
+    the report says so, and says nothing of it once the id is set or for a notebook with no prediction."""
+    from attnlab import variants
+    from attnlab.tools.selfcheck import NotebookReport, format_report
+
+    for env in (variants.STUDENT_ENV, variants.HUB_ENV):
+        monkeypatch.delenv(env, raising=False)
+    asked = NotebookReport(Path("01_online_softmax.ipynb"), "01_online_softmax", "graded")
+    plain = NotebookReport(Path("04_triton_softmax.ipynb"), "04_triton_softmax", "graded")
+    assert variants.STUDENT_ENV in format_report([asked])
+    assert variants.STUDENT_ENV not in format_report([plain])
+    monkeypatch.setenv(variants.STUDENT_ENV, "ada-1001")
+    assert variants.STUDENT_ENV not in format_report([asked])

@@ -383,6 +383,11 @@ def format_report(reports: list[NotebookReport]) -> str:
                 out += _wrap(line, "        ")
     total = sum(r.points for r in reports)
     max_total = sum(r.max_points for r in reports)
+    asked = {q.notebook for q in variants.QUESTIONS.values()}
+    if variants.student_id() is None and any(r.name in asked for r in reports):
+        out += ["", *_wrap(f"Prediction answers were checked for the release's shapes: no student id is set "
+                           f"here. In a graded course, set ${variants.STUDENT_ENV} to the id your instructor "
+                           f"gives you before starting Jupyter and before this check (docs/student.md).", "")]
     out.append("")
     out.append(f"Total: {total:g}/{max_total:g} autograded points. Written answers are graded by hand and "
                f"not counted here.")
@@ -390,8 +395,8 @@ def format_report(reports: list[NotebookReport]) -> str:
         out.append("Every test passes, hidden ones included." if hidden else
                    "Every visible test passes (hidden tests are not available here).")
     else:
-        out.append("Failure messages name the case (sizes, block sizes, causal) and the first wrong index: "
-                   "reproduce that case in a scratch cell.")
+        out.append("Failure messages name the case and the first wrong index: reproduce that case in a "
+                   "scratch cell.")
     return "\n".join(out)
 
 
