@@ -155,6 +155,8 @@ online_softmax_explorer(block_size=8)
 #   be two passes.
 # - Return `m` and `l` of shape `x.shape[:-1]`, in at least float32
 #   (`torch.promote_types(x.dtype, torch.float32)`).
+# - A row that is $-\infty$ everywhere (fully masked) returns `m = -inf` and `l = 0`: the finite
+#   offset above is only used inside the update, never stored as `m`.
 #
 # Useful: `torch.full`, `torch.maximum`, `Tensor.amax(dim=-1)`, `torch.exp`, `torch.where`,
 # `x[..., start:stop]`.

@@ -45,6 +45,13 @@ from . import lms
 
 _MOODLE = re.compile(r"^(?P<name>.+?)_(?P<id>\d+)_assignsubmission_(?:file|onlinetext)_?$")
 _CANVAS = re.compile(r"^(?P<login>[^_/]+?)(?:_LATE)?_(?P<uid>\d+)_(?P<sid>\d+)_(?P<file>.+)$")
+#: What each layout reads, for the message on a file it cannot place.
+_EXPECTED = {
+    "canvas": "Canvas's <login>[_LATE]_<user id>_<submission id>_<file>, the login without '_'",
+    "moodle": "Moodle's folder <Full Name>_<participant id>_assignsubmission_file_",
+    "folders": "a folder per student, <student>/<file>",
+}
+_EXPECTED["auto"] = "; or ".join(_EXPECTED.values())
 _SKIP_DIRS = {*ASSIGNMENTS, "submission", "submissions", "notebooks", "__macosx"}
 
 
@@ -293,7 +300,7 @@ class LmsCollector(FileNameCollectorPlugin):
         else:
             info = parse(rel, self.layout)
             if info is None:
-                self._left_out(rel, f"no student found in its path (layout {self.layout})")
+                self._left_out(rel, f"no student found in its path (layout {self.layout}; expected {_EXPECTED[self.layout]})")
         if not info:
             return None
         # nbgrader fails the whole collection on two files with one name and no timestamps:
