@@ -15,9 +15,10 @@ if os.environ.get("ATTNLAB_DB_URL"):
     from attnlab.grading.worker.gradebook import reconnect_on_loss  # noqa: E402
 
     reconnect_on_loss()
-# Never copied into release/ nor over a student's files at autograde.
+# Never copied into release/ nor over a student's files at autograde; the grader's notes on a
+# submission's files (attnlab.grading.host.submissions) stay in submitted/, out of the feedback.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", ".DS_Store",
-                            "feedback", "*.csv", "*.png"]
+                            "feedback", "*.csv", "*.png", ".attnlab-submission.json"]
 
 # Execution. Test cells finish in seconds on one CPU core (Triton through its interpreter);
 # each call of learner code is also limited to 20 s inside the checks (attnlab.verify;

@@ -23,6 +23,8 @@ import tempfile
 import nbformat
 import pytest
 
+from attnlab.grading.host.submissions import NOTES_FILE
+
 from attnlab.grading.abuse import load_cases
 
 from .conftest import ABUSE_NOTEBOOKS, ROOT, Course
@@ -132,6 +134,10 @@ def test_collect_reads_the_canvas_export_and_renames_copies(abused):
     assert "abuse-missing: not submitted: 02_flash_forward" in out
     folder = abused.course.submitted / "abuse-renamed" / "attention_kernels"
     assert {"01_online_softmax.ipynb", "02_flash_forward.ipynb"} <= {p.name for p in folder.iterdir()}
+    # the grader's notes on the moves stay in submitted/: not in autograded/, so not in the feedback
+    assert (folder / NOTES_FILE).is_file()
+    for stage in (abused.course.autograded, abused.course.root / "feedback"):
+        assert not list((stage / "abuse-renamed").rglob(NOTES_FILE)), stage
 
 
 def test_export_writes_one_row_per_student(abused):

@@ -179,9 +179,11 @@ def check_predictions(question: str, answers: dict, expected, *, rel: float | di
         if student and release in others and _release_answers_count():
             # the notebook ran without its student's id (a laptop or Colab where $ATTNLAB_STUDENT was
             # not set): honest work, which a copy of a classmate's variant is not
-            print(f"[grader] The answers of {question} are for the release's shapes ({_text(release)}), not "
-                  f"student id {student!r}'s ({_text(mine)}): this notebook ran without your id. They count "
-                  f"this time; set ${STUDENT_ENV} to your id before starting Jupyter (docs/student.md).")
+            from .core.review import note
+
+            note(f"the answers of {question} are for the release's shapes ({_text(release)}), not student id "
+                 f"{student!r}'s ({_text(mine)}): the notebook ran without the id. They count; set "
+                 f"${STUDENT_ENV} to your id before starting Jupyter (docs/student.md).")
             return
         why = (f"the answers of {question} fit the shapes {_text(others[0])}, not this notebook's "
                f"({_text(mine)}{f', student id {student!r}' if student else ''})")

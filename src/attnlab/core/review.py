@@ -29,6 +29,15 @@ def connect(sink) -> None:
         _SINK = sink
 
 
+def note(text: str) -> None:
+    """Tell the learner and the grader ``text`` without asking a person to decide anything: printed to
+    stdout and, while autograding, listed among the grader's notes (kind INFO) in the report and the
+    feedback."""
+    print(f"[grader] {text}", flush=True)
+    if _SINK is not None:
+        _SINK(text)
+
+
 def flag(reason: str) -> None:
     """Report ``reason`` for review: printed to stdout and, while autograding, noted for the report."""
     text = review(reason).text
