@@ -328,12 +328,13 @@ class GradingExecute(Execute):
             if isinstance(self.km, _sandbox.SandboxedKernelManager):  # before any learner code runs
                 self.km.close_ipc()  # its sockets are made: its account may not write there any more
                 if self._kernel_eval(self.km.given_expression()) is None:  # into its scratch tmpfs
-                    self._notes.append("the grader could not copy the submission's files into the kernel's folder")
+                    self._notes.append(f"{REVIEW}the grader could not copy the submission's files into the "
+                                       "kernel's folder")
             # the variant is set before the guard's snapshot, which then keeps it as set
             student, salt = self._variant(resources)
             if self._kernel_eval(variants.grading_expression(student, salt, self.release_answers)) is None:
-                self._notes.append("the grader could not set the student's variant in the kernel: the release's "
-                                   "shapes and seeds were used")
+                self._notes.append(f"{REVIEW}the grader could not set the student's variant in the kernel: "
+                                   "the release's shapes and seeds were used")
             else:  # for the report and the gradebook (attnlab.variants.record); the feedback shows it in
                 # the cells that print the shapes and in its comments
                 notebook = str((resources or {}).get("nbgrader", {}).get("notebook") or "")
@@ -352,7 +353,7 @@ class GradingExecute(Execute):
                     f"grader_namespace={user_namespace()!r}, triton={_uses_triton(nb)!r}, "
                     f"own_account={getattr(self.km, 'account', None) is not None!r})") is not None
                 if not guarded:
-                    self._notes.append("the grader could not install its integrity guard in the kernel")
+                    self._notes.append(f"{REVIEW}the grader could not install its integrity guard in the kernel")
             if not guarded:
                 self._kernel_eval(f"__import__('json').dumps(__import__('os').chdir({cwd!r}))")
             over_budget = False
