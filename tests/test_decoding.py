@@ -249,3 +249,14 @@ def test_large_head_dims_run_or_say_why_not(D):
         return
     ref = decode_attention_reference(q.double(), k.double(), v.double(), lens, causal=True)[0]
     assert float((o.double() - ref).abs().max()) < 2e-2
+
+
+def test_checkers_launch_the_split_kernel_with_the_launchers_num_stages():
+    """A learner's kernel is checked with the pipelining flash_decode launches it with (one shared value)."""
+    import inspect
+
+    from attnlab import verify_decode
+    stages = {f.__name__: inspect.signature(f).parameters["num_stages"].default
+              for f in (launch_decode.run_decode_partial, launch_decode.launch_flash_decode,
+                        verify_decode.check_decode_partial_kernel, verify_decode.check_flash_decode)}
+    assert set(stages.values()) == {launch_decode.NUM_STAGES}, stages

@@ -153,7 +153,7 @@ def _setup(seqlens, H_q, H_kv, T_q, T_max, D, causal, num_splits, block_n, dtype
 def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1, D: int = 16,
                                 T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
                                 block_n: int | None = None, dtype=torch.float32, seed: int = 0,
-                                num_warps: int = 4, num_stages: int = 3, device: str | None = None,
+                                num_warps: int = 4, num_stages: int = launch_decode.NUM_STAGES, device: str | None = None,
                                 kv_layout: str = "bhtd"):
     """Check a ``_decode_partial_kernel`` alone: every (query row, split) partial O and LSE.
 
@@ -283,7 +283,7 @@ def _run_both(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, 
 def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H_kv: int = 2, T_q: int = 1,
                        D: int = 16, T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
                        block_n: int | None = None, dtype=torch.float32, seed: int = 0, num_warps: int = 4,
-                       num_stages: int = 3, device: str | None = None):
+                       num_stages: int = launch_decode.NUM_STAGES, device: str | None = None):
     """Check both kernels together, launched as ``flash_decode`` launches them, against
     :func:`attnlab.reference_decode.decode_attention_reference` in float64.
 
