@@ -428,3 +428,9 @@ def test_flash_check_widens_growing_float32_tolerance_on_any_cuda_device(device)
     from attnlab.verify import flash_tolerance
     assert flash_tolerance(torch.float32, device, growing=True) == 5e-2
     assert flash_tolerance(torch.float32, "cpu", growing=True) == 1e-5
+
+
+def test_tolerance_of_an_unknown_dtype_names_it_and_the_supported_ones():
+    from attnlab.checks import tolerance
+    with pytest.raises(TypeError, match=r"int32.*float32.*float64.*float16.*bfloat16"):
+        tolerance(torch.int32)

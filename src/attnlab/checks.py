@@ -77,9 +77,15 @@ def tolerance(dtype: torch.dtype, device="cpu") -> float:
 
     float64: 1e-10; float32: 1e-5 on the CPU, 2e-3 on a GPU (tf32 dot products); float16: 5e-3;
     bfloat16: 2e-2.
+
+    Raises:
+        TypeError: ``dtype`` is none of these (the message names it and the supported ones).
     """
     if dtype == torch.float32:
         return 2e-3 if torch.device(device).type == "cuda" else 1e-5
+    if dtype not in _TOL:
+        known = ", ".join(str(d).replace("torch.", "") for d in (torch.float32, *_TOL))
+        raise TypeError(f"tolerance: no tolerance for dtype {dtype}; supported: {known}")
     return _TOL[dtype]
 
 
