@@ -434,3 +434,15 @@ def test_tolerance_of_an_unknown_dtype_names_it_and_the_supported_ones():
     from attnlab.checks import tolerance
     with pytest.raises(TypeError, match=r"int32.*float32.*float64.*float16.*bfloat16"):
         tolerance(torch.int32)
+
+
+def test_a_cell_calling_sys_exit_does_not_end_the_loader_and_is_named(tmp_path):
+    path = _notebook(tmp_path, [("import sys\nX = 1", {"grade_id": "setup", "locked": True}),
+                                ("def f():\n    return 2\n\nsys.exit(3)", {"grade_id": "f", "solution": True}),
+                                ("def g():\n    return 3", {"grade_id": "g", "solution": True})])
+    with pytest.raises(NotebookLoadError, match=r"05_triton_flash\.ipynb failed in cell 'f': SystemExit: 3"):
+        load_notebook_module(path)
+    path = _notebook(tmp_path, [("X = 1", {"grade_id": "setup", "locked": True}),
+                                ("def g():\n    return 3\nraise SystemExit('stop')", {"grade_id": "g", "solution": True})])
+    with pytest.raises(NotebookLoadError, match=r"in cell 'g': SystemExit: stop"):
+        load_notebook_module(path)

@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import tempfile
+import traceback
 from pathlib import Path
 from types import ModuleType
 
@@ -45,9 +46,9 @@ def read_cells(path: Path) -> list[dict]:
     return out
 
 
-def _code_cells(nb_cells: list[dict], cells: tuple[str, ...] | None) -> list[str]:
-    """The code cells named in ``cells`` (grade_ids), or when None every given and solution cell;
-    test cells and ungraded cells are always left out."""
+def _code_cells(nb_cells: list[dict], cells: tuple[str, ...] | None) -> list[tuple[str, str]]:
+    """(grade_id, source) of the code cells named in ``cells`` (grade_ids), or when None every given and
+    solution cell; test cells and ungraded cells are always left out."""
     keep = []
     for cell in nb_cells:
         meta = cell["metadata"].get("nbgrader", {})
@@ -56,8 +57,26 @@ def _code_cells(nb_cells: list[dict], cells: tuple[str, ...] | None) -> list[str
         if cells is not None and meta.get("grade_id") not in cells:
             continue
         # IPython-only lines (magics, shell escapes) are not Python
-        keep.append("\n".join(ln for ln in cell["source"].splitlines() if not re.match(r"\s*[%!]", ln)))
+        keep.append((str(meta.get("grade_id", "?")),
+                     "\n".join(ln for ln in cell["source"].splitlines() if not re.match(r"\s*[%!]", ln))))
     return keep
+
+
+def _failing_cell(exc: BaseException, mod_file: Path, code: list[tuple[str, str]]) -> str:
+    """The words " in cell '<grade_id>'" naming the cell whose code raised ``exc``, or an empty string."""
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if Path(frame.f_code.co_filename) == mod_file:
+            line = lineno  # the deepest frame of the module's own code
+    if line is None:
+        return ""
+    start = 1
+    for grade_id, src in code:
+        end = start + src.count("\n") + 1  # the lines after the cell's; cells are joined by one blank line
+        if line < end + 1:
+            return f" in cell '{grade_id}'"
+        start = end + 1
+    return ""
 
 
 def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
@@ -74,8 +93,9 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
         The module; its attributes are the notebook's functions and variables.
 
     Raises:
-        NotebookLoadError: the file is missing or not a notebook, a cell raised while loading, or a
-        required name is not defined; the message says which.
+        NotebookLoadError: the file is missing or not a notebook, a cell raised while loading (also
+        ``SystemExit``, e.g. a cell calling ``sys.exit()``: the message names the notebook and the cell's
+        grade_id), or a required name is not defined; the message says which.
     """
     path = Path(path)
     if not path.is_file():
@@ -89,14 +109,15 @@ def load_notebook_module(path: str | Path, required: tuple[str, ...] = (),
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the module's source lives until exit
     mod_name = "attnlab_nb_" + re.sub(r"\W", "_", path.stem)
     mod_file = folder / f"{mod_name}.py"
-    mod_file.write_text("\n\n".join(code) + "\n")
+    mod_file.write_text("\n\n".join(src for _, src in code) + "\n")
     spec = importlib.util.spec_from_file_location(mod_name, mod_file)
     module = importlib.util.module_from_spec(spec)
     try:
         with quiet_init():  # the loading notebook has said which mode is in use
             spec.loader.exec_module(module)
-    except Exception as exc:
-        raise NotebookLoadError(f"running the code of {path.name} failed: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # a cell's sys.exit() must not end the loading notebook's kernel
+        cell = _failing_cell(exc, mod_file, code)
+        raise NotebookLoadError(f"running the code of {path.name} failed{cell}: {type(exc).__name__}: {exc}") from exc
     missing = [n for n in required if not hasattr(module, n)]
     if missing:
         raise NotebookLoadError(f"{path.name} does not define {', '.join(missing)}")
