@@ -923,6 +923,25 @@ def test_kernels_and_scratch_folders_of_a_killed_worker_are_cleaned_up(tmp_path)
             proc.wait()
 
 
+def test_kill_kernels_ignores_blank_garbage_and_non_positive_pids_and_escaping_folders(tmp_path, monkeypatch):
+    import tempfile
+
+    from attnlab.grading.host import autograde
+    from attnlab.grading.sandbox import proctree
+
+    killed = []
+    monkeypatch.setattr(autograde.os, "killpg", lambda pid, sig: killed.append(pid))
+    monkeypatch.setattr(proctree, "process_start", lambda pid: "7")  # every pid looks like the kernel
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    escaping = os.path.join(tempfile.gettempdir(), "attnlab-x", "..", os.path.relpath(outside, tempfile.gettempdir()))
+    pidfile = tmp_path / "pids"
+    pidfile.write_bytes(b"\n   \n0:7\n-1:7\nabc:7\n12\n\xff\xfe:7\n" + f"5:7 {escaping}\n".encode())
+    autograde.kill_kernels(pidfile)
+    assert killed == [5]
+    assert outside.exists()
+
+
 # ------------------------------------------------------------------------------------ learner HTML
 @pytest.mark.parametrize("answer,cleaned", [
     ("It is exact: $e^{m - m'} \\le 1$, **always**, `x < y`\n\n| a | b |\n|---|---|\n| 1 | 2 |", False),

@@ -399,9 +399,14 @@ class Slot:
 def kill_kernels(pidfile: Path) -> None:
     """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
     runs in a session of its own, out of reach of the worker's process group), and remove their
-    sandboxes' scratch folders."""
+    sandboxes' scratch folders.
+
+    Each line is ``pid:start [folder...]``; blank lines, a pid that is not a positive integer (0 or
+    below would name this process's own group or every process), a pid without its start time, and a
+    pid now held by another process (another start time) kill nothing. A scratch folder is removed only
+    when its normalized path stays under this machine's ``attnlab-`` scratch prefix."""
     try:
-        lines = [ln.split() for ln in pidfile.read_text().splitlines() if ln.strip()]
+        lines = [ln.split() for ln in pidfile.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return
     from ..sandbox.proctree import process_start
@@ -413,12 +418,12 @@ def kill_kernels(pidfile: Path) -> None:
         pid, _, start = pid_start.partition(":")
         try:
             # still that kernel: a pid the system gave to another process since has another start time
-            if start and process_start(int(pid)) == start:
+            if start and int(pid) > 0 and process_start(int(pid)) == start:
                 os.killpg(int(pid), signal.SIGKILL)
         except (OSError, ValueError):
             pass
         for folder in folders:
-            if folder.startswith(scratch):
+            if os.path.normpath(folder).startswith(scratch):
                 remove_tree(folder)
             else:
                 remove_left_over(folder)  # the kernel's pids cgroup
