@@ -469,3 +469,17 @@ def test_selfcheck_says_when_predictions_were_checked_for_the_release_shapes(mon
     assert variants.STUDENT_ENV not in format_report([plain])
     monkeypatch.setenv(variants.STUDENT_ENV, "ada-1001")
     assert variants.STUDENT_ENV not in format_report([asked])
+
+
+def test_selfcheck_names_the_nbgrader_pin_of_the_installed_package():
+    """The install hint follows pyproject's selfcheck extra instead of a version written into the code."""
+    import re as _re
+    import tomllib
+    from pathlib import Path as _Path
+
+    from attnlab.tools.selfcheck import nbgrader_requirement
+
+    extra = tomllib.loads((_Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["selfcheck"]
+    pin = next(r for r in extra if _re.match(r"nbgrader\b", r)).replace(" ", "")
+    assert nbgrader_requirement() == pin

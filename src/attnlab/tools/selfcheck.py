@@ -200,10 +200,27 @@ def advice_of(autograded: Path | None) -> list[str]:
     return lines
 
 
+def nbgrader_requirement() -> str:
+    """The nbgrader requirement of attnlab's ``selfcheck`` extra as installed (e.g. ``nbgrader==0.9.6``),
+    or plain ``nbgrader`` when the package's metadata cannot be read."""
+    import importlib.metadata as metadata
+
+    try:
+        requires = metadata.requires("attnlab") or []
+    except metadata.PackageNotFoundError:
+        return "nbgrader"
+    for req in requires:
+        spec = req.split(";")[0].strip()
+        if re.match(r"nbgrader\b", spec) and "selfcheck" in req:
+            return spec.replace(" ", "")
+    return next((r.split(";")[0].strip().replace(" ", "") for r in requires if re.match(r"nbgrader\b", r)),
+                "nbgrader")
+
+
 def _check_nbgrader() -> None:
     if importlib.util.find_spec("nbgrader") is None:
         raise SelfcheckError("self-check runs nbgrader, which is not installed here. Install it with\n"
-                             "    pip install 'nbgrader==0.9.6'\n(or the course's extra: pip install "
+                             f"    pip install '{nbgrader_requirement()}'\n(or the course's extra: pip install "
                              "'attnlab[selfcheck]'), then run this again.")
 
 
