@@ -442,7 +442,8 @@ def races(ledger: Ledger) -> list[Race]:
     return found
 
 
-def _program(p, dims: int) -> str:
+def program_label(p, dims: int) -> str:
+    """How a message names program ``p`` of a grid of ``dims`` axes ("program 3", "program (1, 0)")."""
     return f"program {p[0]}" if dims == 1 else f"program ({', '.join(str(i) for i in p[:dims])})"
 
 
@@ -457,7 +458,7 @@ def check_races(ledger: Ledger, *, where: str, dims: int = 2, names: dict | None
     """
     for race in races(ledger):
         name = (names or {}).get(race.tensor, race.tensor)
-        who = " and ".join(_program(p, dims) for p in race.programs[:2])
+        who = " and ".join(program_label(p, dims) for p in race.programs[:2])
         what = ("each load and then store the same element (a read-modify-write)" if race.read_modify_write
                 else "touch the same element, one of them with a plain tl.store")
         raise AssertionError(
@@ -488,7 +489,8 @@ def interpreter_internals(kernel) -> list[str]:
     return sorted(hits)
 
 
-def _span(values) -> str:
+def value_span(values) -> str:
+    """The range of ``values`` as "lo..hi", or the one value when all are equal (for messages)."""
     lo, hi = int(np.min(values)), int(np.max(values))
     return str(lo) if lo == hi else f"{lo}..{hi}"
 
@@ -496,7 +498,7 @@ def _span(values) -> str:
 def _strays(ledger: Ledger, dims: int, names: str) -> str | None:
     for program, kind, n in ledger.strays:
         verb = {"load": "read", "store": "wrote"}.get(kind, "updated")
-        return (f"{_program(program, dims)} {verb} {n} element(s) outside {names}: an address that is "
+        return (f"{program_label(program, dims)} {verb} {n} element(s) outside {names}: an address that is "
                 f"off, or a {kind} without a mask. On a GPU that touches memory the kernel does not own "
                 f"(wrong values, or a crash).")
     return None
@@ -543,7 +545,7 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
         if other.any():
             rows = np.unique(idx[other] // x_width)
             rows = rows[rows != p]
-            what = (f"row(s) {_span(rows)} of the input" if rows.size and rows.max() < n_rows
+            what = (f"row(s) {value_span(rows)} of the input" if rows.size and rows.max() < n_rows
                     else "memory past the last row of the input")
             raise AssertionError(
                 f"{where}: program {p} read {what}. Notebook 04 asks for one program per row: program "
@@ -552,7 +554,7 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
         if past.any():
             raise AssertionError(
                 f"{where}: program {p} read {int(past.sum())} element(s) past the end of its row (columns "
-                f"{_span(c[past])}, but n_cols = {n_cols}). Mask the load with cols < n_cols and "
+                f"{value_span(c[past])}, but n_cols = {n_cols}). Mask the load with cols < n_cols and "
                 f"other=-inf: an unmasked load followed by tl.where still reads memory that is not the "
                 f"row's (on a GPU, another row, or past the end of the tensor).")
         counts = np.bincount(c[own], minlength=n_cols)
@@ -566,7 +568,7 @@ def check_softmax_reads(ledger: Ledger, *, n_rows: int, n_cols: int, x_width: in
         if (counts == 0).any():
             raise AssertionError(
                 f"{where}: program {p} read {int((counts > 0).sum())} of the {n_cols} columns of its row "
-                f"(never columns {_span(np.nonzero(counts == 0)[0])}). Notebook 04 asks for the whole "
+                f"(never columns {value_span(np.nonzero(counts == 0)[0])}). Notebook 04 asks for the whole "
                 f"row as one block of BLOCK_SIZE = next_power_of_2(n_cols) = {block_size} columns; a "
                 f"fixed block size is right only up to that width.")
     for a in ledger.of("input", WRITES):
@@ -592,11 +594,11 @@ def check_flash_reads(ledger: Ledger, *, BH: int, T: int, D: int, causal: bool, 
     for name in ("K", "V"):
         for a in ledger.of(name):
             m, bh = a.program[0], a.program[1]
-            who = _program(a.program, 2)
+            who = program_label(a.program, 2)
             key = a.index // D - bh * T               # key index inside this program's head
             if (key >= T).any():
                 raise AssertionError(
-                    f"{where}: {who} loaded {name} rows {_span(key[key >= T])}, past the last key "
+                    f"{where}: {who} loaded {name} rows {value_span(key[key >= T])}, past the last key "
                     f"(T = {T}). Mask the K and V loads with offs_n < T: rows past T belong to the next "
                     f"head or to no tensor at all, and masking only the scores does not stop the read.")
             if (key < 0).any():
@@ -612,7 +614,7 @@ def check_flash_reads(ledger: Ledger, *, BH: int, T: int, D: int, causal: bool, 
             if causal and keys.min() > last_row:
                 raise AssertionError(
                     f"{where}: notebook 05 asks to skip the key tiles that no query of a tile can see: "
-                    f"{who} (query rows {m * block_m}..{last_row}) loaded keys {_span(keys)} of {name}, "
+                    f"{who} (query rows {m * block_m}..{last_row}) loaded keys {value_span(keys)} of {name}, "
                     f"all after its last row. End the causal loop at min(start_m + BLOCK_M, T) instead "
                     f"of loading these tiles and masking them (they are half the work).")
             seen.setdefault((name, a.program), []).append(a.index)
@@ -621,7 +623,7 @@ def check_flash_reads(ledger: Ledger, *, BH: int, T: int, D: int, causal: bool, 
         if counts.max(initial=0) > 1:
             key = int(np.argmax(counts)) // D
             raise AssertionError(
-                f"{where}: notebook 05 asks for one pass over the keys: {_program(program, 2)} loaded key "
+                f"{where}: notebook 05 asks for one pass over the keys: {program_label(program, 2)} loaded key "
                 f"{key} of {name} {int(counts.max())} times. Keep a running max and rescale l and acc "
                 f"by exp(m_old - m_new) as it grows (the online softmax), instead of a first pass for "
                 f"the max and a second for the sum.")
@@ -657,7 +659,7 @@ def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int
     seen: dict[tuple, list[np.ndarray]] = {}
     for name in ("K", "V"):
         for a in ledger.of(name):
-            (bkv, split, _), who = a.program, _program(a.program, 3)
+            (bkv, split, _), who = a.program, program_label(a.program, 3)
             base = (bkv // H_kv) * strides[0] + (bkv % H_kv) * strides[1]
             key, in_row = _cache_position(a.index, base, strides[2], D)  # key: position in the sequence
             if (key < 0).any() or not in_row.all():
@@ -670,14 +672,14 @@ def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int
             past = key >= int(seqlens[b])
             if past.any():
                 raise AssertionError(
-                    f"{where}: {who} loaded {name} at positions {_span(key[past])} of sequence {b}, whose "
+                    f"{where}: {who} loaded {name} at positions {value_span(key[past])} of sequence {b}, whose "
                     f"length is {int(seqlens[b])} (the cache holds {T_max}). Never load a key or value at "
                     f"or past SEQLENS[b]: mask the K and V loads (masking the scores does not stop the "
                     f"read; there the cache holds stale data, NaN, or nothing at all).")
             outside = (key < lo) | (key >= lo + keys_per_split)
             if outside.any():
                 raise AssertionError(
-                    f"{where}: {who} loaded keys {_span(key[outside])} of {name}, outside its slice "
+                    f"{where}: {who} loaded keys {value_span(key[outside])} of {name}, outside its slice "
                     f"{lo}..{lo + keys_per_split - 1}: each split's program reads its own slice of the "
                     f"keys only (split-K), so every key is read by one program.")
             seen.setdefault((name, a.program), []).append(a.index)
@@ -691,7 +693,7 @@ def check_decode_reads(ledger: Ledger, *, seqlens, H_kv: int, T_max: int, D: int
                    else "more than one pass over the slice")
             raise AssertionError(
                 f"{where}: notebook 08 asks for each K/V tile to be loaded once for the whole GQA group: "
-                f"{_program(program, 3)} loaded key {key} of {name} {n} times, as {why} does. Make the "
+                f"{program_label(program, 3)} loaded key {key} of {name} {n} times, as {why} does. Make the "
                 f"g·T_q (query head, query) rows of the group the BLOCK_M rows of one Q tile, so that one "
                 f"tl.load of each K/V tile and one tl.dot serve every head of the group: decoding time is "
                 f"the time to read the cache, and each extra pass reads it again.")

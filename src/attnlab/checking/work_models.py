@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .loads import READS, WRITES, Launch, Ledger
+from .loads import READS, WRITES, Launch, Ledger, program_label, value_span
 
 __all__ = ["InputModel", "KernelModel", "Product", "product_flops", "forward_products", "backward_products", "check_work", "work_violations", "softmax_model", "flash_forward_model",
            "backward_designs", "decode_partial_model"]
@@ -170,15 +170,6 @@ class _Found(list):
         super().append((self.rule, message))
 
 
-def _program(p, dims: int) -> str:
-    return f"program {p[0]}" if dims == 1 else f"program ({', '.join(str(i) for i in p[:dims])})"
-
-
-def _span(values) -> str:
-    lo, hi = int(np.min(values)), int(np.max(values))
-    return str(lo) if lo == hi else f"{lo}..{hi}"
-
-
 def _reads_by_program(launch: Launch):
     """(program, tensor) -> list of read accesses; (program, tensor) -> list of write accesses."""
     reads, writes = {}, {}
@@ -204,7 +195,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
     inputs = {m.tensor: m for m in model.inputs}
     for p, kind, n in launch.strays[:1]:
         verb = {"load": "read", "store": "wrote"}.get(kind, "updated")
-        out.append(f"{_program(p, dims)} of {model.kernel} {verb} {n} element(s) outside every tensor it was given: "
+        out.append(f"{program_label(p, dims)} of {model.kernel} {verb} {n} element(s) outside every tensor it was given: "
                    f"an address that is off, or an access without a mask (on a GPU, memory the kernel does not "
                    f"own)")
     if launch.unaccounted:
@@ -215,24 +206,24 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
         if tensor not in model.outputs:
             kinds = {a.kind for a in accs}
             how = "with an atomic (an atomic reads and writes)" if "atomic" in kinds else "with tl.store"
-            out.append(f"{_program(p, dims)} of {model.kernel} wrote into {tensor} {how}: the kernel may only "
+            out.append(f"{program_label(p, dims)} of {model.kernel} wrote into {tensor} {how}: the kernel may only "
                        f"write {', '.join(model.outputs)}")
             break
     for (p, tensor), accs in reads.items():
         m = inputs.get(tensor)
         if m is None:
-            out.append(f"{_program(p, dims)} of {model.kernel} read {tensor}, which its method never reads "
+            out.append(f"{program_label(p, dims)} of {model.kernel} read {tensor}, which its method never reads "
                        f"(it reads {', '.join(inputs) or 'nothing'})")
             break
         units = m.unit_of[np.concatenate([a.index for a in accs])]
         bad = (units < m.lo[p]) | (units >= m.hi[p])
         if bad.any():
             known = np.unique(units[bad & (units >= 0)])
-            what = (f"{known.size} other {m.unit}(s), at offsets {_span(known - m.lo[p])} from its first one"
+            what = (f"{known.size} other {m.unit}(s), at offsets {value_span(known - m.lo[p])} from its first one"
                     if known.size else f"{int(bad.sum())} element(s) that belong to no {m.unit} (padding or past "
                                        f"the end)")
             out.append(f"{asks} to read only its own {m.unit}s of {tensor} ({int(m.hi[p] - m.lo[p])} of them): "
-                       f"{_program(p, dims)} read {what}. Each program works on the tile tl.program_id gives it")
+                       f"{program_label(p, dims)} read {what}. Each program works on the tile tl.program_id gives it")
             break
     if out:
         return out
@@ -244,9 +235,9 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
         busy = [p for p in launch.programs() if got[p] > m.need[p]]
         if idle and busy:
             p = max(busy, key=lambda q: got[q] - m.need[q])
-            out.append(f"{asks} to {m.rule}, each program its own share: {_program(p, dims)} read "
+            out.append(f"{asks} to {m.rule}, each program its own share: {program_label(p, dims)} read "
                        f"{got[p]:g} {m.unit}s of {m.tensor} while {len(idle)} program(s) with work to do "
-                       f"({_program(idle[0], dims)}...) read none. Spread the tiles over the grid: "
+                       f"({program_label(idle[0], dims)}...) read none. Spread the tiles over the grid: "
                        f"tl.program_id picks each program's tile")
             return out
     out.rule = 3
@@ -260,7 +251,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
             if got > m.factor * need + 1e-9:
                 ratio = f"{got / need:.1f}x the {m.unit}s of {m.tensor} {m.need_what}" if need else \
                     f"{got:g} {m.unit}s of {m.tensor} where it needs none"
-                out.append(f"{asks} to {m.rule}: {_program(p, dims)} read {ratio} ({got:g} read, {need} needed; "
+                out.append(f"{asks} to {m.rule}: {program_label(p, dims)} read {ratio} ({got:g} read, {need} needed; "
                            f"every tl.load and atomic counts)")
                 break
     # 4. tiles
@@ -273,7 +264,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
             widest = max(accs, key=lambda a: np.unique(m.unit_of[a.index]).size)
             n = int(np.unique(m.unit_of[widest.index]).size)
             if n > m.tile:
-                out.append(f"{asks} to read {m.tensor} in tiles of at most {m.tile} {m.unit}s: {_program(p, dims)} "
+                out.append(f"{asks} to read {m.tensor} in tiles of at most {m.tile} {m.unit}s: {program_label(p, dims)} "
                            f"read {n} {m.unit}s in one access (a block of shape {widest.shape}). Loop over the "
                            f"{m.unit}s one tile at a time")
                 break
@@ -291,7 +282,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
             if need and got < model.dot_share * need:
                 lost = (f"; {done.get(p, 0) - got} more FLOPs of tl.dot went into results never stored to "
                         f"{', '.join(model.outputs)}") if done.get(p, 0) > got else ""
-                out.append(f"{asks} to {model.dot_rule}: {_program(p, dims)} did {got / need:.0%} of the "
+                out.append(f"{asks} to {model.dot_rule}: {program_label(p, dims)} did {got / need:.0%} of the "
                            f"products its tiles need through tl.dot ({got} of {need} FLOPs; at least "
                            f"{model.dot_share:.0%}{lost}). Element-wise products summed with tl.sum take no "
                            f"tensor core, and a tl.dot counts only when the output is computed from its result: "
@@ -302,7 +293,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
         for p in launch.programs() if model.dot_cap is not None else ():
             cap = int(model.dot_cap[p])
             if done.get(p, 0) > model.dot_slack * cap:
-                out.append(f"{asks} to {model.dot_rule}, only on the tiles its method visits: {_program(p, dims)} "
+                out.append(f"{asks} to {model.dot_rule}, only on the tiles its method visits: {program_label(p, dims)} "
                            f"multiplied {done.get(p, 0) / max(cap, 1):.1f}x their FLOPs ({done.get(p, 0)} against "
                            f"{cap}): tiles loaded masked and multiplied anyway are work to skip")
                 break
@@ -317,7 +308,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
             if calls > m.loads_per_tile * max(tiles, 1):
                 units = sum(a.index.size for a in reads.get((p, m.tensor), [])) / m.unit_size
                 out.append(f"{asks} to read {m.tensor} a tile of up to {m.tile} {m.unit}s per loop iteration: "
-                           f"{_program(p, dims)} read it in {calls} pieces ({units / calls:.1f} {m.unit}s each on "
+                           f"{program_label(p, dims)} read it in {calls} pieces ({units / calls:.1f} {m.unit}s each on "
                            f"average) where {tiles} tile(s) would do")
                 break
     return out
@@ -343,7 +334,7 @@ def _per_product(launch: Launch, model: KernelModel, out: _Found, asks: str) -> 
             where = f"; its tl.dot calls went to {', '.join(others)}" if others else ""
             pad = (f"; {padded} of the {total} FLOPs of its tl.dot calls for {pr.name} fell on zero-padded lanes, "
                    f"which multiply nothing") if padded else ""
-            out.append(f"{asks} to {model.dot_rule}: {_program(p, dims=model.dims)} did {have / need:.0%} of the "
+            out.append(f"{asks} to {model.dot_rule}: {program_label(p, dims=model.dims)} did {have / need:.0%} of the "
                        f"product {pr.name} through tl.dot ({have} of {need} FLOPs, {need - have} short of all; at "
                        f"least {model.dot_share:.0%} of each product){where}{pad}. Each product counts on its own, "
                        f"identified by what its operands were loaded from: one product through tl.dot (padded with "
