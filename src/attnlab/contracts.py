@@ -186,7 +186,8 @@ def bwd_preprocess_kernel(O, DO, DELTA, stride_bh, stride_t, T, BLOCK_M: "tl.con
         stride_bh, stride_t: T * HEAD_DIM and HEAD_DIM; T: sequence length.
 
     Checked (:func:`attnlab.verify_backward.check_bwd_preprocess`): Δ against float64 (1e-5 at least); no
-    store past the last row; ``bh * stride_bh`` past 2³¹ in 64 bits.
+    store past the last row; and (:func:`attnlab.verify_backward.check_bwd_preprocess_large_offsets`)
+    ``bh * stride_bh`` past 2³¹ in 64 bits.
 
     Source: Dao, "FlashAttention-2" (2023), Algorithm 2, line 4.
     """

@@ -1,7 +1,7 @@
 """The given launcher of notebook 09: the tuned forward kernels, autotuned or with one fixed config.
 
-The kernels themselves are given in notebook 09's read-only cells, not here (DESIGN.md: no kernel in
-the package; notes/decisions.md says why the notebook may show them). Their contract:
+The kernels themselves are given in notebook 09's read-only cells, not here (notes/authoring.md,
+the second assignment's conventions: no kernel in the package; notes/decisions.md says why the notebook may show them). Their contract:
 
 ``kernel(Q, K, V, O, LSE, QS, KS, T, BH, n_programs, sm_scale, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N,
 USE_TMA, WARP_SPEC, PERSISTENT)``

@@ -1,6 +1,6 @@
 """Decoding against a KV cache (notebook 08): the reference attention, the split-K partials and their merge.
 
-The contract (DESIGN.md, after flash-attn's ``flash_attn_with_kvcache`` but in the course's
+The contract (stated for the kernels in ``attnlab.contracts.decode_partial_kernel``; after flash-attn's ``flash_attn_with_kvcache`` but in the course's
 (B, H, T, D) layout):
 
 - q (B, H_q, T_q, D): the T_q newest tokens of each sequence; k_cache, v_cache (B, H_kv, T_max, D)
