@@ -195,6 +195,12 @@ def recorded_tuning() -> list[Point]:
 
 
 def write_csv(points: list[Point], path: str | Path) -> Path:
+    """Write ``points`` to ``path`` (returned), one row each, with a header of :class:`Point`'s fields in
+    order: impl; T, B, H, D (sequence length, batch, heads, head dim); causal (True/False); dtype
+    (e.g. float16); ms (median forward time, milliseconds); tflops (TFLOP/s of
+    :func:`attnlab.bench.attention_flops`, causal counted as half); peak_mem_gib (peak CUDA memory
+    allocated, GiB = 2³⁰ bytes; nan on the CPU); status (ok, oom, skipped or "error: ..."); config
+    (the tuned configuration, or empty). Unmeasured numbers are written as nan."""
     path = Path(path)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(Point)])
@@ -205,6 +211,7 @@ def write_csv(points: list[Point], path: str | Path) -> Path:
 
 
 def read_csv(path: str | Path) -> list[Point]:
+    """The points of a file written by :func:`write_csv` (same columns and units), typed as :class:`Point`."""
     conv = {fl.name: fl.type for fl in fields(Point)}
     out = []
     with open(path) as f:
