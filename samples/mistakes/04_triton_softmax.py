@@ -144,7 +144,7 @@ MISTAKES = [
         id="04-ok-row-cast-at-use", notebook=_NB, cell=_CELL,
         edits=((_ROW_LINE, "    row = tl.program_id(0)\n"),
                (_LOAD, _LOAD.replace("row * input_row_stride", "row.to(tl.int64) * input_row_stride")),
-               ("output_ptr + row * output_row_stride", "output_ptr + row * output_row_stride.to(tl.int64)")),
+               ("output_ptr + row * output_row_stride", "output_ptr + tl.cast(row, tl.int64) * output_row_stride")),
         fails=(),
         why="not a mistake: the row index stays 32-bit but each product is widened where it is formed",
     ),

@@ -29,7 +29,8 @@ __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
     "check_attention_gradcheck",
     "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores", "shift_scores",
-    "check_flash_kernel_large_offsets", "check_softmax_kernel_large_offsets", "call_learner", "kernel_device", "flag_internals", "REGIMES",
+    "check_flash_kernel_large_offsets", "check_softmax_kernel_large_offsets", "call_learner", "kernel_device",
+    "flag_internals", "REGIMES",
     "growing_scores", "CPU_CASE_ELEMENTS",
 ]
 
