@@ -42,7 +42,7 @@ import triton.language as tl
 
 from attnlab import bench, launch
 from attnlab.checks import time_limit
-from attnlab.verify import call_limit_s, check_softmax_kernel
+from attnlab.verify import call_limit_s, check_softmax_kernel, check_softmax_kernel_large_offsets
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -274,6 +274,9 @@ for seed, n_cols in enumerate((1, 64, 100, 1000)):
 if not RUNTIME.interpret:
     for dtype in (torch.float32, torch.bfloat16):
         check_softmax_kernel(_softmax_kernel, n_rows=4096, n_cols=1000, padded=True, dtype=dtype, seed=50)
+# rows 2^30 elements apart: the last one starts at element 2^31 (on the CPU, only the rows exist)
+check_softmax_kernel_large_offsets(_softmax_kernel, seed=51)
+check_softmax_kernel_large_offsets(_softmax_kernel, n_cols=300, seed=52)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -42,9 +42,9 @@ from attnlab import bench, launch_backward
 from attnlab.checks import time_limit
 from attnlab.reference import naive_attention, reference_gradients
 from attnlab.verify import call_limit_s
-from attnlab.verify_backward import (check_bwd_dq_large_offsets, check_bwd_preprocess,
-                                      check_bwd_preprocess_large_offsets, check_flash_backward_kernels,
-                                      check_triton_attention)
+from attnlab.verify_backward import (check_bwd_dkdv_large_offsets, check_bwd_dq_large_offsets,
+                                      check_bwd_preprocess, check_bwd_preprocess_large_offsets,
+                                      check_flash_backward_kernels, check_triton_attention)
 
 DEVICE = RUNTIME.device  # "cuda" on a GPU, "cpu" under the interpreter
 
@@ -547,9 +547,11 @@ for causal in (False, True):
     check_flash_backward_kernels(KERNELS, T=64, D=32, causal=causal, seed=2)
     check_flash_backward_kernels(KERNELS, T=64, D=16, causal=causal, block_m=32, block_n=16, seed=3)
     check_flash_backward_kernels(KERNELS, T=64, D=64, causal=causal, block_m=16, block_n=32, seed=4)
-# the dQ kernel on three heads of 2^26 rows, where bh * stride_bh passes 2^31 (the dK/dV kernel's key tiles
-# would each walk all 2^26 queries: no case this cheap reaches its offsets)
+# the dQ kernel on three heads of 2^26 rows, where bh * stride_bh passes 2^31; the dK/dV kernel's key tiles
+# walk every later query, so its case keeps the heads short and only spaces them 2^30 elements apart
 check_bwd_dq_large_offsets(_bwd_dq_kernel, seed=9)
+check_bwd_dkdv_large_offsets(_bwd_dkdv_kernel, seed=10)
+check_bwd_dkdv_large_offsets(_bwd_dkdv_kernel, block_m=32, block_n=16, seed=11)
 if not RUNTIME.interpret:  # sizes that fill a GPU, half precision, the launcher's defaults and larger tiles
     # each (D, dtype, causal, tiles) compiles the dK/dV and dQ kernels again: each 16-bit type at one
     # head size (bf16 at 64, fp16 at 128) rather than every (D, dtype) pair

@@ -472,17 +472,31 @@ def test_head_offset_from_a_padded_length_is_named_not_the_store_mask(notebook):
     assert "must be masked out of the stores" in msg and "per-head offset" not in msg, msg
 
 
-@pytest.mark.parametrize("mistake", ["05-bh-offset-32-bit", "07-bh-offset-32-bit", "07-dq-bh-offset-32-bit"])
+@pytest.mark.parametrize("mistake", ["05-bh-offset-32-bit", "07-bh-offset-32-bit", "07-dq-bh-offset-32-bit",
+                                     "07-dkdv-offset-32-bit"])
 def test_bh_offset_in_32_bits_is_named_past_two_to_the_31(mistake):
     from attnlab.verify import check_flash_kernel_large_offsets
-    from attnlab.verify_backward import check_bwd_dq_large_offsets, check_bwd_preprocess_large_offsets
+    from attnlab.verify_backward import (check_bwd_dkdv_large_offsets, check_bwd_dq_large_offsets,
+                                         check_bwd_preprocess_large_offsets)
 
     m = MISTAKES[mistake]
     check = {"_flash_fwd_kernel": check_flash_kernel_large_offsets, "_bwd_dq_kernel": check_bwd_dq_large_offsets,
-             "_bwd_preprocess_kernel": check_bwd_preprocess_large_offsets}[m.cell]
+             "_bwd_preprocess_kernel": check_bwd_preprocess_large_offsets,
+             "_bwd_dkdv_kernel": check_bwd_dkdv_large_offsets}[m.cell]
     msg = _message(check, solution(m.notebook, m.cell, m))
     assert "wraps around past 2^31" in msg and "bh = tl.program_id(1).to(tl.int64)" in msg, msg
     check(solution(m.notebook, m.cell))  # the reference: right
+
+
+@pytest.mark.parametrize("n_cols", [37, 300])
+def test_04_row_offset_in_32_bits_is_named_past_two_to_the_31(n_cols):
+    from attnlab.verify import check_softmax_kernel_large_offsets
+
+    cell = ("04_triton_softmax", "_softmax_kernel")
+    msg = _message(check_softmax_kernel_large_offsets, solution(*cell, "04-row-offset-32-bit"), n_cols=n_cols)
+    assert "wraps around past 2^31" in msg and "row = tl.program_id(0).to(tl.int64)" in msg, msg
+    check_softmax_kernel_large_offsets(solution(*cell), n_cols=n_cols)  # the reference: right
+    check_softmax_kernel_large_offsets(solution(*cell, "04-ok-row-cast-at-use"), n_cols=n_cols)
 
 
 def test_spread_places_many_layouts_in_one_process():

@@ -132,7 +132,22 @@ MISTAKES = [
         why="reads the row once, but through tl.atomic_add(ptrs, 0): a write into the input, and an atomic per "
             "element where one load would do",
     ),
+    Mistake(
+        id="04-row-offset-32-bit", notebook=_NB, cell=_CELL,
+        edits=((_ROW_LINE, "    row = tl.program_id(0)\n"),),
+        fails=(_STRIDED,),
+        why="keeps the row index in 32 bits: row * input_row_stride wraps around once a row starts past "
+            "2^31 elements",
+    ),
     # correct variants
+    Mistake(
+        id="04-ok-row-cast-at-use", notebook=_NB, cell=_CELL,
+        edits=((_ROW_LINE, "    row = tl.program_id(0)\n"),
+               (_LOAD, _LOAD.replace("row * input_row_stride", "row.to(tl.int64) * input_row_stride")),
+               ("output_ptr + row * output_row_stride", "output_ptr + tl.cast(row, tl.int64) * output_row_stride")),
+        fails=(),
+        why="not a mistake: the row index stays 32-bit but each product is widened where it is formed",
+    ),
     Mistake(
         id="04-ok-exp2", notebook=_NB, cell=_CELL,
         edits=(("num = tl.exp(z)", "num = tl.exp2(z * 1.4426950408889634)  # exp(z) = 2^(z log2 e)"),),

@@ -224,6 +224,12 @@ MISTAKES = [
         fails=(_REF,),
         why="keeps bh in 32 bits in the dQ kernel: bh * stride_bh wraps around past 2^31 elements",
     ),
+    Mistake(
+        id="07-dkdv-offset-32-bit", notebook=_NB, cell=_DKDV,
+        edits=(("    bh = tl.program_id(1).to(tl.int64)\n    start_n", "    bh = tl.program_id(1)\n    start_n"),),
+        fails=(_REF,),
+        why="keeps bh in 32 bits in the dK/dV kernel: bh * stride_bh wraps around past 2^31 elements",
+    ),
 ]
 
 TYPICAL = "07-dk-scale-missing"

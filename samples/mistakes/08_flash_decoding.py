@@ -241,7 +241,24 @@ def _merge_hook(O_PART, LSE_PART, O, LSE, num_splits, **launch):
 _decode_merge_kernel.add_pre_run_hook(_merge_hook)
 '''
 
+# The whole merge in program 0, one row after another; the other programs do nothing. Right numbers, no
+# parallelism across rows and heads.
+_MERGE_ROW = "    row = tl.program_id(0).to(tl.int64)\n"
+_MERGE_CELL = _REF_SRC[_REF_SRC.index("def _decode_merge_kernel("):]
+_MERGE_AFTER_ROW = _MERGE_CELL[_MERGE_CELL.index(_MERGE_ROW) + len(_MERGE_ROW):_MERGE_CELL.index(_MERGE_STORES)
+                               + len(_MERGE_STORES)]
+_MERGE_PROGRAM_0 = ("    if tl.program_id(0) == 0:  # program 0 merges every row; the others have nothing to do\n"
+                    "        for row in range(0, tl.num_programs(0)):\n"
+                    + "".join("        " + line + "\n" if line.strip() else "\n"
+                              for line in _MERGE_AFTER_ROW.splitlines()))
+
 MISTAKES += [
+    Mistake(
+        id="08-merge-program-0-all-rows", notebook=_NB, cell=_MERGE,
+        edits=((_MERGE_ROW + _MERGE_AFTER_ROW, _MERGE_PROGRAM_0),),
+        fails=(_MERGE_T,),
+        why="merges every query row in program 0 (a loop over the rows) while the other programs do nothing",
+    ),
     Mistake(
         id="08-merge-pre-run-hook-torch", notebook=_NB, cell=_MERGE,
         edits=((_MERGE_STORES, _MERGE_HOOK),),

@@ -29,7 +29,8 @@ __all__ = [
     "check_online_softmax", "check_flash_forward", "check_flash_backward", "check_autograd_attention",
     "check_attention_gradcheck",
     "check_softmax_kernel", "check_flash_kernel", "call_limit_s", "shape_scores", "shift_scores",
-    "check_flash_kernel_large_offsets", "call_learner", "kernel_device", "flag_internals", "REGIMES",
+    "check_flash_kernel_large_offsets", "check_softmax_kernel_large_offsets", "call_learner", "kernel_device",
+    "flag_internals", "REGIMES",
     "growing_scores", "CPU_CASE_ELEMENTS", "flash_tolerance",
 ]
 
@@ -133,6 +134,63 @@ def check_softmax_kernel(kernel, *, n_rows: int, n_cols: int, dtype=torch.float3
                                   lambda: padding_zero_hint(y.cpu(), x, block, tol)),
         work=lambda ledger, where: check_work(ledger, softmax_model(n_rows=n_rows, n_cols=n_cols, x_width=x_width,
                                                                     block=block, x_len=x_buf.numel()), where=where)))
+
+
+_FAR_ROWS = 3  # row 2 of three rows 2^30 elements apart starts at element 2^31
+
+
+def check_softmax_kernel_large_offsets(kernel, *, n_cols: int = 37, seed: int = 0):
+    """Check a ``_softmax_kernel`` where ``row * input_row_stride`` passes 2³¹ elements.
+
+    Three float32 rows of ``n_cols`` columns, 2³⁰ elements apart in both input and output (row strides
+    2³⁰), so row 2 starts at element 2³¹: an offset computed in 32 bits (``tl.program_id(0)`` times an
+    int32 stride) wraps around there. Only the rows exist (:mod:`attnlab.checking.sparse`: each row's
+    input, then its output ``BLOCK_SIZE`` elements later, in one piece). Launched as the course launcher
+    does (grid (3,), BLOCK_SIZE the next power of two of ``n_cols``), on the CPU through Triton's
+    interpreter on every machine, under the load accounting, which switches off every lane outside
+    those pieces (a wrapped offset reads and writes nothing instead of crashing). Where the memory
+    cannot be placed (not Linux) it prints why and checks nothing.
+
+    Raises:
+        AssertionError: a row of the output wrong (or unwritten); when the rows below 2³¹ are right and
+            the one past it is wrong, saying to widen the row index to 64 bits.
+    """
+    import triton
+
+    from .checking import sparse
+    from .checking.hints import int32_offset_hint
+
+    block = triton.next_power_of_2(n_cols)
+    stride = 2**30
+    try:
+        mem = sparse.spread([r * stride for r in range(_FAR_ROWS)], 2 * block, torch.float32,
+                            span=(_FAR_ROWS - 1) * stride + 2 * block)
+    except OSError as exc:
+        print(f"(the large-offset case of _softmax_kernel is skipped here: {exc})")
+        return
+    for p in mem.pieces:
+        p.fill_(float("nan"))
+    x = mem.whole.as_strided((_FAR_ROWS, n_cols), (stride, 1), 0)
+    y = mem.whole.as_strided((_FAR_ROWS, n_cols), (stride, 1), block)
+    x64 = randn(_FAR_ROWS, n_cols, seed=seed) * 3.0
+    for r, p in enumerate(mem.pieces):  # only the pieces are written
+        p[:n_cols] = x64[r].to(torch.float32)
+    expected = torch.softmax(x64.to(torch.float32).double(), dim=-1)
+    case = Case(n_rows=_FAR_ROWS, n_cols=n_cols, dtype="float32", row_stride=stride,
+                launched="three rows, the last starting at element 2^31")
+    buffers = {f"row {r}": p for r, p in enumerate(mem.pieces)}
+
+    def run():
+        runnable = launch.prepare_kernel(kernel, "_softmax_kernel", {"x": x, "y": y}, "_softmax_kernel")
+        runnable[(_FAR_ROWS,)](y, x, stride, stride, n_cols, BLOCK_SIZE=block)
+
+    check_kernel(KernelCheck(what="_softmax_kernel", case=case, launch=run, key=kernel, accounted=True,
+                             buffers=buffers))
+    got = torch.stack([p[block:block + n_cols].clone() for p in mem.pieces]).double()
+    far = [r * stride >= 2**31 for r in range(_FAR_ROWS)]
+    diagnosed(lambda: assert_close(got, expected, name="softmax", case=case, tol=1e-5),
+              lambda: int32_offset_hint(got, expected, 1e-5, far=far, what="row * input_row_stride",
+                                        fix="row = tl.program_id(0).to(tl.int64)"))
 
 
 # ---------------------------------------------------------------------------------------------- 05

@@ -29,7 +29,8 @@ from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, ker
 from .checking.work_models import backward_designs, check_work
 
 __all__ = ["check_bwd_preprocess", "check_flash_backward_kernels", "check_triton_attention",
-           "stores_through_argument", "check_bwd_preprocess_large_offsets", "check_bwd_dq_large_offsets"]
+           "stores_through_argument", "check_bwd_preprocess_large_offsets", "check_bwd_dq_large_offsets",
+           "check_bwd_dkdv_large_offsets"]
 
 #: Position of DQ_ACC among the dK/dV kernel's arguments (launch_backward's contract).
 _DQ_ACC_ARG = 8
@@ -382,3 +383,65 @@ def check_bwd_dq_large_offsets(kernel, *, D: int = 16, block_m: int = 16, block_
         return
     want = reference_gradients(small["Q"], small["K"], small["V"], small["DO"], causal=True)[0][:, :, :block_n]
     _far_diagnosed(got, want, name="dq", case=case)
+
+
+def check_bwd_dkdv_large_offsets(kernel, *, D: int = 16, block_m: int = 16, block_n: int = 16, seed: int = 0):
+    """Check ``_bwd_dkdv_kernel`` where ``bh * stride_bh`` passes 2³¹ elements: dK and dV of three causal
+    heads of ``max(block_m, block_n)`` rows each (T), laid 2³⁰ elements apart (stride_bh = 2³⁰,
+    stride_t = D), so head 2 starts at element 2³¹. Key tiles need every query after them, so the heads
+    are short and only their stride is large: LSE and Δ are small contiguous (3, 1, T) float32 tensors
+    (``bh * T`` stays small), Q, K, V, dO, dK, dV and DQ_ACC float32 with only the rows existing
+    (:mod:`attnlab.checking.sparse`). Grid (cdiv(T, block_n), 3), on the CPU through the interpreter,
+    under the load accounting; where the memory cannot be placed (not Linux) it prints why and checks
+    nothing. A kernel that steps heads by ``T * HEAD_DIM`` instead of ``stride_bh`` (the same on the
+    launcher's contiguous inputs) gets head 1 wrong here too: the check then does not apply to it and
+    passes, with a note.
+
+    Raises:
+        AssertionError: heads 0 and 1 right and head 2 wrong, saying to widen ``bh`` to 64 bits.
+    """
+    from . import launch
+    from .checking import sparse
+    from .checking.hints import int32_offset_hint, matches_with_empty
+
+    rows = max(block_m, block_n)
+    stride = 2**30
+    names = ("Q", "K", "V", "DO", "DK", "DV", "DQ_ACC")
+    try:
+        t, mem = sparse.far_heads(names, heads=_FAR_HEADS, T=stride // D, D=D, rows=rows, spare=rows * D)
+    except OSError as exc:
+        print(f"(the large-offset case of _bwd_dkdv_kernel is skipped here: {exc})")
+        return
+    t = {name: x[:, :, :rows] for name, x in t.items()}
+    q, k, v, do = (randn(_FAR_HEADS, 1, rows, D, seed=seed + i).to(torch.float32).double() for i in range(4))
+    o, lse = naive_attention(q, k, v, causal=True)
+    o = o.to(torch.float32).double()
+    for name, x in dict(Q=q, K=k, V=v, DO=do, DQ_ACC=torch.zeros_like(q)).items():
+        t[name].copy_(x)
+    lse32 = lse.to(torch.float32).contiguous()
+    delta = (o * do).sum(-1).to(torch.float32).contiguous()
+    buffers = {f"rows of head {h}": p for h, p in enumerate(mem.pieces)}
+    buffers.update({"LSE": lse32, "DELTA": delta})
+    tensors = {name.lower(): x for name, x in t.items()}
+    case = Case(B=_FAR_HEADS, H=1, T=rows, D=D, causal=True, block_m=block_m, block_n=block_n, stride_bh=stride,
+                launched="every key tile of three short heads 2^30 elements apart")
+
+    def run():
+        grid = ((rows + block_n - 1) // block_n, _FAR_HEADS)
+        launch.prepare_kernel(kernel, "_bwd_dkdv_kernel", tensors, "_bwd_dkdv_kernel")[grid](
+            t["Q"], t["K"], t["V"], t["DO"], lse32, delta, t["DK"], t["DV"], t["DQ_ACC"], stride, D, rows,
+            D ** -0.5, True, block_m, block_n, D)
+
+    check_kernel(KernelCheck(what="_bwd_dkdv_kernel", case=case, launch=run, key=kernel, accounted=True,
+                             buffers=buffers))
+    _, dk_ref, dv_ref = reference_gradients(q, k, v, do, causal=True)
+    far = [h * stride >= 2**31 for h in range(_FAR_HEADS)]
+    for name, want in (("dk", dk_ref), ("dv", dv_ref)):
+        got = t[name.upper()].clone().double()
+        if not all(matches_with_empty(got[h], want[h], 1e-5) for h, f in enumerate(far) if not f):
+            print(f"(the large-offset case of _bwd_dkdv_kernel does not apply: {name} of the heads below 2^31 "
+                  f"is wrong too, so this kernel does not step heads by stride_bh)")
+            return
+        diagnosed(lambda: assert_close(got, want, name=name, case=case, tol=1e-5),
+                  lambda: int32_offset_hint(got, want, 1e-5, far=far, what="bh * stride_bh",
+                                            fix="bh = tl.program_id(1).to(tl.int64)"))

@@ -32,7 +32,7 @@ from .checking.hints import quiet, alignment_sentence, diagnosed, matches_with_e
 from .checking.loads import check_decode_reads, check_races
 from .checking.poisoned import guarded, tail_room, with_tail
 from .checking.harness import KernelCheck, Tail, call_learner, check_kernel, kernel_device
-from .checking.work_models import check_work, decode_partial_model
+from .checking.work_models import check_work, decode_merge_model, decode_partial_model
 
 __all__ = ["check_decode_partial_kernel", "check_decode_merge_kernel", "check_flash_decode",
            "check_decode_partial_large_offsets", "top_left_hint"]
@@ -241,7 +241,9 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
 
     Contract: ``attnlab.contracts.decode_merge_kernel``.
     """
-    device = device or runtime().device
+    import triton
+
+    device, accounted = kernel_device(device, dtype=out_dtype, elements=B * H * T_q * num_splits * D)
     case = Case(B=B, H=H, T_q=T_q, num_splits=num_splits, D=D, empty_fraction=empty, spread=spread,
                 offset=offset, o_dtype=_dtype_name(out_dtype))
     lse_part = randn(B, H, T_q, num_splits, seed=seed) * spread + offset
@@ -266,11 +268,21 @@ def check_decode_merge_kernel(kernel, *, num_splits: int, B: int = 1, H: int = 2
         assert_close_or_empty(lse, lse_ref, name="lse (merged, natural log)", case=case,
                               tol=1e-5, no_keys=SPLITS_MISSED)
 
+    rows = B * H * T_q
+    o_whole, lse_whole = (torch.as_strided(t, (t.numel() + extra,), (1,)) for t, extra in
+                          ((o_in, num_splits * D), (lse_in, num_splits)))  # the partials and their NaN tail
+    block_s = max(2, triton.next_power_of_2(num_splits))
+
+    def work(ledger, where):
+        check_work(ledger, decode_merge_model(rows=rows, num_splits=num_splits, D=D, block_s=block_s,
+                                              o_len=o_whole.numel(), lse_len=lse_whole.numel()), where=where)
+
     check_kernel(KernelCheck(
         what="_decode_merge_kernel", case=case, launch=launch_decode.run_decode_merge,
-        args=(kernel, o_in, lse_in, o, lse), key=kernel, device=device,
+        args=(kernel, o_in, lse_in, o, lse), key=kernel, device=device, accounted=accounted,
+        buffers={"O_PART": o_whole, "LSE_PART": lse_whole, "O": o_buf, "LSE": lse_buf},
         tails=_merge_tails(o_buf, o, lse_buf, lse, case), inputs={"O_PART": o_in, "LSE_PART": lse_in},
-        compare=compare))
+        internals=((kernel, "_decode_merge_kernel", "08"),), compare=compare, work=work))
 
 
 def _run_both(partial_kernel, merge_kernel, q, k, v, lens, o_part, lse_part, o, lse, *, causal, cfg,

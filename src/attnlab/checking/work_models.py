@@ -47,7 +47,7 @@ import numpy as np
 from .loads import READS, WRITES, Launch, Ledger, program_label, value_span
 
 __all__ = ["InputModel", "KernelModel", "Product", "product_flops", "forward_products", "backward_products", "check_work", "work_violations", "softmax_model", "flash_forward_model",
-           "backward_designs", "decode_partial_model"]
+           "backward_designs", "decode_partial_model", "decode_merge_model"]
 
 
 @dataclass(frozen=True)
@@ -587,3 +587,21 @@ def decode_partial_model(*, seqlens, H_q: int, H_kv: int, T_q: int, T_max: int, 
                         "and block of rows)", inputs, ("O_PART", "LSE_PART"), dot_flops=flops, dot_cap=cap, dims=3,
                         dot_rule="compute QKᵀ and PV with tl.dot, one K/V tile at a time",
                         products=forward_products(flops)),)
+
+
+def decode_merge_model(*, rows: int, num_splits: int, D: int, block_s: int, o_len: int,
+                       lse_len: int) -> tuple[KernelModel]:
+    """Notebook 08's merge kernel on grid (rows,): program r reads the ``num_splits`` partials of query
+    row r (its O_PART rows of D elements and its LSE_PART values) and no other row's, and writes O
+    and LSE only (no products). Each partial may be read at most twice: a merge that loads the
+    splits as one tile and then walks them one by one is still the method. ``o_len``, ``lse_len``:
+    the lengths of the buffers the ledger watches (spare room after the partials included)."""
+    lo, hi, need = _grid((rows,)), _grid((rows,)), _grid((rows,))
+    lo[:, 0, 0] = np.arange(rows) * num_splits
+    hi[:, 0, 0] = lo[:, 0, 0] + num_splits
+    need[:] = num_splits
+    rule = dict(factor=2.0, tile=block_s, rule="read the partials of its own query row", need_what="of its row")
+    inputs = (InputModel("O_PART", "partial", D, _rows(rows * num_splits, D, o_len), lo, hi, need, **rule),
+              InputModel("LSE_PART", "partial LSE", 1, _rows(rows * num_splits, 1, lse_len), lo, hi, need, **rule))
+    return (KernelModel("08", "_decode_merge_kernel", "each program (one per query row)", inputs, ("O", "LSE"),
+                        dims=1),)
