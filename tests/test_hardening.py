@@ -387,7 +387,13 @@ GUARD_SCRIPT = """
     ns["check_online_softmax"] = lambda *a, **k: None
     import builtins
     ns["__builtins__"] = dict(vars(builtins), __import__=lambda *a, **k: types.ModuleType("fake"))
+    class Hooked(types.ModuleType):  # a class swap: every read of the module can lie
+        def __getattribute__(self, key):
+            return (lambda *a, **k: 0.0) if key == "tolerance" else super().__getattribute__(key)
+    attnlab.reference.__class__ = Hooked
     notes = json.loads(guard.before_locked(ns))["notes"]
+    assert type(attnlab.reference) is types.ModuleType, type(attnlab.reference)
+    assert any("class of module attnlab.reference" in n for n in notes), notes
     assert ns["__builtins__"] is builtins
     exec("from attnlab.checks import assert_close", ns)
     assert ns["assert_close"] is attnlab.checks.assert_close
