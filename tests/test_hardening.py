@@ -225,6 +225,10 @@ def test_align_pairs_changed_solution_cells_by_position():
     ("from attnlab.verify import check_online_softmax\ncheck_online_softmax(f, shape=(4, 50), block_size=16)", False),
     ("dtype = getattr(torch, 'float32')", False),
     ("fast = torch.compile(f)", False),
+    # 2026-12-03: a module's class swapped, reached through a call the alias tracking cannot follow
+    ("def get():\n    import attnlab\n    return attnlab\nget().__class__ = Hooked", True),
+    ("for m in mods():\n    m.__class__ = Hooked", True),
+    ("name = x.__class__.__name__", False),
 ])
 def test_scan_flags_code_that_reaches_into_the_tests(line, flagged):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(line)])
@@ -383,7 +387,13 @@ GUARD_SCRIPT = """
     ns["check_online_softmax"] = lambda *a, **k: None
     import builtins
     ns["__builtins__"] = dict(vars(builtins), __import__=lambda *a, **k: types.ModuleType("fake"))
+    class Hooked(types.ModuleType):  # a class swap: every read of the module can lie
+        def __getattribute__(self, key):
+            return (lambda *a, **k: 0.0) if key == "tolerance" else super().__getattribute__(key)
+    attnlab.reference.__class__ = Hooked
     notes = json.loads(guard.before_locked(ns))["notes"]
+    assert type(attnlab.reference) is types.ModuleType, type(attnlab.reference)
+    assert any("class of module attnlab.reference" in n for n in notes), notes
     assert ns["__builtins__"] is builtins
     exec("from attnlab.checks import assert_close", ns)
     assert ns["assert_close"] is attnlab.checks.assert_close

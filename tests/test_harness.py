@@ -81,6 +81,47 @@ def test_the_helpers_alone():
         check_inputs_kept((before,), (torch.zeros(2),), ("A",), what="k", case=Case())
 
 
+@pytest.mark.parametrize("changed", [
+    [1.0, 0.0],                      # a NaN overwritten with 0 (nan_to_num took both as 0)
+    [1.0000001, float("nan")],       # one ulp: no tolerance
+    [1.0, float("inf")],             # a NaN overwritten with an infinity
+])
+def test_check_inputs_kept_is_exact_and_nan_aware(changed):
+    before = torch.tensor([1.0, float("nan")])
+    with pytest.raises(AssertionError, match="wrote into its input A"):
+        check_inputs_kept((before,), (torch.tensor(changed),), ("A",), what="k", case=Case())
+    zero = torch.tensor([0.0, 2.0])
+    with pytest.raises(AssertionError, match="wrote into its input Z"):  # -0.0 is another bit pattern
+        check_inputs_kept((zero,), (torch.tensor([-0.0, 2.0]),), ("Z",), what="k", case=Case())
+    big = torch.tensor([float("inf")], dtype=torch.float16)
+    with pytest.raises(AssertionError, match="wrote into its input B"):
+        check_inputs_kept((big,), (torch.tensor([65504.0], dtype=torch.float16),), ("B",), what="k", case=Case())
+    payload = torch.tensor([float("nan")]).view(torch.int32).add(1).view(torch.float32)
+    check_inputs_kept((before[1:],), (payload,), ("A",), what="k", case=Case())  # any NaN matches a NaN
+
+
 def test_call_learner_returns_the_result_and_a_cpu_case_stays_on_the_cpu():
     assert call_learner(lambda a, b=0: a + b, "add", 1, b=2) == 3
     assert kernel_device("cpu", dtype=torch.float32, elements=16)[0] == "cpu"
+
+
+def test_a_probe_that_fails_inside_is_flagged_for_review_not_passed(monkeypatch):
+    from attnlab.checking.probe import MethodProbe
+    from attnlab.core import review
+
+    class Broken(MethodProbe):
+        def _judge(self, func, info, args, kwargs, out):
+            raise RuntimeError("a rule the probe could not evaluate")
+
+    notes: list[str] = []
+    monkeypatch.setattr(review, "flag", notes.append)
+    x = torch.arange(6.0).reshape(2, 3)
+    probe = Broken(rule="no whole score matrix", size_limit=10**6, inputs=(x,))
+    out = call_learner(lambda t: (t * 2).sum(-1), "rowsum", x, _probe=probe)  # still returns the result
+    assert torch.equal(out, torch.tensor([6.0, 24.0]))
+    assert any("method probe failed inside" in n and "RuntimeError" in n for n in notes), notes
+    assert probe.internal_error and "could not evaluate" in probe.internal_error
+    notes.clear()
+    honest = MethodProbe(rule="no whole score matrix", size_limit=10**6, inputs=(x,))
+    call_learner(lambda t: (t * 2).sum(-1), "rowsum", x, _probe=honest)
+    assert not notes, notes

@@ -102,8 +102,16 @@ def call_learner(fn, what: str, *args, _key=None, _probe: MethodProbe | None = N
     if _probe is None:
         return result
     _probe.verdict()
-    if _probe.unseen(result):
-        review.flag(f"{what}: returned tensors of shapes {_probe.unseen(result)} that no torch operation "
+    try:
+        unseen = _probe.unseen(result)
+        internal = _probe.internal_error
+    except Exception as error:  # noqa: BLE001 (the probe's own failure: reviewed, never a pass or a crash)
+        unseen, internal = [], f"{type(error).__name__} while reading the method probe: {error}"[:300]
+    if internal:
+        review.flag(f"{what}: the method probe failed inside ({internal}); the method could not be checked "
+                    f"past that point")
+    if unseen:
+        review.flag(f"{what}: returned tensors of shapes {unseen} that no torch operation "
                     f"made while it ran, or made from or overwritten with data from elsewhere (NumPy, another "
                     f"thread, dispatch switched off?): the method could not be checked")
     return result
@@ -200,10 +208,35 @@ INPUT_WRITTEN = "{what} [{case}]: wrote into its input {name}: a kernel may only
 
 def check_inputs_kept(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor], names: Sequence[str], *,
                       what: str, case, message: str = INPUT_WRITTEN) -> None:
-    """Raise AssertionError naming the first input whose values (NaN taken as equal) the kernel changed."""
+    """Raise AssertionError naming the first input the kernel changed in any bit.
+
+    The compare is exact: shape, dtype and every element's bits (so -0.0 against 0.0, an infinity
+    against the largest finite value, a NaN against 0 all differ); a NaN is equal to a NaN in the
+    same place, whatever its payload. No tolerance: a kernel that writes tiny changes into its
+    inputs fails here.
+    """
     for name, b, a in zip(names, before, after):
-        if not torch.equal(b.nan_to_num(), a.nan_to_num()):
+        if not _same_bits(b, a):
             raise AssertionError(message.format(what=what, case=case, name=name))
+
+
+#: Integer dtypes of a float's width, to compare float tensors bit for bit.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _same_bits(b: torch.Tensor, a: torch.Tensor) -> bool:
+    """Whether two tensors are equal bit for bit, a NaN matching any NaN in the same place."""
+    if b.shape != a.shape or b.dtype != a.dtype:
+        return False
+    if not (b.is_floating_point() or b.is_complex()):
+        return torch.equal(b, a.to(b.device))
+    a = a.to(b.device)
+    if b.is_complex():
+        b, a = torch.view_as_real(b.resolve_conj()), torch.view_as_real(a.resolve_conj())
+    nan = b.isnan() & a.isnan()
+    bits = _BITS[b.element_size()]
+    same = b.contiguous().view(bits) == a.contiguous().view(bits)
+    return bool((same | nan).all())
 
 
 @dataclass

@@ -159,6 +159,7 @@ class MethodProbe(TorchDispatchMode):
         self.scalar_limit = 0 if reduce_scalars is True else int(reduce_scalars)
         self.scalar_budget = self.scalar_limit
         self._violation: str | None = None  # write-once, through _violate (the property has no setter)
+        self._internal: str | None = None   # write-once: the probe's own first error (see ``internal_error``)
         self.ops = 0
         self.seen = {_storage(t): t for t in tensors_in(tuple(inputs)) if _storage(t)}
         self.foreign: dict[int, object] = {}   # storages holding data from outside the probe's view
@@ -213,6 +214,8 @@ class MethodProbe(TorchDispatchMode):
     def __setattr__(self, name: str, value) -> None:
         if name == "_violation" and getattr(self, "_violation", None) is not None:
             raise AttributeError("a method probe's violation is never taken back")
+        if name == "_internal" and getattr(self, "_internal", None) is not None:
+            raise AttributeError("a method probe's internal error is never taken back")
         if name in self._RULES and getattr(self, "_sealed", False):
             raise AttributeError(f"a method probe's rules are fixed when it is made ({name})")
         super().__setattr__(name, value)
@@ -274,9 +277,18 @@ class MethodProbe(TorchDispatchMode):
                 self._judge(func, info, args, kwargs or {}, out)
             if self.one_pass and self.violation is None:
                 self._follow_reads(func, (args, *(kwargs or {}).values()), out)
-        except Exception:  # noqa: BLE001 (the probe must never break learner code)
-            pass
+        except Exception as error:  # noqa: BLE001 (the probe must never break learner code)
+            # but a probe that failed judged nothing after this point: the grade cannot rest on it
+            if self._internal is None:
+                self._internal = f"{type(error).__name__} in the method probe at {func}: {error}"[:300]
         return out
+
+    @property
+    def internal_error(self) -> str | None:
+        """The probe's own first error, or None. Such an error leaves the learner's call running but
+        the method unjudged from there on, so the checkers flag it for review instead of passing it.
+        Read-only and never taken back, like :attr:`violation`."""
+        return self._internal
 
     def _judge(self, func, info, args, kwargs, out) -> None:
         name = info[0]

@@ -81,6 +81,7 @@ _BUILTINS_SKIP = {"input", "raw_input", "exit", "quit", "get_ipython", "display"
 class _State:
     def __init__(self) -> None:
         self.modules: dict[str, types.ModuleType] = {}
+        self.module_types: dict[str, type] = {}  # each module's class at install (a swap is undone)
         self.attrs: dict[str, dict[str, object]] = {}       # module name -> attribute snapshot
         self.classes: dict[type, dict[str, object]] = {}    # class -> own-dict snapshot
         self.code: list[tuple[types.FunctionType, object, object, object, str]] = []
@@ -161,6 +162,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
         except Exception:  # noqa: BLE001 (a module that cannot load is simply not guarded)
             continue
         state.modules[name] = mod
+        state.module_types[name] = type(mod)
         snap = dict(vars(mod))
         if name == __name__:
             snap.pop("_STATE", None)  # the guard's own state is set after this snapshot
@@ -188,6 +190,7 @@ def install(memory_limit_gb: float = 0.0, cwd: str | None = None, ns: dict | Non
             continue
         # the module's functions and classes too, private ones included (_patch_lang runs every launch)
         state.modules[name] = mod
+        state.module_types[name] = type(mod)
         state.attrs[name] = {k: v for k, v in vars(mod).items() if isinstance(v, (types.FunctionType, type))}
         for cls in (getattr(mod, c, None) for c in classes):
             if isinstance(cls, type):
@@ -260,16 +263,28 @@ def _restore(ns: dict | None = None) -> None:
         if sys.modules.get(name) is not mod:
             sys.modules[name] = mod
             _note(f"sys.modules[{name!r}] had been replaced")
+    for name, mod in state.modules.items():
+        # a module's class swapped for a ModuleType subclass whose __getattribute__/__setattr__ lie:
+        # put the class back through object's own setter, past the hooks
+        want = state.module_types.get(name)
+        if want is not None and type(mod) is not want:
+            try:
+                object.__setattr__(mod, "__class__", want)
+                _note(f"the class of module {name} had been swapped")
+            except Exception as exc:  # noqa: BLE001
+                _note(_review(f"the class of module {name} had been swapped and could not be put back "
+                              f"({type(exc).__name__})").text)
     for name, snap in state.attrs.items():
         mod = state.modules[name]
-        current = vars(mod)
+        current = vars(mod)  # the module's own dict: read and written past any attribute hooks
         for key, value in snap.items():
             if current.get(key, _MISSING) is not value:
                 try:
-                    setattr(mod, key, value)
+                    current[key] = value
                     _note(f"{name}.{key} had been replaced or deleted")
-                except Exception:  # noqa: BLE001
-                    pass
+                except Exception as exc:  # noqa: BLE001
+                    _note(_review(f"{name}.{key} had been replaced and could not be put back "
+                                  f"({type(exc).__name__})").text)
     for cls, snap in state.classes.items():
         current = dict(vars(cls))
         for key, value in snap.items():

@@ -283,7 +283,11 @@ def _tree_findings(source: str, depth: int = 0) -> list[tuple[int, str]]:
                for a in n.names} | {"np", "torch", "F", "triton", "tl", "math", "numpy"}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 1)
-        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in _PUBLIC_PRIVATE and not (
+        if isinstance(node, ast.Attribute) and node.attr == "__class__" and isinstance(node.ctx, (ast.Store, ast.Del)):
+            # a module's class swapped for a ModuleType subclass with __getattribute__/__setattr__ hooks:
+            # every read of the module can then lie, whatever object it was reached through
+            found.append((line, "assigns to an object's __class__ (a class swap can hook every attribute read)"))
+        elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in _PUBLIC_PRIVATE and not (
                 (id(node) in receivers or _root(node) in instances
                  or isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "super")
                 and node.attr in own_names and node.attr not in checked_private_names()):
