@@ -92,7 +92,9 @@ def _watched(name, monkeypatch, check: bool):
     monkeypatch.setattr(launch, "HOST_DEVICES", ())
     for method in ("tolist", "numpy", "__array__"):
         monkeypatch.setattr(torch.Tensor, method, _no_host_copy(method))
-    inputs = lambda t: t  # noqa: E731
+    # launch_tuned_forward runs its (no-op) kernel: on a GPU host it must get tensors on the GPU
+    on_gpu = name == "launch_tuned_forward" and not launch_tuning.runtime().interpret
+    inputs = (lambda t: t.cuda()) if on_gpu else (lambda t: t)  # noqa: E731
     with gpu_compile.captured() as launches:
         watch = Watch()
         if check:

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import os
 
+# Triton itself is imported first, as it is: were it first imported with the variable set, its own library
+# (tl.cdiv...) would be decorated as interpreted and later compiles on a GPU host would fail inside Triton.
+import triton
+import triton.language as tl
+
 # The kernels of this module are decorated as interpreted ones; the variable is put back at the end of the
 # module, so that on a GPU host the modules collected after this one (and their tests) still compile for it.
 _INTERPRET_BEFORE = os.environ.get("TRITON_INTERPRET")
@@ -21,8 +26,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from attnlab import gpu_compile as gc
 from attnlab.gpu_compile import clock, compiling, gate, signature
