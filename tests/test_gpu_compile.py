@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 
-# Triton itself is imported first, as it is: were it first imported with the variable set, its own library
-# (tl.cdiv...) would be decorated as interpreted and later compiles on a GPU host would fail inside Triton.
-import triton
-import triton.language as tl
+from .interpreter import COMPILED_GPU_PROCESS, interpreter_only
 
 # The kernels of this module are decorated as interpreted ones; the variable is put back at the end of the
-# module, so that on a GPU host the modules collected after this one (and their tests) still compile for it.
+# module. On a GPU host the module runs only in a process started with the variable set (tests/interpreter.py):
+# set here, it would leave Triton's own library interpreted for the GPU tests collected after it.
 _INTERPRET_BEFORE = os.environ.get("TRITON_INTERPRET")
-os.environ["TRITON_INTERPRET"] = "1"  # before any kernel below is decorated
+if not COMPILED_GPU_PROCESS:
+    os.environ["TRITON_INTERPRET"] = "1"  # before any kernel below is decorated
 
 import importlib.util
 import signal
@@ -26,11 +25,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from attnlab import gpu_compile as gc
 from attnlab.gpu_compile import clock, compiling, gate, signature
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = interpreter_only
 
 
 @pytest.fixture(autouse=True)

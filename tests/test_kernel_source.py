@@ -11,10 +11,12 @@ passing, with no review note.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import textwrap
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -270,6 +272,27 @@ def watcher():
         mod.stop.set()
         thread.join()
     assert any("a thread running notebook code" in f and "watcher" in f for f in flags), flags
+
+
+def _frame(name, path, back=None):
+    return types.SimpleNamespace(f_code=types.SimpleNamespace(co_name=name, co_filename=path), f_lineno=1,
+                                 f_back=back)
+
+
+def test_the_cell_waiting_for_a_gpu_backward_is_not_a_foreign_thread(monkeypatch):
+    # On a GPU, autograd runs CUDA nodes on a device thread: the kernels of notebook 07's backward are launched
+    # there while the cell that called .backward() waits in torch's engine call (seen on the H200, 2026-12-04).
+    graph = os.path.join(os.path.dirname(torch.__file__), "autograd", "graph.py")
+    cell = _frame("<module>", "/tmp/ipykernel_4/359502294.py")
+    tensor_py = os.path.join(os.path.dirname(torch.__file__), "_tensor.py")
+    waiting = _frame("_engine_run_backward", graph, back=_frame("backward", tensor_py, back=cell))
+    running = _frame("<module>", "/tmp/ipykernel_4/359502294.py")
+    monkeypatch.setattr(sys, "_current_frames", lambda: {1: waiting, 2: running})
+    node = [None]
+    monkeypatch.setattr(torch._C, "_current_autograd_node", lambda: node[0])
+    assert [t.split(" ")[0] for t in kernel_source._foreign_threads()] == ["<module>", "<module>"]  # a forward launch
+    node[0] = object()  # the launch runs inside a backward pass: the waiting cell is left out, the other is not
+    assert kernel_source._foreign_threads() == ["<module> (/tmp/ipykernel_4/359502294.py, line 1)"]
 
 
 def test_triton_language_patched_in_a_cell_is_refused_while_autograding(tmp_path):

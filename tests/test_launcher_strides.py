@@ -19,6 +19,9 @@ import torch
 from attnlab import bench_decode, launch, launch_backward, launch_decode, launch_tuning, sweep
 
 from .test_bug_hints import solution
+from .interpreter import interpreter_only
+
+pytestmark = interpreter_only
 
 
 def strided(t: torch.Tensor) -> torch.Tensor:

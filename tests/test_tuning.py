@@ -15,6 +15,9 @@ import torch
 from attnlab import init, launch_tuning
 
 from .notebook_runner import code_cells, run_cells
+from .interpreter import interpreter_only
+
+pytestmark = interpreter_only
 
 init(verbose=False)  # interpreter mode before anything imports triton
 

@@ -521,17 +521,31 @@ def NoTorch(what: str):  # noqa: N802 (used like a class: ``with NoTorch(what) a
     return _MODE[0](what)
 
 
+def _waits_for_backward(frame) -> bool:
+    """Whether a thread's innermost Python frame is torch's call into the C++ autograd engine: the thread
+    is blocked there until the backward pass (which this launch belongs to) has finished. On a GPU the
+    engine runs CUDA nodes on a device thread of its own, so the cell that called ``.backward()`` waits
+    in this frame while that thread launches the kernels."""
+    path = frame.f_code.co_filename.replace(os.sep, "/")
+    return frame.f_code.co_name == "_engine_run_backward" and path.endswith("torch/autograd/graph.py")
+
+
 def _foreign_threads() -> list[str]:
     """Other threads whose stack holds code from outside Python's library and the import path (the
     working folder left out): code a notebook started (a thread can write a kernel's output while the
-    launch runs, unseen by this thread's dispatch mode)."""
+    launch runs, unseen by this thread's dispatch mode). When this launch runs inside a backward pass
+    (an autograd node is current), a thread blocked in the autograd engine is the one waiting for it
+    and runs nothing meanwhile: it is not counted."""
+    import torch
+
     here = os.getcwd()
     roots = {os.path.dirname(os.__file__) + os.sep} | {os.path.abspath(p) + os.sep for p in sys.path
                                                         if p and os.path.abspath(p) != here and os.path.isdir(p)}
     found = []
     me = threading.get_ident()
+    in_backward = torch._C._current_autograd_node() is not None
     for ident, frame in sys._current_frames().items():
-        if ident == me:
+        if ident == me or (in_backward and _waits_for_backward(frame)):
             continue
         while frame is not None:
             path = frame.f_code.co_filename
