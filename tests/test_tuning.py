@@ -537,3 +537,20 @@ def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
     for name in ("expected_smem had been replaced", "_REPLAY had been replaced", "_urandom had been replaced",
                  "the code of attnlab.verify_tuning._spread"):
         assert name in notes, notes
+
+
+def test_a_cpu_tensor_on_a_gpu_host_asks_no_gpu(monkeypatch):
+    # the interpreter on a GPU host (seen on the H200): sm_count(q.device) of a CPU tensor asked CUDA for "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: asked.append(d) or _Props())
+    assert launch_tuning.sm_count(torch.device("cpu")) == 4
+    assert launch_tuning.smem_limit_bytes("cpu") == launch_tuning.H200_SMEM_BYTES
+    assert not asked
+    assert launch_tuning.sm_count(torch.device("cuda", 1)) == 132 and asked == [torch.device("cuda", 1)]
+    assert launch_tuning.sm_count() == 132 and asked[-1] == 0
+
+
+class _Props:
+    multi_processor_count = 132
+    shared_memory_per_block_optin = 232448

@@ -53,16 +53,29 @@ def smem_limit_bytes(device=None) -> int:
     """Shared memory one program may use, in bytes: the device's opt-in limit per block
     (``torch.cuda.get_device_properties(...).shared_memory_per_block_optin``), or the H200's 232448
     without a GPU (so CPU runs prune as the course's GPU would)."""
-    if torch.cuda.is_available():
-        return int(torch.cuda.get_device_properties(device or 0).shared_memory_per_block_optin)
+    gpu = _gpu_to_ask(device)
+    if gpu is not None:
+        return int(torch.cuda.get_device_properties(gpu).shared_memory_per_block_optin)
     return H200_SMEM_BYTES
 
 
 def sm_count(device=None) -> int:
     """Streaming multiprocessors (132 on an H200); 4 under the interpreter (no GPU to ask)."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(device or 0).multi_processor_count
+    gpu = _gpu_to_ask(device)
+    if gpu is not None:
+        return torch.cuda.get_device_properties(gpu).multi_processor_count
     return 4
+
+
+def _gpu_to_ask(device):
+    """The CUDA device whose properties apply to ``device`` (None, an index, a name or a torch.device), or
+    None where there is none: no GPU, or a CPU tensor's device (the interpreter on a GPU host)."""
+    if not torch.cuda.is_available():
+        return None
+    if device is None or isinstance(device, int):
+        return device or 0
+    device = torch.device(device)
+    return device if device.type == "cuda" else None
 
 
 def autotune_configs(space=CONFIG_SPACE):
