@@ -290,9 +290,9 @@ def test_the_cell_waiting_for_a_gpu_backward_is_not_a_foreign_thread(monkeypatch
     monkeypatch.setattr(sys, "_current_frames", lambda: {1: waiting, 2: running})
     node = [None]
     monkeypatch.setattr(torch._C, "_current_autograd_node", lambda: node[0])
-    assert [t.split(" ")[0] for t in kernel_source._foreign_threads()] == ["<module>", "<module>"]  # a forward launch
+    assert [t.split(" ")[0] for t in kernel_source.foreign_threads()] == ["<module>", "<module>"]  # a forward launch
     node[0] = object()  # the launch runs inside a backward pass: the waiting cell is left out, the other is not
-    assert kernel_source._foreign_threads() == ["<module> (/tmp/ipykernel_4/359502294.py, line 1)"]
+    assert kernel_source.foreign_threads() == ["<module> (/tmp/ipykernel_4/359502294.py, line 1)"]
 
 
 def test_triton_language_patched_in_a_cell_is_refused_while_autograding(tmp_path):

@@ -50,7 +50,7 @@ import threading
 import types
 
 __all__ = ["from_source", "is_rebuilt", "carried", "KernelSourceError", "NoTorch", "NoTorchError", "checking",
-           "in_check", "clear_triton_hooks", "triton_patches", "watch"]
+           "in_check", "clear_triton_hooks", "triton_patches", "watch", "foreign_threads"]
 
 #: Python's builtins a kernel may name: those Triton's code generator resolves (its builtin namespace).
 ALLOWED_BUILTINS = ("len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print", "min",
@@ -530,7 +530,7 @@ def _waits_for_backward(frame) -> bool:
     return frame.f_code.co_name == "_engine_run_backward" and path.endswith("torch/autograd/graph.py")
 
 
-def _foreign_threads() -> list[str]:
+def foreign_threads() -> list[str]:
     """Other threads whose stack holds code from outside Python's library and the import path (the
     working folder left out): code a notebook started (a thread can write a kernel's output while the
     launch runs, unseen by this thread's dispatch mode). When this launch runs inside a backward pass
@@ -593,7 +593,7 @@ def watch(kernel) -> None:
         if warmup:
             return run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
         what = kernel.fn.__name__
-        threads = _foreign_threads()
+        threads = foreign_threads()
         if threads:
             _flag_once(kernel, f"a thread running notebook code ({threads[0]}) was alive while {what} was launched: "
                                f"it could have written the kernel's output")
