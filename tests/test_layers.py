@@ -162,14 +162,19 @@ def top_level_names(tree: ast.Module) -> set[str] | None:
     return None if "__getattr__" in names else names
 
 
+#: Lines above which a module says at its top why it stays one module (a ``# Length:`` comment).
+LONG_LINES = 400
+
+
 def check(package: Path, tests: Path | None = None) -> dict[str, list[str]]:
     """The layer rules broken in ``package`` (and, for private names, in the test files under ``tests``):
-    {"upward": [...], "circles": [...], "private": [...], "unplaced": [...], "unresolved": [...]}, each a
-    list of sentences."""
+    {"upward": [...], "circles": [...], "private": [...], "unplaced": [...], "unresolved": [...],
+    "long": [...]}, each a list of sentences."""
     known = modules(package)
     trees = {name: ast.parse(path.read_text()) for name, path in known.items()}
     defined = {name: top_level_names(tree) for name, tree in trees.items()}
-    found: dict[str, list[str]] = {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": []}
+    found: dict[str, list[str]] = {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": [],
+                                   "long": []}
 
     def unresolved(where: str, uses: _Uses) -> list[str]:
         out = []
@@ -186,6 +191,10 @@ def check(package: Path, tests: Path | None = None) -> dict[str, list[str]]:
         graph[name] = {m for _, m in uses.edges if m != name and m in known}
         found["private"] += [f"{path.relative_to(package.parent)}:{line}: {text}" for line, text in uses.private]
         found["unresolved"] += unresolved(str(path.relative_to(package.parent)), uses)
+        lines = path.read_text().splitlines()
+        if len(lines) > LONG_LINES and not any(line.startswith("# Length:") for line in lines[:80]):
+            found["long"].append(f"{path.relative_to(package.parent)}: {len(lines)} lines and no '# Length:' "
+                                 f"comment at its top saying why it stays one module")
         try:
             own = layer_of(name)
         except ValueError as exc:
@@ -255,7 +264,8 @@ def test_the_package_keeps_its_layers():
     over = [line for name, lines in per_test_file.items() if len(lines) > KNOWN_TEST_PRIVATE.get(name, 0)
             for line in lines]
     found["private"] = [line for line in found["private"] if not line.startswith("tests/")] + over
-    assert found == {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": []}, "\n".join(
+    assert found == {"upward": [], "circles": [], "private": [], "unplaced": [], "unresolved": [],
+                     "long": []}, "\n".join(
         f"{kind}: {line}" for kind, lines in found.items() for line in lines)
 
 
@@ -311,6 +321,15 @@ def test_an_import_of_nothing_fails(copy, tmp_path):
         "attnlab/grading/worker/late.py:N: attnlab.checks has no no_such_check",
         "tests/test_x.py:N: no module attnlab.grading.build",
     ]
+
+
+def test_a_long_module_without_its_reason_fails(copy):
+    long = copy / "checking" / "sprawl.py"
+    long.write_text('"""One job."""\n' + "x = 1\n" * LONG_LINES)
+    assert check(copy)["long"] == [f"attnlab/checking/sprawl.py: {LONG_LINES + 1} lines and no '# Length:' comment "
+                                   f"at its top saying why it stays one module"]
+    long.write_text('"""One job."""\n# Length: a catalogue.\n' + "x = 1\n" * LONG_LINES)
+    assert check(copy)["long"] == []
 
 
 def test_a_module_outside_the_package_has_no_layer():

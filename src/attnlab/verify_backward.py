@@ -9,6 +9,9 @@ poisons the result), outputs start as NaN and are followed by guard values (an e
 written stays NaN; a store past the last row changes a guard), and a kernel that writes into its
 inputs fails.
 """
+# Length: one job, notebook 07's checkers (the preprocessing kernel, the dQ and dK/dV kernels, the whole
+# attention, and the three large-offset checks); the steps they share with the other notebooks' checkers
+# are in checking/harness.py, the far-offset runs here share one helper (_run_far).
 
 from __future__ import annotations
 
