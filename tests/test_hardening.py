@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from attnlab import checks
+from attnlab.core.outcome import notes_of
 from attnlab.grading.host.autograde import CellResult, NotebookResult, failure_reason, format_report
 from attnlab.grading.host.collect import parse, slug
 from attnlab.grading.worker.repair import align, repair
@@ -349,6 +350,7 @@ def test_time_limit_stops_code_that_swallows_the_alarm(monkeypatch):
     wall, cpu = (float(x) for x in re.findall(r"after ([\d.]+) s, ([\d.]+) s of CPU", str(err.value))[0])
     if abs(cpu - 0.9 * wall) > 0.1:
         assert (checks.RAN_ALL_ALONG in str(err.value)) == (cpu > 0.9 * wall), str(err.value)
+    assert (err.type is checks.CPUBoundTimeout) == (checks.RAN_ALL_ALONG in str(err.value))  # the kind, as a type
 
 
 def test_a_timed_out_call_that_waited_is_not_said_to_have_run_all_along():
@@ -358,6 +360,7 @@ def test_a_timed_out_call_that_waited_is_not_said_to_have_run_all_along():
         with checks.time_limit(0.3, "sleepy"):
             time.sleep(2)
     assert "s of CPU" in str(err.value) and checks.RAN_ALL_ALONG not in str(err.value), str(err.value)
+    assert err.type is checks.CallTimeout  # the type the host reads: graded again alone
 
 
 GUARD_SCRIPT = """
@@ -563,7 +566,7 @@ def test_dead_kernel_restart_keeps_the_cells_around_it(tmp_path):
     assert [o.name for o in cells[1].outputs] == ["stdout"]  # a warning in a test cell is not a failure
     assert "Output truncated" in "".join(o.get("text", "") for o in cells[3].outputs)
     assert sum(len(o.get("text", "")) for o in cells[3].outputs) < 1500
-    assert any("kernel died" in n for n in nb.metadata["attnlab"]["notes"])
+    assert any("kernel died" in n.text for n in notes_of(nb.metadata["attnlab"]["notes"]))
 
 
 def test_out_of_restarts_or_time_the_remaining_cells_are_marked_not_run(tmp_path):
@@ -571,7 +574,7 @@ def test_out_of_restarts_or_time_the_remaining_cells_are_marked_not_run(tmp_path
     assert _enames(nb) == [[], ["KernelDied"], ["NotRun"]]  # a test cell that did not run scores 0
     nb = _execute([("x = 1", True), ("x = 2", True)], tmp_path, notebook_budget=0)
     assert _enames(nb) == [["NotRun"], ["NotRun"]]
-    assert any("budget" in n for n in nb.metadata["attnlab"]["notes"])
+    assert any("budget" in n.text for n in notes_of(nb.metadata["attnlab"]["notes"]))
 
 
 _SPIN = """import time
@@ -590,7 +593,7 @@ def test_a_cell_that_computed_until_its_limit_is_not_graded_again_but_one_that_w
     autograde does not grade its notebook again alone; a cell that waited (sleep: starved looks the
     same) may have been slowed by other workers, and is."""
     from attnlab.checks import RAN_ALL_ALONG
-    from attnlab.grading.host.autograde import NotebookResult, contended
+    from attnlab.core.outcome import Kind
 
     nb = _execute([(_SPIN, False), ("import time; time.sleep(60)", False), ("x = 1", True)], tmp_path, timeout=3)
     spin, sleep, _ = [c for c in nb.cells if c.cell_type == "code"]
@@ -600,10 +603,10 @@ def test_a_cell_that_computed_until_its_limit_is_not_graded_again_but_one_that_w
     if share > 0.97 or share < 0.8:  # near the 90 % line the kernel's and the grader's clocks may disagree
         assert flagged == (share > 0.97), (share, spin.outputs[-1].evalue)
     assert sleep.outputs[-1].ename == "CellTimeoutError" and RAN_ALL_ALONG not in sleep.outputs[-1].evalue
-    notes = nb.metadata["attnlab"]["notes"]
-    assert [RAN_ALL_ALONG in n for n in notes if "ran past" in n] == [flagged, False], notes
-    results = [NotebookResult("s", "n", "graded", notes=[n]) for n in notes if "ran past" in n]
-    assert [contended(r) for r in results] == [not flagged, True]
+    notes = [n for n in notes_of(nb.metadata["attnlab"]["notes"]) if "ran past" in n.text]
+    assert [RAN_ALL_ALONG in n.text for n in notes] == [flagged, False], notes
+    # the kind the host decides by: the spinning cell's note is not contended, the sleeping one's is
+    assert [n.kind for n in notes] == [Kind.INFO if flagged else Kind.CONTENDED, Kind.CONTENDED]
 
 
 # ------------------------------------------------------------------------------------ sandbox
@@ -940,7 +943,7 @@ def test_kill_kernels_ignores_blank_garbage_and_non_positive_pids_and_escaping_f
     from attnlab.grading.sandbox import proctree
 
     killed = []
-    monkeypatch.setattr(autograde.os, "killpg", lambda pid, sig: killed.append(pid))
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: killed.append(pid))
     monkeypatch.setattr(proctree, "process_start", lambda pid: "7")  # every pid looks like the kernel
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -307,7 +307,7 @@ def test_a_timeout_beside_other_slots_is_graded_again_alone(tmp_path, fake_worke
         return autograde.NotebookResult(student, notebook, "graded" if ok else status, points=1.0 * ok,
                                         max_points=1.0, reason="" if ok else "grading ran past 2 s")
 
-    monkeypatch.setattr(autograde, "_evaluate", evaluate)
+    monkeypatch.setattr(autograde, "evaluate_notebook", evaluate)
     jobs = [("slow", "hang-once"), ("quick", "ok")]
     plan = parallel.Plan(jobs=2, cpus=1, gpus=(), pin=False)
     slow, quick = autograde.autograde_jobs(course, jobs, limit_s=2, workers=plan)
@@ -440,29 +440,34 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
 
 
 def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(monkeypatch):
-    from attnlab.checks import RAN_ALL_ALONG
-    from attnlab.grading.host.autograde import CellResult, NotebookResult, contended, overlapped
+    from attnlab.core.outcome import CallTimeout, CPUBoundTimeout, Kind, contended as contended_note
+    from attnlab.grading.host.autograde import NotebookResult, contended, overlapped
+    from attnlab.grading.host.contention import error_contended
+    from attnlab.grading.host.evaluate import failure
 
-    cell = lambda reason: CellResult("t", 0.0, 1.0, reason)  # noqa: E731
-    graded = lambda **kw: NotebookResult("s", "n", "graded", max_points=1.0, **kw)  # noqa: E731
     assert contended(NotebookResult("s", "n", "timeout"))
-    assert contended(NotebookResult("s", "n", "failed", reason="the kernel died (crash, os._exit or out of memory)"))
-    assert contended(graded(notes=["cell 'test-x': the kernel died while running this cell (a crash, ...)"]))
-    assert contended(graded(cells=[cell("OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]))
-    assert not contended(graded(cells=[cell("AssertionError: o differs from the reference (rel. error 0.9)")]))
-    # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel
-    assert contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
-                                        "60.2 s, 31.0 s of CPU): an endless loop, or far too slow for these small "
-                                        "test sizes?")]))
-    # ... unless it ran on the CPU all along: alone it would only time out again
-    assert not contended(graded(cells=[cell("TimeoutError: flash_forward did not finish within 60 s (stopped after "
-                                            f"60.2 s, 60.1 s of CPU{RAN_ALL_ALONG}): an endless loop, or ...")]))
+    assert contended(NotebookResult("s", "n", "graded", contention="a cell ran past its limit"))
+    assert not contended(NotebookResult("s", "n", "graded", notes=["cell 'test-x': the kernel died (...)"]))
+    # a failed cell by its error's type, whatever its message says
+    assert error_contended("OutOfMemoryError", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not error_contended("AssertionError", "AssertionError: o differs from the reference (rel. error 0.9)")
+    assert not error_contended("AssertionError", "AssertionError: did not finish within 60 s (out of memory)")
+    # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel,
+    # unless it ran on the CPU all along (alone it would only time out again)
+    assert error_contended(CallTimeout.__name__) and not error_contended(CPUBoundTimeout.__name__)
+    assert contended_note("reworded for people").kind is Kind.CONTENDED
+    # a notebook whose grading stopped: by what nbclient and the worker reported
+    assert failure("nbclient.exceptions.DeadKernelError: Kernel died")[1] is Kind.CONTENDED
+    assert failure("the grading process died\n")[1] is Kind.CONTENDED
+    assert failure("Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory.")[1] is Kind.CONTENDED
+    assert failure("Traceback ...\nKeyError: 'grade_id'")[1] is Kind.INFO
     # a full process table: another slot's doing only where no per-kernel task bound is in force
     from attnlab.grading.sandbox import tasks
 
-    full = graded(cells=[cell("RuntimeError: can't start new thread")])
     for bounded in (True, False):
         monkeypatch.setattr(tasks, "describe", lambda b=bounded: (b, ""))
-        assert contended(full) is not bounded
+        assert error_contended("RuntimeError", "RuntimeError: can't start new thread") is not bounded
+        assert error_contended("BlockingIOError", "BlockingIOError: [Errno 11] Resource temporarily "
+                                                  "unavailable") is not bounded
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

@@ -20,6 +20,7 @@ from . import reference
 from .checking import integrity
 from .checking.answers import assert_number, require_number
 from .core.device import runtime
+from .core.outcome import RAN_ALL_ALONG, CallTimeout, CPUBoundTimeout  # noqa: F401 (RAN_ALL_ALONG: public here too)
 from .variants import mix_seed
 
 __all__ = [
@@ -178,13 +179,11 @@ class _Timeout(BaseException):
     """Raised by the alarm; a BaseException so a learner's ``except Exception`` cannot swallow it."""
 
 
-#: Ends the CPU figure of a timed-out call that ran on the CPU all along (see :func:`time_limit`).
-RAN_ALL_ALONG = ": it was on the CPU all along, not waiting for other work"
-
-
 @contextlib.contextmanager
 def time_limit(seconds: float | None, what: str):
-    """Raise ``TimeoutError`` if the block runs longer than ``seconds`` (Unix main thread only).
+    """Raise a ``TimeoutError`` if the block runs longer than ``seconds`` (Unix main thread only):
+    :class:`~attnlab.core.outcome.CPUBoundTimeout` when the block was on the CPU all along,
+    :class:`~attnlab.core.outcome.CallTimeout` (another worker may have slowed it) otherwise.
 
     Test cells wrap each call of learner code in it, so an endless loop fails that check with a
     clear message instead of consuming the whole cell's execution timeout. Elsewhere (Windows,
@@ -219,7 +218,7 @@ def time_limit(seconds: float | None, what: str):
             # on the CPU all along: other work on the machine did not slow it, and the grader need not
             # grade the notebook again alone (a GPU wait can spin the CPU, so only without CUDA)
             busy = used >= 0.9 * wall and not torch.cuda.is_initialized()
-            raise TimeoutError(f"{what} did not finish within {seconds:g} s (stopped after {wall:.1f} s, "
+            raise (CPUBoundTimeout if busy else CallTimeout)(f"{what} did not finish within {seconds:g} s (stopped after {wall:.1f} s, "
                                f"{used:.1f} s of CPU{RAN_ALL_ALONG if busy else ''}): an endless loop, or far "
                                f"too slow for these small test sizes?") from None
         raise

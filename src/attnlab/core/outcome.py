@@ -9,8 +9,10 @@ Who sets and who reads each kind:
   grader's own steps (the executor, the repair scan, the kernel guard); read by the worker's feedback cell
   and the host's report, which list these notes apart for a person.
 - ``CONTENDED``: a notebook ran past a limit or lost its kernel, which a busy machine can cause; set where
-  the limit is met (``checks.time_limit``, the executor, the guard); read by the host, which re-grades
-  such a notebook alone before it counts.
+  the limit is met: a check's call raises :class:`CallTimeout` (``checks.time_limit``; its name reaches the
+  host as the cell output's ``ename``, :data:`CONTENDED_ERRORS`), the executor writes a ``CONTENDED`` note
+  for a cell past its limit, a dead kernel or a spent budget; read by the host
+  (:mod:`attnlab.grading.host.contention`), which re-grades such a notebook alone before it counts.
 - ``INFO``: any other note of the grader (a repair, a dropped output); shown, decides nothing.
 
 Notes travel as JSON from the kernel to the worker to the host (the notebook's ``attnlab.notes``
@@ -73,6 +75,32 @@ class Note:
 
     def __str__(self) -> str:
         return self.text
+
+
+class CallTimeout(TimeoutError):
+    """A call of learner code ran past a check's wall-clock limit (:func:`attnlab.checks.time_limit`) and
+    was not on the CPU all along: it waited at times, which another worker's kernel can cause
+    (:attr:`Kind.CONTENDED`)."""
+
+
+class CPUBoundTimeout(TimeoutError):
+    """A call of learner code ran past a check's wall-clock limit while on the CPU all along (at least
+    90 % of the wall time, CUDA never started): other work did not slow it, and alone it would only time
+    out again (:attr:`Kind.INFO`)."""
+
+
+#: Ends the message of a :class:`CPUBoundTimeout` and of the executor's note for a cell that computed until
+#: its limit: for people (the kind is carried by the class and the note, never read from this text).
+RAN_ALL_ALONG = ": it was on the CPU all along, not waiting for other work"
+
+#: The errors a busy machine can cause, by the name a cell output carries (``ename``): a check's call that
+#: waited past its limit, and memory taken (PyTorch's ``OutOfMemoryError``, GPU or host).
+CONTENDED_ERRORS = frozenset({CallTimeout.__name__, "OutOfMemoryError"})
+
+
+def contended(text: str) -> Note:
+    """A note of :attr:`Kind.CONTENDED` with ``text`` (for people, unchanged)."""
+    return Note(Kind.CONTENDED, text)
 
 
 def review(reason: str) -> Note:

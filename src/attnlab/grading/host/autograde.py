@@ -13,457 +13,29 @@ or with the reason it was not, even when a worker or a kernel is killed or the g
 goes away (waited for: :func:`attnlab.grading.worker.gradebook.retrying`); a re-grade keeps the hand grading of answers
 that did not change (:func:`attnlab.grading.worker.gradebook.keep_hand_grading`).
 """
-# Length: records (.records), contention (.contention) and reports (.reports) are split out; the
-# worker pool (run_worker, _Pool, Slot, ~250 lines) still lives here (its entry points are public now,
-# issue 32 item 2; moving it out is issue 32, item 3, left for later).
+# Split by job: the worker pool (.pool), reading a graded notebook back (.evaluate), contention
+# (.contention), records (.records) and reports (.reports); this module decides what is graded, when
+# again, and in what order the results come back.
 
 from __future__ import annotations
 
-import collections
-import json
-import os
-import queue
 import re
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
-from ...core.outcome import Status, split_reviews
+from ...core.outcome import Status
 from .contention import contended, contended_reason
-from .records import CellResult, NotebookResult, not_graded, printable, without_escapes
+from .evaluate import (evaluate_notebook, failure_reason, gradebook_text, notebook_points, read_grades,  # noqa: F401
+                       unrecorded, zero_notebook)
+from .pool import Slot, kill_kernels, overlapped, run_worker  # noqa: F401 (public here: the grader's entry points)
+from .records import CellResult, NotebookResult, not_graded, printable  # noqa: F401 (public here)
 from .reports import format_report, read_report_json, write_report_csv, write_report_json  # noqa: F401 (public here)
 from ..course import Course, tool_env
 
 #: Wall-clock limit for grading one notebook (its cells are limited separately, see nbgrader_config.py).
 NOTEBOOK_LIMIT_S = 600
 
-
-
-def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]:
-    """({grade_id: points} of the autograded test cells, manual points) of source notebook ``name``."""
-    auto, manual = {}, 0.0
-    for cell in nbformat.read(course.source / f"{name}.ipynb", as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("grade"):
-            if cell.cell_type == "code" and not meta.get("solution"):
-                auto[meta["grade_id"]] = meta["points"]
-            else:
-                manual += meta["points"]
-    return auto, manual
-
-
-
-def _first_line(text: str, limit: int = 220) -> str:
-    text = without_escapes(text).strip()
-    line = text.splitlines()[0] if text else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def grader_notes(nb_path: Path) -> list[str]:
-    """The notes the grader's own steps left in an autograded notebook (``metadata.attnlab.notes``)."""
-    try:
-        notes = nbformat.read(nb_path, as_version=4).metadata.get("attnlab", {}).get("notes", [])
-    except Exception:  # noqa: BLE001 (unreadable: the grades in the gradebook still stand)
-        return ["the autograded notebook could not be read back"]
-    return [str(n) for n in notes] if isinstance(notes, list) else []
-
-
-def _variant_of(nb_path: Path) -> str:
-    """The variant the grader set in an autograded notebook's kernel (``metadata.attnlab.variant``), or ""."""
-    try:
-        return str(nbformat.read(nb_path, as_version=4).metadata.get("attnlab", {}).get("variant", ""))
-    except Exception:  # noqa: BLE001 (unreadable: said by grader_notes)
-        return ""
-
-
-def cell_errors(nb_path: Path) -> dict[str, str]:
-    """grade_id -> one-line error of every graded cell that raised, from an autograded notebook."""
-    errors = {}
-    try:
-        cells = nbformat.read(nb_path, as_version=4).cells
-    except Exception:  # noqa: BLE001
-        return errors
-    for cell in cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid and cell.cell_type == "code":
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    detail = _first_line(out.get("evalue", "")) or "(no message: not implemented yet?)"
-                    errors[gid] = f"{out.get('ename', 'Error')}: {detail}"
-    return errors
-
-
-def failure_reason(log: str) -> str:
-    """The one-line reason a notebook's grading failed, read from its grading ``log``."""
-    for pattern, reason in (
-        (r"^the grading (process died|worker exited)", "the grading worker process died while grading this notebook "
-                                                      "(killed or crashed; a new worker graded the rest)"),
-        (r"DeadKernelError|Kernel died|kernel.*(died|restarting)", "the kernel died (crash, os._exit or out of memory)"),
-        (r"UnresponsiveKernelError", "the kernel stopped responding (endless loop that ignores interrupts?)"),
-        (r"CellTimeoutError|Timeout waiting for execute reply", "a cell ran past the execution timeout"),
-        (r"old version of the nbgrader metadata|SchemaTooOld", "the notebook's nbgrader metadata is damaged (copied or edited cells)"),
-        (r"NotJSONError|Notebook does not appear to be JSON|Unreadable Notebook", "the notebook file is not valid JSON"),
-        (r"GradebookUnreachable: (.*)", "not graded: {0}; grade it again once the database is back"),
-        (r"sqlalchemy\.exc\.(?:OperationalError|InterfaceError): (.*)",
-         "not graded: the gradebook's database failed: {0}; grade it again once the database is back"),
-        (r"No notebooks found|Skipping unknown notebook", "nbgrader did not find this notebook in the gradebook "
-                                                          "(run `attnlab build` / generate_assignment first?)"),
-    ):
-        found = re.search(pattern, log, re.IGNORECASE)
-        if found:
-            return reason.format(*(_gradebook_text(g) for g in found.groups()))
-    # the exception at the end of a traceback says more than nbgrader's closing lines
-    raised = re.findall(r"^\s*(\w+(?:\.\w+)*(?:Error|Exception|Interrupt)\b.*)$", log, re.MULTILINE)
-    if raised:
-        return "grading failed: " + _first_line(raised[-1])
-    tail = [ln for ln in log.strip().splitlines() if "ERROR" in ln or "Error" in ln]
-    return "grading failed: " + _first_line(tail[-1] if tail else log[-300:])
-
-
-def _gradebook_text(text: str) -> str:
-    """A database error's first line for the report, without a password."""
-    from ..worker.gradebook import redact_text
-
-    return _first_line(redact_text(text or ""), 300)  # redacted before it is cut: no half URL
-
-
-def _zero_notebook(course: Course, student: str, notebook: str) -> None:
-    """Make the gradebook say 0 for a notebook whose grading failed, not a stale earlier score.
-
-    Raises:
-        GradebookUnreachable: the gradebook's server was gone for longer than the grader waits.
-    """
-    from nbgrader.api import MissingEntry
-
-    from ..worker.gradebook import open_gradebook, retrying
-
-    def zero() -> None:
-        with open_gradebook(course) as gb:
-            try:
-                sub = gb.find_submission_notebook(notebook, course.assignment, student)
-            except MissingEntry:
-                return
-            for grade in sub.grades:
-                grade.auto_score = 0
-                grade.needs_manual_grade = False
-            gb.db.commit()
-
-    retrying(zero, "the gradebook (to record 0 for this notebook)")
-
-
-def read_grades(course: Course, student: str, notebook: str) -> dict[str, tuple[float | None, float]]:
-    from ..worker.gradebook import open_gradebook, retrying
-
-    def read():
-        with open_gradebook(course) as gb:
-            sub = gb.find_submission_notebook(notebook, course.assignment, student)
-            return {g.name: (None if g.needs_manual_grade and g.auto_score is None else g.auto_score or 0.0,
-                             g.max_score) for g in sub.grades}
-
-    return retrying(read, "the gradebook (to read this notebook's grades)")
-
-
-def run_worker(course: Course, jobs: list[str], limit_s: float, on_done=None,
-               workers=1, spans: dict | None = None) -> dict[str, tuple[str, str, float]]:
-    """Grade ``jobs`` ("student/notebook") in worker processes; job -> (status, log, seconds[, lines
-    about the gradebook: hand grading kept or reopened, outages waited out]), one entry for every job.
-
-    ``workers`` (a :class:`.parallel.Plan`, or a worker count) slots run side by side, each pinned
-    to its own cores. A slot takes the next student and grades that student's notebooks one after
-    the other, in ``jobs``' order, so each student's autograded folder and gradebook entries are
-    written by one process at a time. status is ``ok`` (nbgrader finished), ``failed`` (nbgrader
-    reported an error, or the worker died) or ``timeout`` (the notebook overran ``limit_s``; the
-    worker's process group is killed and a new worker carries on with the notebooks left). A worker
-    that dies between notebooks is replaced; a slot whose worker dies twice in a row before starting
-    a notebook is retired and hands that student's notebooks back to the others; when no slot is
-    left, they fail with the reason. ``spans`` (when given) receives job -> (slot, start, end) in
-    ``time.monotonic`` seconds, for :func:`overlapped`.
-    """
-    from . import parallel
-
-    plan = workers if isinstance(workers, parallel.Plan) else parallel.plan(workers)
-    by_student: dict[str, list[str]] = {}
-    for job in jobs:
-        by_student.setdefault(job.split("/")[0], []).append(job)
-    pool = _Pool(collections.deque(by_student.values()), on_done, spans)
-    base = tool_env()
-    n = min(plan.jobs, len(pool.todo))
-    slots = [Slot(course, plan.env(i, base), limit_s, pool, i, plan.cores_of(i) if plan.pin else None)
-             for i in range(n)]
-    pool.live = n
-    threads = [threading.Thread(target=slot.run, daemon=True) for slot in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return pool.outcomes
-
-
-class _Pool:
-    """The students still to grade and the outcomes, shared by the slots (one lock)."""
-
-    def __init__(self, todo, on_done, spans) -> None:
-        self.todo, self.on_done, self.spans = todo, on_done, spans
-        self.outcomes: dict[str, tuple[str, str, float]] = {}
-        self.lock = threading.Condition()
-        self.live = 0  # slots not retired
-        self.busy = 0  # slots holding a student (one may still hand it back)
-
-    def take(self) -> list[str] | None:
-        """The next student's jobs; None once there are none and no slot can hand any back."""
-        with self.lock:
-            while not self.todo and self.busy:
-                self.lock.wait()
-            if not self.todo:
-                return None
-            self.busy += 1
-            return self.todo.popleft()
-
-    def finished(self) -> None:
-        """The caller is done with the student it took."""
-        with self.lock:
-            self.busy -= 1
-            self.lock.notify_all()
-
-    def give_back(self, jobs: list[str]) -> bool:
-        """Retire a broken slot: ``jobs`` go back to the front for the slots left; False (and the
-        jobs stay with the caller) when it was the last one."""
-        with self.lock:
-            if self.live <= 1:
-                return False
-            self.live -= 1
-            self.busy -= 1
-            self.todo.appendleft(jobs)
-            self.lock.notify_all()
-            return True
-
-    def done(self, job: str, outcome, slot: int, start: float) -> None:
-        with self.lock:  # one at a time: the callback reads the gradebook and prints
-            self.outcomes[job] = outcome
-            if self.spans is not None:
-                self.spans[job] = (slot, start, time.monotonic())
-            if self.on_done:
-                self.on_done(job, outcome)
-
-
-def overlapped(spans: dict[str, tuple[int, float, float]]) -> set[str]:
-    """The jobs graded while another slot was grading (their time spans intersect)."""
-    out = set()
-    items = sorted(spans.items(), key=lambda kv: kv[1][1])
-    for i, (job, (slot, a0, a1)) in enumerate(items):
-        for other, (slot2, b0, b1) in items[i + 1:]:
-            if b0 >= a1:
-                break
-            if slot2 != slot:
-                out |= {job, other}
-    return out
-
-
-class Slot:
-    """One grading worker at a time (replaced when it dies or overruns), fed jobs on its stdin."""
-
-    #: The worker's command line (tests put a stand-in here).
-    WORKER = (sys.executable, "-m", "attnlab.grading.worker.jobs")
-
-    def __init__(self, course: Course, env: dict, limit_s: float, pool: _Pool, index: int = 0,
-                 cores: tuple[int, ...] | None = None) -> None:
-        from ..sandbox.proctree import PIDFILE_ENV
-
-        self.course, self.limit_s, self.pool, self.index, self.cores = course, limit_s, pool, index, cores
-        pidfile = tempfile.NamedTemporaryFile("w+", prefix="attnlab-kernels-", suffix=".pids", delete=False)
-        pidfile.close()
-        self.pidfile = Path(pidfile.name)  # this slot's kernels only: killing them spares other slots'
-        self.env = {**env, PIDFILE_ENV: pidfile.name}
-        self.proc = self.lines = self.errfile = None
-        self.broken = ""  # why this slot's worker cannot start, once it failed twice in a row
-
-    def done(self, job: str, outcome) -> None:
-        self.pool.done(job, outcome, self.index, self.began)
-
-    def run(self) -> None:
-        try:
-            while (student_jobs := self.pool.take()) is not None:
-                handed_back = False
-                try:
-                    for k, job in enumerate(student_jobs):
-                        self.began = time.monotonic()
-                        if not self.broken and self._grade(job):
-                            continue
-                        handed_back = self.pool.give_back(student_jobs[k:])
-                        if handed_back:
-                            return  # retired: the slots left grade this student and the rest
-                        self.done(job, ("failed", self.broken, 0.0))  # no slot left
-                finally:
-                    if not handed_back:
-                        self.pool.finished()  # even if grading raised: the other slots must not wait on it
-        finally:
-            self._stop()
-            self.pidfile.unlink(missing_ok=True)
-
-    def _start(self) -> None:
-        self.errfile = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen([*self.WORKER, str(self.course.root), "-"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile, text=True,
-                                     env=self.env, start_new_session=True)
-        if self.cores:
-            try:  # before it starts a kernel (the first job is written after this): its kernels inherit it
-                os.sched_setaffinity(self.proc.pid, self.cores)
-            except OSError:
-                pass
-        self.lines = queue.Queue()
-        threading.Thread(target=lambda out, q: ([q.put(ln) for ln in out], q.put(None)),
-                         args=(self.proc.stdout, self.lines), daemon=True).start()
-    def _stop(self, kill: bool = False) -> None:
-        """End the worker: close its stdin (it exits after its notebook) or kill its process group."""
-        if self.proc is None:
-            return
-        if kill:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=120)  # it finishes its notebook's clean-up, then exits
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        if kill or self.proc.returncode != 0:  # a kernel (or spare) of a worker that died must not outlive it
-            kill_kernels(self.pidfile)
-        self.errfile.close()
-        self.proc = None
-
-    def _tail(self, n: int) -> str:
-        self.errfile.seek(0)
-        return self.errfile.read()[-n:]
-
-    def _grade(self, job: str) -> bool:
-        """Grade ``job`` and report its outcome; False (nothing reported) when this slot's worker
-        died twice in a row before starting it: the slot is broken (:attr:`broken`)."""
-        deaths = 0  # workers in a row that died before starting this job
-        while True:
-            if self.proc is None:
-                self._start()
-            started, began = False, time.perf_counter()
-            try:
-                self.proc.stdin.write(job + "\n")
-                self.proc.stdin.flush()
-            except OSError:  # gone already: its stdout closes too, handled below
-                pass
-            while True:
-                try:
-                    line = self.lines.get(timeout=max(self.limit_s - (time.perf_counter() - began), 0.1))
-                except queue.Empty:
-                    self._stop(kill=True)
-                    self.done(job, ("timeout", "", time.perf_counter() - began))
-                    return True
-                if line is None:  # the worker exited
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(msg, dict):
-                    continue
-                if msg.get("start") == job:
-                    started, began = True, time.perf_counter()
-                elif msg.get("done") == job:
-                    extra = msg.get("gradebook") or []  # what the worker did in the gradebook besides grading
-                    self.done(job, ("ok" if msg["success"] else "failed", msg["log"], time.perf_counter() - began,
-                                    *([extra] if extra else [])))
-                    return True
-            tail = self._tail(3000)
-            self.proc.wait()
-            code = self.proc.returncode
-            self._stop()
-            if started:
-                self.done(job, ("failed", "the grading process died\n" + tail, time.perf_counter() - began))
-                return True
-            deaths += 1
-            if deaths >= 2:  # the worker cannot start (or keeps dying before any notebook)
-                self.broken = (f"the grading worker exited (status {code}) before grading this notebook\n"
-                               + tail[-2000:])
-                return False
-
-
-def kill_kernels(pidfile: Path) -> None:
-    """Kill the process groups of the notebook kernels a killed worker left behind (each kernel
-    runs in a session of its own, out of reach of the worker's process group), and remove their
-    sandboxes' scratch folders.
-
-    Each line is ``pid:start [folder...]``; blank lines, a pid that is not a positive integer (0 or
-    below would name this process's own group or every process), a pid without its start time, and a
-    pid now held by another process (another start time) kill nothing. A scratch folder is removed only
-    when its normalized path stays under this machine's ``attnlab-`` scratch prefix."""
-    try:
-        lines = [ln.split() for ln in pidfile.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return
-    from ..sandbox.proctree import process_start
-    from ..sandbox import remove_tree
-    from ..sandbox.tasks import remove_left_over
-
-    scratch = os.path.join(tempfile.gettempdir(), "attnlab-")
-    for pid_start, *folders in lines:
-        pid, _, start = pid_start.partition(":")
-        try:
-            # still that kernel: a pid the system gave to another process since has another start time
-            if start and int(pid) > 0 and process_start(int(pid)) == start:
-                os.killpg(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-        for folder in folders:
-            if os.path.normpath(folder).startswith(scratch):
-                remove_tree(folder)
-            else:
-                remove_left_over(folder)  # the kernel's pids cgroup
-
-
-def _evaluate(course: Course, student: str, notebook: str, status: str, log: str,
-              seconds: float, gradebook_notes: list[str] = (), *, limit_s: float) -> NotebookResult:
-    auto, manual_max = notebook_points(course, notebook)
-    res = NotebookResult(student, notebook, Status.GRADED, max_points=sum(auto.values()), manual_max=manual_max,
-                         seconds=seconds, gradebook=[str(n) for n in gradebook_notes])
-    out = course.autograded / student / course.assignment / f"{notebook}.ipynb"
-    if status != "ok" or not out.exists():
-        if status == "timeout":
-            res.status, res.reason = Status.TIMEOUT, f"grading ran past {limit_s:g} s and was stopped"
-        else:
-            res.status, res.reason = Status.FAILED, failure_reason(log)
-        if out.exists():
-            out.unlink()
-        _zero_notebook(course, student, notebook)
-        return res
-    errors = cell_errors(out)
-    notes = grader_notes(out)
-    res.variant = _variant_of(out)
-    res.needs_review, res.notes = split_reviews(notes)
-    grades = read_grades(course, student, notebook)
-    for gid, max_points in auto.items():
-        score = grades.get(gid, (0.0, max_points))[0] or 0.0
-        res.points += score
-        res.cells.append(CellResult(gid, score, max_points,
-                                    "" if score >= max_points else errors.get(gid, "no points (output did not pass)")))
-    return res
-
-
-def _unrecorded(exc: BaseException) -> str:
-    """Why a notebook's result could not be recorded, for the report (a database error without its password)."""
-    from ..worker.gradebook import GradebookUnreachable
-
-    if isinstance(exc, GradebookUnreachable):
-        return f"not graded: {_gradebook_text(str(exc))}; grade it again once the database is back"
-    return f"not graded: recording the result failed: {type(exc).__name__}: {_gradebook_text(str(exc))}"
 
 
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
@@ -539,7 +111,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         except Exception as exc:  # noqa: BLE001 (the gradebook gone for good, or a bug: say so, carry on)
             auto, manual = notebook_points(course, n)
             r = NotebookResult(s, n, Status.FAILED, max_points=sum(auto.values()), manual_max=manual,
-                               reason=_unrecorded(exc), seconds=outcome[2] if outcome else 0.0)
+                               reason=unrecorded(exc), seconds=outcome[2] if outcome else 0.0)
         from ..worker.gradebook import take_waits
 
         r.gradebook += [w for w in take_waits() if w not in r.gradebook]
@@ -555,7 +127,7 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             auto, manual = notebook_points(course, n)
         if s in refused:
             r = NotebookResult(s, n, Status.FAILED, max_points=sum(auto.values()), manual_max=manual, reason=refused[s])
-            _zero_notebook(course, s, n)
+            zero_notebook(course, s, n)
         elif outcome is None:
             folder = course.submitted / s / course.assignment
             others = sorted(p.name for p in folder.glob("*.ipynb")) if folder.is_dir() else []
@@ -565,9 +137,9 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
             elif others:
                 reason += f" (the submission holds {', '.join(others)})"
             r = NotebookResult(s, n, Status.MISSING, max_points=sum(auto.values()), manual_max=manual, reason=reason)
-            _zero_notebook(course, s, n)
+            zero_notebook(course, s, n)
         else:
-            r = _evaluate(course, s, n, *outcome, limit_s=limit_s)
+            r = evaluate_notebook(course, s, n, *outcome, limit_s=limit_s)
         r.notes = notes + r.notes
         return r
 
@@ -656,7 +228,7 @@ def export_grades(course: Course, path: Path) -> Path:
             retrying(lambda: has_tables(db_url(course)))
         except GradebookUnreachable as exc:
             raise RuntimeError(f"nbgrader export failed: {exc}") from None
-    raise RuntimeError(f"nbgrader export failed (exit {done.returncode}): {_gradebook_text(_last_error(log))}")
+    raise RuntimeError(f"nbgrader export failed (exit {done.returncode}): {gradebook_text(_last_error(log))}")
 
 
 def _last_error(log: str) -> str:

@@ -19,6 +19,7 @@ class CellResult:
     points: float | None   # None: waits for manual grading
     max_points: float
     reason: str = ""       # why points were lost (empty when full marks or manual)
+    error: str = ""        # the name of the error that failed the cell (its output's ename), if one did
 
 
 @dataclass
@@ -36,6 +37,7 @@ class NotebookResult:
     needs_review: list[str] = field(default_factory=list)  # "needs review: ..." notes from the checks
     gradebook: list[str] = field(default_factory=list)  # hand grading kept or reopened, outages waited out
     variant: str = ""  # whose variant the kernel had (attnlab.variants.describe)
+    contention: str = ""  # what a busy machine may have caused (a note or reason, for people); "" when nothing
 
     def losses(self) -> list[str]:
         if self.status != Status.GRADED:

@@ -70,7 +70,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from ...core.device import FORCE_ENV
-from ...core.outcome import is_review, split_reviews
+from ...core.outcome import RAN_ALL_ALONG, Note, contended, is_review, split_reviews
 from ...core.review import PREFIX as REVIEW
 from ... import variants
 from . import iopub as _iopub
@@ -171,9 +171,12 @@ def _uses_triton(nb) -> bool:
                for c in nb.cells)
 
 
-def add_notes(nb, notes: list[str]) -> None:
+def add_notes(nb, notes: list) -> None:
+    """Append ``notes`` (plain strings, or :class:`~attnlab.core.outcome.Note` written with their kind) to
+    ``nb.metadata.attnlab.notes``, each once."""
     nb.metadata.setdefault("attnlab", {}).setdefault("notes", [])
     for note in notes:
+        note = note.to_json() if isinstance(note, Note) else note
         if note not in nb.metadata["attnlab"]["notes"]:
             nb.metadata["attnlab"]["notes"].append(note)
 
@@ -217,7 +220,7 @@ class GradingExecute(Execute):
 
     # ------------------------------------------------------------------ the run, with restarts
     def preprocess(self, nb, resources=None, km=None):
-        self._notes: list[str] = []
+        self._notes: list[str | Note] = []  # a Note where its kind decides something (contention)
         self._out_chars, self._fig_chars, self._nb_chars, self._truncated = 0, 0, 0, False
         self.error_on_timeout = {
             "ename": "CellTimeoutError",
@@ -259,6 +262,8 @@ class GradingExecute(Execute):
                             "out-of-memory killer)" if dead else
                             f"this cell ran past the {self.timeout} s limit and did not respond to an "
                             f"interrupt{self._stuck_busy}")
+                    # a stuck cell that computed all along would be stuck alone too: no contention
+                    kind = str if not dead and self._stuck_busy else contended
                     last = attempt == self.max_restarts or monotonic() - start > self.notebook_budget
                     if last:
                         cell.outputs.append(error_output("KernelDied" if dead else "CellTimeoutError",
@@ -268,13 +273,13 @@ class GradingExecute(Execute):
                                 later.outputs = [error_output(
                                     "NotRun", f"not run: the kernel failed in {_label(cell, index)} and "
                                               f"the grader had already restarted it {attempt} times")]
-                        self._notes.append(f"{_label(cell, index)}: {what}; the cells after it were not run")
+                        self._notes.append(kind(f"{_label(cell, index)}: {what}; the cells after it were not run"))
                         break
                     skipped[index] = error_output(
                         "KernelDied" if dead else "CellTimeoutError",
                         f"{what}; the grader restarted the kernel and ran the notebook again without this cell")
-                    self._notes.append(f"{_label(cell, index)}: {what}; the kernel was restarted and the "
-                                       f"notebook run again without this cell")
+                    self._notes.append(kind(f"{_label(cell, index)}: {what}; the kernel was restarted and "
+                                                 f"the notebook run again without this cell"))
         finally:
             if run_dir:
                 _sandbox.remove_tree(run_dir)
@@ -365,8 +370,8 @@ class GradingExecute(Execute):
                     continue
                 if over_budget or monotonic() - start > self.notebook_budget:
                     if not over_budget:
-                        self._notes.append(f"grading used up its {self.notebook_budget:g} s budget; "
-                                           f"{_label(cell, index)} and the cells after it were not run")
+                        self._notes.append(contended(f"grading used up its {self.notebook_budget:g} s budget; "
+                                                     f"{_label(cell, index)} and the cells after it were not run"))
                     over_budget = True
                     cell.outputs = [error_output("NotRun", f"not run: grading this notebook used up its "
                                                            f"{self.notebook_budget:g} s budget")]
@@ -425,7 +430,8 @@ class GradingExecute(Execute):
             for out in timed_out:
                 out["evalue"] += busy
                 out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
-            self._notes.append(f"{label} ran past the {self.timeout} s limit and was interrupted{busy}")
+            text = f"{label} ran past the {self.timeout} s limit and was interrupted{busy}"
+            self._notes.append(text if busy else contended(text))  # computing all along: alone, the same
 
     # nbgrader fails a cell whose output stops before the kernel's idle status (output went missing). After a
     # message over the iopub cap, messages are lost while the socket connects again, that idle status perhaps
@@ -458,13 +464,11 @@ class GradingExecute(Execute):
                            f"dropped unread (output truncated)")
 
     def _busy_all_along(self) -> str:
-        """:data:`attnlab.checks.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
+        """:data:`attnlab.core.outcome.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
         for at least 90 % of the cell that just ran past its limit, and CUDA never started (a GPU wait
         can spin), else "". Such a cell was not slowed by other workers: grading its notebook again
         alone (autograde's ``contended``) would spend the limit once more for the same result. One
         thread, not their sum: two starved threads could add up to a busy one."""
-        from ...checks import RAN_ALL_ALONG
-
         t0, before, pid = getattr(self, "_cell_start", (None, {}, None))
         after = proctree.thread_seconds(pid)
         if t0 is None or not before or not after or proctree.uses_gpu(pid):
