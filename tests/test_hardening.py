@@ -1135,7 +1135,7 @@ def test_sandbox_check_says_when_only_the_kernel_account_cannot_start(monkeypatc
 
     monkeypatch.setattr(sandbox, "kernel_account", lambda: sandbox.KERNEL_IDS.start)
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
-    monkeypatch.setattr(sandbox, "_starts", lambda account: "" if account is None else "Permission denied")
+    monkeypatch.setattr(sandbox, "starts_as", lambda account: "" if account is None else "Permission denied")
     sandbox.check.cache_clear()
     try:
         ok, detail = sandbox.check()

@@ -41,11 +41,9 @@ LAYERS = (
 KNOWN_CIRCLES: set[frozenset[str]] = set()
 
 
-#: Test files that still reach private names, and how many uses each may keep: a ratchet, lowered as tests
-#: move to public interfaces (issue 32); a new use, or one in another file, fails.
-KNOWN_TEST_PRIVATE = {"test_learner_tools.py": 5, "test_tasks.py": 3, "test_variants.py": 3, "test_limits.py": 2,
-                      "test_hardening.py": 1, "test_redteam2.py": 1, "test_shards.py": 1,
-                      "test_tuning.py": 1}  # monkeypatch.setattr(module, "_x") and getattr forms counted since 2026-12-03
+#: Test files that may still reach private names, and how many uses each may keep: a ratchet, at zero since
+#: 2026-12-04 (issue 32: tests use public interfaces); a use in a test file fails.
+KNOWN_TEST_PRIVATE: dict[str, int] = {}
 
 
 def _private(name: str) -> bool:

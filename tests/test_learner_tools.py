@@ -127,7 +127,7 @@ def test_no_ipywidgets_means_a_static_figure(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     assert not W.interactive_frontend()
     drawn = []
-    monkeypatch.setattr(W, "_show_static", lambda fig: drawn.append(fig))
+    monkeypatch.setattr(W, "show_static", lambda fig: drawn.append(fig))
     W.causal_tile_map()
     W.online_softmax_explorer()
     W.roofline_calculator()
@@ -138,7 +138,7 @@ def test_under_the_autograder_widgets_print_a_note_and_draw_nothing(monkeypatch,
     from attnlab.grading.kernel import guard
 
     drawn = []
-    monkeypatch.setattr(W, "_show_static", lambda fig: drawn.append(fig))
+    monkeypatch.setattr(W, "show_static", lambda fig: drawn.append(fig))
     monkeypatch.setenv("ATTNLAB_WIDGETS", "0")
     monkeypatch.setattr(guard, "active", lambda: True)
     W.causal_tile_map()
@@ -293,7 +293,7 @@ def test_selfcheck_without_bwrap_says_so_in_one_line_before_preparing(no_bwrap, 
     from attnlab.tools import selfcheck
 
     calls = []
-    monkeypatch.setattr(selfcheck, "_selfcheck_assignment",
+    monkeypatch.setattr(selfcheck, "selfcheck_assignment",
                         lambda course, files, jobs, *a: calls.append((list(jobs), a[-1])) or [])
     said = []
     selfcheck.selfcheck([learner_folder / "my_flash.ipynb"], limit_s=300, progress=said.append)
@@ -378,10 +378,10 @@ def test_doctor_prints_each_check_as_it_finishes_slow_ones_last(monkeypatch, cap
 def test_doctor_gives_advice_for_problems(monkeypatch):
     from attnlab.tools import doctor
 
-    monkeypatch.setattr(doctor, "_version", lambda dist: {"nbgrader": "0.9.5", "jupyterlab": "3.6.0",
+    monkeypatch.setattr(doctor, "installed_version", lambda dist: {"nbgrader": "0.9.5", "jupyterlab": "3.6.0",
                                                           "triton": "3.9.0", "ipywidgets": "7.8.0",
                                                           "matplotlib": "3.9"}.get(dist))
-    monkeypatch.setattr(doctor, "_jupyter", lambda *a, **k: "@jupyter/nbgrader v0.9.5 disabled OK\n")
+    monkeypatch.setattr(doctor, "jupyter_output", lambda *a, **k: "@jupyter/nbgrader v0.9.5 disabled OK\n")
     checks = {c.name: c for c in doctor.run_checks(smoke=False)}
     assert checks["nbgrader"].status == doctor.WARN and "nbgrader==0.9.6" in checks["nbgrader"].advice
     assert checks["JupyterLab"].status == doctor.FAIL

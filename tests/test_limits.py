@@ -301,7 +301,7 @@ def _fake_writes(path, text):
 def test_memory_cgroups_on_v1_and_v2(tmp_path, monkeypatch):
     """v1: a memory cgroup of its own under the grader's, memory + swap held to the same figure (no swap);
     v2: the kernel's one cgroup gets memory.max, no swap and group-wide OOM kills, where it offers memory."""
-    monkeypatch.setattr(tasks, "_write", _fake_writes)
+    monkeypatch.setattr(tasks, "write_control", _fake_writes)
     v1 = tmp_path / "v1"
     v1.mkdir()
     folder = tasks.create_memory(256 * MIB, None, candidates=[v1])
@@ -323,7 +323,7 @@ def test_without_a_memory_controller_doctor_and_grading_say_so(monkeypatch):
     from attnlab.tools import doctor
 
     monkeypatch.setattr(tasks, "create_memory", lambda limit, shared=None, candidates=None: None)
-    monkeypatch.setattr(tasks, "_own_v2_cgroup", lambda root=None: None)
+    monkeypatch.setattr(tasks, "own_v2_cgroup", lambda root=None: None)
     tasks.describe_memory.cache_clear()
     try:
         bounded, line = tasks.describe_memory()

@@ -119,7 +119,7 @@ def test_each_cheat_kept_its_points_under_the_per_kernel_rule(cheat, monkeypatch
     """Without the per-product rule (the per-kernel share only, as before), each cheat passes: the rule
     above is what rejects it, and that test can fail."""
     get, check, _, case = _CHEATS[cheat]
-    monkeypatch.setattr(work_models, "_per_product", lambda *a: None)
+    monkeypatch.setattr(work_models, "check_products", lambda *a: None)
     check(get(cheat), causal=True, **case)
 
 

@@ -248,7 +248,7 @@ def test_a_lost_gradebook_connection_is_retried_then_named(monkeypatch):
 
     from sqlalchemy.exc import OperationalError, ProgrammingError
 
-    monkeypatch.setattr(gradebook, "_down_since", None)
+    monkeypatch.setattr(gradebook, "down_since", None)
     monkeypatch.setenv(gradebook.RETRY_ENV, "1.5")
     gradebook.take_waits()
     calls = []

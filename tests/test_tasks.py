@@ -76,7 +76,7 @@ def _cgroupfs_writes(path, text):
 def test_parent_candidates_on_cgroup_v2(tmp_path, monkeypatch, own, subtree, expected):
     proc = f"0::{own}\n"
     _fake_cgroupfs(tmp_path, proc, v1=False, v2_subtree=subtree)
-    monkeypatch.setattr(tasks, "_write", _cgroupfs_writes)
+    monkeypatch.setattr(tasks, "write_control", _cgroupfs_writes)
     if own == "/job/step":  # a cgroup with pids available and its own processes
         mine = tmp_path / "job" / "step"
         (mine / "cgroup.controllers").write_text("cpu pids")
@@ -100,7 +100,7 @@ def test_enter_runs_nothing_when_the_move_fails(tmp_path):
 
 
 def test_create_writes_the_limit_and_enter_moves_the_command_in(tmp_path, monkeypatch):
-    monkeypatch.setattr(tasks, "_write", _cgroupfs_writes)  # a plain folder: its pids.max is a new file
+    monkeypatch.setattr(tasks, "write_control", _cgroupfs_writes)  # a plain folder: its pids.max is a new file
     folder = tasks.create(77, candidates=[tmp_path / "missing", tmp_path])
     assert folder.parent == tmp_path and (folder / "pids.max").read_text() == "77"
     cmd = tasks.enter(folder, ["bwrap", "--", "python"])
@@ -219,7 +219,7 @@ def test_a_root_grader_without_a_pids_cgroup_bounds_each_kernel_account(monkeypa
     monkeypatch.setattr(os, "getuid", lambda: 0)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(tasks, "create", lambda n, candidates=None: None)
-    monkeypatch.setattr(tasks, "_own_v2_cgroup", lambda root=None: None)
+    monkeypatch.setattr(tasks, "own_v2_cgroup", lambda root=None: None)
     monkeypatch.delenv(sandbox.KERNEL_ACCOUNT_ENV, raising=False)
     monkeypatch.delenv(tasks.MAX_TASKS_ENV, raising=False)
     tasks.describe.cache_clear()

@@ -264,7 +264,7 @@ def test_drawn_cases_differ_between_calls_and_come_back_with_replay(monkeypatch)
 
     assert seen_by() != seen_by()  # 20 draws from 6 x 6 x 8 x 64 x 3 values: equal by chance ~never
     assert seen_by(replay=0x1234) == seen_by(replay=0x1234) != seen_by(replay=0x1235)
-    monkeypatch.setattr(verify_tuning, "_REPLAY", 0x1234)  # ATTNLAB_CHECK_SEED, read at import
+    monkeypatch.setattr(verify_tuning, "REPLAY", 0x1234)  # ATTNLAB_CHECK_SEED, read at import
     assert seen_by() == seen_by(replay=0x1234)
     for text, value in (("0x1234", 0x1234), ("4660", 0x1234), ("", None), ("not a number", None)):
         monkeypatch.setenv(verify_tuning.SEED_ENV, text)
@@ -522,19 +522,19 @@ def test_the_guard_puts_back_the_models_and_the_replay_number_a_cell_rebound():
         from attnlab.grading.kernel import guard
         guard.install()
         from attnlab import verify_tuning as vt
-        real = (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__)
+        real = (vt.expected_smem, vt.REPLAY, vt._urandom, vt.expected_smem.__code__)
         vt.expected_smem = lambda *a: 0
-        vt._REPLAY, vt._urandom = 7, lambda n: bytes(n)
+        vt.REPLAY, vt._urandom = 7, lambda n: bytes(n)
         vt._spread.__code__ = (lambda *a, **k: 0).__code__  # a helper of the checks (the models are closures)
         notes = json.loads(guard.before_locked({}))["notes"]
-        assert (vt.expected_smem, vt._REPLAY, vt._urandom, vt.expected_smem.__code__) == real
+        assert (vt.expected_smem, vt.REPLAY, vt._urandom, vt.expected_smem.__code__) == real
         assert vt.Draw("c", 1, 0, None).draw != vt.Draw("c", 1, 0, None).draw
         print(json.dumps(notes))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     notes = " | ".join(json.loads(proc.stdout.strip().splitlines()[-1]))
-    for name in ("expected_smem had been replaced", "_REPLAY had been replaced", "_urandom had been replaced",
+    for name in ("expected_smem had been replaced", "REPLAY had been replaced", "_urandom had been replaced",
                  "the code of attnlab.verify_tuning._spread"):
         assert name in notes, notes
 

@@ -23,10 +23,10 @@ def grading(monkeypatch):
     monkeypatch.delenv(variants.SALT_ENV, raising=False)
 
     def set_(student, salt=None, release_answers=True):
-        monkeypatch.setattr(variants, "_GRADING", None)
+        monkeypatch.setattr(variants, "GRADING", None)
         # what the grader evaluates in the kernel
         json.loads(eval(variants.grading_expression(student, salt, release_answers)))
-    monkeypatch.setattr(variants, "_GRADING", None)
+    monkeypatch.setattr(variants, "GRADING", None)
     return set_
 
 
@@ -74,7 +74,7 @@ def test_seed_key_changes_the_tests_inputs(grading, monkeypatch):
     assert len({plain, a, b}) == 3
     grading(ALICE, variants.seed_key(b"secret", ALICE))
     assert generator(3).initial_seed() == a and generator(4).initial_seed() not in (a, 4)
-    monkeypatch.setattr(variants, "_GRADING", None)
+    monkeypatch.setattr(variants, "GRADING", None)
     monkeypatch.setenv(variants.SALT_ENV, str(variants.seed_key(b"secret", ALICE)))  # the feedback's replay
     assert generator(3).initial_seed() == a
 

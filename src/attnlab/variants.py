@@ -72,31 +72,31 @@ QUESTIONS = MappingProxyType({
 
 # Set by the grader in a grading kernel (before any learner code; attnlab.grading.kernel.guard puts it back if
 # a cell rebinds it): (student id or None, seed key or None). None: not graded, read the environment.
-_GRADING: tuple[str | None, int | None] | None = None
+GRADING: tuple[str | None, int | None] | None = None
 
 
 def _set_grading(student: str | None, salt: int | None, release_answers: bool = True) -> str:
     """Called by the grader in the kernel (see :func:`grading_expression`); returns JSON text."""
-    global _GRADING
-    _GRADING = (student or None, salt, bool(release_answers))
+    global GRADING
+    GRADING = (student or None, salt, bool(release_answers))
     return '"ok"'
 
 
 def _release_answers_count() -> bool:
     """Whether answers for the release's shapes earn their points (see :func:`grading_expression`)."""
-    return _GRADING is None or _GRADING[2]
+    return GRADING is None or GRADING[2]
 
 
 def student_id() -> str | None:
     """The student id whose variant this process shows and checks (see the module docstring), or None."""
-    if _GRADING is not None:
-        return _GRADING[0]
+    if GRADING is not None:
+        return GRADING[0]
     return os.environ.get(STUDENT_ENV, "").strip() or os.environ.get(HUB_ENV, "").strip() or None
 
 
 def _salt() -> int | None:
-    if _GRADING is not None:
-        return _GRADING[1]
+    if GRADING is not None:
+        return GRADING[1]
     text = os.environ.get(SALT_ENV, "").strip()
     return int(text) if text.isdigit() else None
 

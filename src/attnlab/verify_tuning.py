@@ -84,7 +84,7 @@ def replay_from_env() -> int | None:
         return None
 
 
-_REPLAY = replay_from_env()
+REPLAY = replay_from_env()
 
 
 class Draw:
@@ -92,7 +92,7 @@ class Draw:
     os.urandom unless replayed), and the sentence a failure ends with."""
 
     def __init__(self, what: str, n: int, seed: int, replay: int | None) -> None:
-        replay = _REPLAY if replay is None else replay
+        replay = REPLAY if replay is None else replay
         self.draw = int.from_bytes(_urandom(8), "little") if replay is None else int(replay)
         digest = hashlib.blake2b(f"attnlab-09:{what}:{int(seed)}:{self.draw}".encode(), digest_size=16).digest()
         self.rng = random.Random(int.from_bytes(digest, "little"))

@@ -95,7 +95,7 @@ def _ipython():
     return get_ipython()
 
 
-def _show_static(fig) -> None:
+def show_static(fig) -> None:
     """Display ``fig`` once in a kernel (as an image), then release it; outside IPython do nothing."""
     import matplotlib.pyplot as plt
 
@@ -157,7 +157,7 @@ def _display_or_static(build_widget, make_figure, params: dict, interactive: boo
 
             display(box)
         return
-    _show_static(make_figure(**params))
+    show_static(make_figure(**params))
 
 
 # ----------------------------------------------------------------------------------- 01 online softmax

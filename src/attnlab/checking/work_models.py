@@ -289,7 +289,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
                            f"multiply whole tiles with tl.dot and use the products")
                 break
         if not out or out[-1][0] != 5:
-            _per_product(launch, model, out, asks)
+            check_products(launch, model, out, asks)
         for p in launch.programs() if model.dot_cap is not None else ():
             cap = int(model.dot_cap[p])
             if done.get(p, 0) > model.dot_slack * cap:
@@ -314,7 +314,7 @@ def _violations(launch: Launch, model: KernelModel) -> list[tuple[int, str]]:
     return out
 
 
-def _per_product(launch: Launch, model: KernelModel, out: _Found, asks: str) -> None:
+def check_products(launch: Launch, model: KernelModel, out: _Found, asks: str) -> None:
     """Rule 5, product by product: each of ``model.products`` has ``dot_share`` of its FLOPs, on live
     lanes, through ``tl.dot`` calls whose operands make it that product and whose results reach an output."""
     if not model.products:

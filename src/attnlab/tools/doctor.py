@@ -36,7 +36,8 @@ NBGRADER_VERSION = "0.9.6"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (e.g. "nbgrader"), or None when it is not installed."""
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
@@ -47,7 +48,7 @@ def _vtuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
 
-def _jupyter(*args: str, timeout: float = 60) -> str:
+def jupyter_output(*args: str, timeout: float = 60) -> str:
     """Output (stdout and stderr, colours removed) of ``python -m jupyter ARGS`` with this interpreter."""
     env = tool_env()
     try:
@@ -145,7 +146,7 @@ print("ok")
 
 
 def _check_triton() -> list[Check]:
-    v = _version("triton")
+    v = installed_version("triton")
     if v is None:
         if sys.platform != "linux":
             return [Check("Triton", WARN, "not installed (Triton ships Linux wheels only)",
@@ -156,7 +157,7 @@ def _check_triton() -> list[Check]:
 
 def _check_triton_run() -> list[Check]:
     """A tiny kernel through Triton's interpreter, in a Python of its own (it imports torch: slow)."""
-    if _version("triton") is None:
+    if installed_version("triton") is None:
         return []
     with tempfile.TemporaryDirectory(prefix="attnlab-doctor-") as tmp:
         script = Path(tmp) / "smoke.py"  # @triton.jit reads the kernel's source from a file
@@ -175,8 +176,8 @@ def _check_triton_run() -> list[Check]:
 
 def _check_jupyter() -> list[Check]:
     checks = []
-    nbg = _version("nbgrader")
-    lab = _version("jupyterlab")
+    nbg = installed_version("nbgrader")
+    lab = installed_version("jupyterlab")
     if nbg is None:
         checks.append(Check("nbgrader", NOTE, "not installed",
                             f"Needed for Validate and `attnlab selfcheck`: pip install 'nbgrader=={NBGRADER_VERSION}' "
@@ -201,13 +202,13 @@ def _check_jupyter() -> list[Check]:
 def _check_extensions() -> list[Check]:
     """nbgrader's and the widgets' lab and server extensions, where JupyterLab is installed (each listing
     starts a Jupyter process: seconds)."""
-    if _version("jupyterlab") is None:
+    if installed_version("jupyterlab") is None:
         return []
     checks = []
-    nbg = _version("nbgrader")
+    nbg = installed_version("nbgrader")
     with ThreadPoolExecutor(2) as pool:
-        labext_f = pool.submit(_jupyter, "labextension", "list")
-        srvext_f = pool.submit(_jupyter, "server", "extension", "list")
+        labext_f = pool.submit(jupyter_output, "labextension", "list")
+        srvext_f = pool.submit(jupyter_output, "server", "extension", "list")
         labext, srvext = labext_f.result(), srvext_f.result()
     if nbg is not None:
         m = re.search(r"@jupyter/nbgrader\S*\s+v?(\S+)\s+(enabled|disabled)(\s+OK)?", labext)
@@ -239,7 +240,7 @@ def _check_extensions() -> list[Check]:
 
 def _check_widgets() -> list[Check]:
     checks = []
-    ipw = _version("ipywidgets")
+    ipw = installed_version("ipywidgets")
     if ipw is None:
         checks.append(Check("ipywidgets", WARN, "not installed", "pip install 'ipywidgets>=8'; the figures are "
                                                                  "static without it."))
@@ -248,7 +249,7 @@ def _check_widgets() -> list[Check]:
     else:
         checks.append(Check("ipywidgets", WARN, ipw, "JupyterLab 4 renders ipywidgets 8: pip install -U 'ipywidgets>=8' "
                                                      "(the figures are static images until then)."))
-    mpl = _version("matplotlib")
+    mpl = installed_version("matplotlib")
     checks.append(Check("matplotlib", OK, mpl) if mpl else
                   Check("matplotlib", FAIL, "not installed", "pip install matplotlib"))
     if "google.colab" in sys.modules or os.environ.get("COLAB_RELEASE_TAG"):
@@ -283,7 +284,7 @@ def check_hub() -> list[Check]:
     """The JupyterHub set-up of this environment (:mod:`attnlab.tools.hub_check`): nbgrader's exchange and
     the server extensions that use it, read from a ``jupyter server extension list`` process (seconds)."""
     # the listing imports every extension: slow when the machine is busy
-    return hub_check.check_hub(_jupyter("server", "extension", "list", timeout=180))
+    return hub_check.check_hub(jupyter_output("server", "extension", "list", timeout=180))
 
 
 def iter_checks(smoke: bool = True, jupyter: bool = True, hub: bool | None = None) -> Iterator[Check]:

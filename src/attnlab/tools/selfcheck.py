@@ -294,12 +294,12 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             mine = {n: p for n, p in jobs.items() if assignment_of(n) == assignment}
             course = Course(Path(tmp) / assignment, assignment)
             course.root.mkdir()
-            reports += _selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress,
+            reports += selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress,
                                              unsandboxed)
     return reports
 
 
-def _selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
+def selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
                           progress, unsandboxed: bool = False) -> list[NotebookReport]:
     """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
     import nbformat

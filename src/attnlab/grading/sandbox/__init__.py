@@ -112,7 +112,7 @@ class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot start a sandbox here, and the unsafe flag was not given."""
 
 
-def _starts(account) -> str:
+def starts_as(account) -> str:
     """"" when bwrap starts this interpreter, importing the course's package, in a kernel's sandbox as
     ``account``; else what went wrong."""
     scratch = tempfile.mkdtemp(prefix="attnlab-sandbox-check-")
@@ -138,8 +138,8 @@ def check() -> tuple[bool, str]:
     if exe is None:
         return False, "bwrap (bubblewrap) is not installed"
     account = kernel_account()
-    error = _starts(account)  # as the account a kernel would get
-    if error and account is not None and not _starts(None):
+    error = starts_as(account)  # as the account a kernel would get
+    if error and account is not None and not starts_as(None):
         return False, (f"kernels of a root grader run as an account of their own (uid {account}), and it cannot "
                        f"start Python with the course's package in the sandbox: {error}. Make the interpreter, its "
                        f"packages and the course readable by all (`chmod -R o+rX` on their folders and the folders "

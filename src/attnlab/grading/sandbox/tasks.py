@@ -131,7 +131,7 @@ def _move_to_leaf(folder: Path, controller: str = "pids") -> bool:
     def hand_out() -> bool:
         for c in wanted:
             try:
-                _write(folder / "cgroup.subtree_control", f"+{c}")
+                write_control(folder / "cgroup.subtree_control", f"+{c}")
             except OSError:
                 if c == controller:
                     return False
@@ -147,7 +147,7 @@ def _move_to_leaf(folder: Path, controller: str = "pids") -> bool:
         for _ in range(5):  # a process started meanwhile lands in folder again: move it too
             for pid in (folder / "cgroup.procs").read_text().split():
                 try:
-                    _write(leaf / "cgroup.procs", pid)
+                    write_control(leaf / "cgroup.procs", pid)
                 except OSError:
                     pass
             if hand_out():
@@ -157,7 +157,7 @@ def _move_to_leaf(folder: Path, controller: str = "pids") -> bool:
     return False
 
 
-def _write(path: Path, text: str) -> None:
+def write_control(path: Path, text: str) -> None:
     """Write a cgroup control file (never created: on a folder that is not a cgroup this fails)."""
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -189,7 +189,7 @@ def create(max_tasks: int, candidates: list[Path] | None = None) -> Path | None:
         except OSError:
             continue
         try:
-            _write(folder / "pids.max", str(max_tasks))
+            write_control(folder / "pids.max", str(max_tasks))
             return folder
         except OSError:
             remove(folder)
@@ -203,14 +203,14 @@ def _limit_memory(folder: Path, limit: int) -> None:
         OSError: the limit itself could not be written.
     """
     if (folder / "memory.max").exists():  # v2: on running out, the whole cgroup is killed at once
-        _write(folder / "memory.max", str(limit))
+        write_control(folder / "memory.max", str(limit))
         extras = (("memory.swap.max", "0"), ("memory.oom.group", "1"))
     else:  # v1: memsw counts memory and swap together, so equal limits leave no swap
-        _write(folder / "memory.limit_in_bytes", str(limit))
+        write_control(folder / "memory.limit_in_bytes", str(limit))
         extras = (("memory.memsw.limit_in_bytes", str(limit)), ("memory.swappiness", "0"))
     for name, value in extras:  # where the machine has no swap (accounting), these files are missing
         try:
-            _write(folder / name, value)
+            write_control(folder / name, value)
         except OSError:
             pass
 
@@ -294,7 +294,7 @@ def remove(folder: Path | None, wait_s: float = 2.0) -> bool:
         return True
     deadline = time.monotonic() + wait_s
     try:  # cgroup v2 (Linux >= 5.14): the kernel kills every member, no pid can be reused meanwhile
-        _write(folder / "cgroup.kill", "1")
+        write_control(folder / "cgroup.kill", "1")
     except OSError:
         pass
     while True:
@@ -381,7 +381,7 @@ def max_tasks() -> int:
         return MAX_TASKS
 
 
-def _own_v2_cgroup(root: Path = CGROUP_ROOT) -> Path | None:
+def own_v2_cgroup(root: Path = CGROUP_ROOT) -> Path | None:
     own = _own_cgroups(_read_proc_cgroup())
     return root / own[""].strip("/") if "" in own and (root / "cgroup.controllers").is_file() else None
 
@@ -398,7 +398,7 @@ def describe() -> tuple[bool, str]:
     if folder is not None:
         remove(folder)
         return True, f"at most {n} processes and threads per kernel (a pids cgroup under {folder.parent})"
-    own = _own_v2_cgroup()
+    own = own_v2_cgroup()
     try:
         offered = own is not None and "pids" in (own / "cgroup.controllers").read_text().split()
         writable = own is not None and os.access(own / "cgroup.subtree_control", os.W_OK)
@@ -444,7 +444,7 @@ def describe_memory() -> tuple[bool, str]:
     if folder is not None:
         return True, (f"each kernel's memory counted as a whole, children, memfd, shared memory and scratch "
                       f"folder included (a memory cgroup under {folder.parent}; no swap)")
-    own = _own_v2_cgroup()
+    own = own_v2_cgroup()
     if own is not None and _offered(own, "memory") and os.access(own / "cgroup.subtree_control", os.W_OK):
         return True, (f"each kernel's memory counted as a whole (memory cgroups inside {own}, after `attnlab "
                       f"autograde` moves that cgroup's processes into its leaf {LEAF})")

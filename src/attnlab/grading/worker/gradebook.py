@@ -140,7 +140,7 @@ GRACE_S = 5.0
 #: Overrides :data:`GRADEBOOK_RETRY_S` (seconds; the tests use a few).
 RETRY_ENV = "ATTNLAB_DB_RETRY_S"
 
-_down_since: float | None = None   # time.monotonic() of the first failure of the outage in progress
+down_since: float | None = None   # time.monotonic() of the first failure of the outage in progress
 _step = threading.local()          # depth: how many retrying() steps this thread is inside
 _waited: list[str] = []            # what was waited for since the last take_waits() (for the report)
 
@@ -187,11 +187,11 @@ def _first_line(exc: BaseException) -> str:
 def _pauses():
     """Seconds to sleep between attempts (0.5, 1, 2, ... 10, 10, ...) until the outage has lasted
     :func:`retry_seconds`; ends (the caller gives up) after that."""
-    global _down_since
+    global down_since
     now = time.monotonic()
-    if _down_since is None:
-        _down_since = now
-    deadline = _down_since + retry_seconds()
+    if down_since is None:
+        down_since = now
+    deadline = down_since + retry_seconds()
     if deadline <= now:  # an outage given up on before: a short grace, so a server that is back is used
         deadline = now + min(GRACE_S, retry_seconds())
     pause = 0.5
@@ -201,11 +201,11 @@ def _pauses():
 
 
 def _recovered() -> None:
-    global _down_since
-    if _down_since is not None:
-        _waited.append(f"the gradebook's server could not be reached for {time.monotonic() - _down_since:.0f} s "
+    global down_since
+    if down_since is not None:
+        _waited.append(f"the gradebook's server could not be reached for {time.monotonic() - down_since:.0f} s "
                        f"(the grader waited for it and carried on)")
-        _down_since = None
+        down_since = None
 
 
 def take_waits() -> list[str]:
@@ -235,7 +235,7 @@ def retrying(step, what: str = "the gradebook"):
             waits = waits or _pauses()
             pause = next(waits, None)
             if pause is None:
-                lasted = time.monotonic() - (_down_since or time.monotonic())
+                lasted = time.monotonic() - (down_since or time.monotonic())
                 raise GradebookUnreachable(f"{what} could not be reached for {lasted:.0f} s: {_first_line(exc)}") from exc
             time.sleep(pause)
             continue
