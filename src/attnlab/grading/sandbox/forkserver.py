@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 
-#: What the server imports once, for every kernel it starts (execute._PRELOAD's list and ipykernel).
+#: What the server imports once, for every kernel it starts (the list of attnlab.grading.worker.kernels._PRELOAD, and ipykernel).
 PRELOAD = ("torch", "attnlab.verify", "attnlab.nbload", "attnlab.grading.kernel.guard", "attnlab.grading.sandbox",
            "ipykernel.kernelapp")
 #: "0" turns the fork server off (every kernel is started by bwrap, as before).

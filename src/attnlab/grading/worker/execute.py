@@ -39,25 +39,22 @@ nbgrader's execution (per-cell timeout with an interrupt, errors allowed) it
   every read-only cell, so tests compare against the course's references even if learner code
   replaced them; what it restores is reported in the cell's output and in the grader's notes.
 
-Notes from the checks that start with "needs review: " (:func:`attnlab.core.review.flag`) are kept as
-they are, so the report can list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` and shown to the learner in a
-"Grader's notes" cell at the top of the autograded notebook (and so in the feedback).
+Review notes from the checks (:func:`attnlab.core.review.flag`) are kept as they are, so the report can
+list them apart. Everything it noticed is appended to ``notebook.metadata.attnlab.notes`` (with its kind
+where the kind decides something: :mod:`attnlab.core.outcome`) and shown to the learner in a "Grader's
+notes" cell at the top of the autograded notebook (and so in the feedback).
 """
-# Length: To split (issue 32): its steps (guard calls, output limits, kernel restarts, timing of
-# cells) are to become one nbgrader preprocessor each.
-# It stays long until then: its steps share one kernel client and one cell loop (nbclient's), so no part
-# moves out cheaply; its review notes are told apart by attnlab.core.outcome (kinds), not by their words.
+# Length: a little over 400 lines, one job (running the cells: restarts, the budget, the guard's calls,
+# the notes). Its other parts are mixins of GradingExecute in modules of their own, output limits
+# (.outputs.OutputLimits) and kernel start with the spare kernel (.kernels.KernelStart): they share
+# nbclient's kernel client and cell loop, so they cannot be separate nbgrader preprocessors.
 
 from __future__ import annotations
 
 import ast
-import atexit
 import json
 import os
 import secrets
-import shutil
-import signal
-import stat
 import tempfile
 from pathlib import Path
 from time import monotonic
@@ -65,103 +62,21 @@ from time import monotonic
 from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_markdown_cell, new_output
-from nbclient.util import run_sync
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from ...core.device import FORCE_ENV
 from ...core.outcome import RAN_ALL_ALONG, Note, contended, is_review, split_reviews
 from ...core.review import PREFIX as REVIEW
 from ... import variants
-from . import iopub as _iopub
 from ..sandbox import proctree
-from ..sandbox.proctree import PIDFILE_ENV, process_start
 from .. import sandbox as _sandbox
 from ..kernel.limits import user_namespace
-from ..sandbox import tasks as _tasks
-from ..course import THREAD_VARS, uses_gpu
-from .untrusted_html import clean_content, clean_markdown, clean_outputs, reserved_ids
+from .kernels import KernelStart, drop_spare, record_pid, spare  # noqa: F401 (drop_spare, spare: public here)
+from .outputs import OutputLimits, cell_label, error_output
+from .untrusted_html import clean_markdown, clean_outputs, reserved_ids
 
 _GUARD = "__import__('attnlab.grading.kernel.guard', fromlist=['_'])"
-_MAX_COPY = 64 * 2**20  # files larger than this are not copied into the kernel's scratch folder
-#: Image types notebooks draw figures in; any other "image/..." key counts as text.
-_FIGURES = frozenset({"image/png", "image/jpeg", "image/gif"})  # SVG can hold script: see untrusted_html
 
-
-def error_output(ename: str, evalue: str):
-    return new_output("error", ename=ename, evalue=evalue, traceback=[f"\x1b[0;31m{ename}\x1b[0m: {evalue}"])
-
-
-def _label(cell, index: int) -> str:
-    gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-    return f"cell {gid!r}" if gid else f"cell {index + 1}"
-
-
-#: What a spare kernel imports while it waits (names deleted again: the notebook starts clean).
-_PRELOAD = "import torch, attnlab.verify, attnlab.nbload, attnlab.grading.kernel.guard; del torch, attnlab"
-_SPARE = None  # a kernel manager whose kernel is started and waiting, or None
-
-
-def _copy_in(src: str, dest: str, account: int | None) -> None:
-    """Copy ``src`` into a kernel's scratch folder as a new file (never through a link or over a file
-    already there: such a name is skipped), then hand it to the kernel's account."""
-    try:
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except OSError:
-        return
-    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
-        shutil.copyfileobj(fin, fout)
-    _sandbox.hand_over(dest, account)
-
-
-def _plain_file(path: str) -> bool:
-    """A regular file with one name, not a link or a hard link: the grader copies as root, and a link in
-    a submission folder could point at a file only root may read, which the kernel would then read
-    from its scratch folder."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-
-
-def _record_pid(km) -> None:
-    path = os.environ.get(PIDFILE_ENV)
-    pid = getattr(getattr(km, "provisioner", None), "pid", None)
-    if path and pid:
-        folders = [km.folder, *map(str, km.cgroups)] \
-            if isinstance(km, _sandbox.SandboxedKernelManager) else []
-        with open(path, "a") as f:
-            f.write(" ".join([f"{pid}:{process_start(pid) or ''}", *folders]) + "\n")
-
-
-def _kill(km) -> None:
-    pid = getattr(getattr(km, "provisioner", None), "pid", None)
-    try:
-        if pid:
-            os.killpg(pid, signal.SIGKILL)
-    except Exception:  # noqa: BLE001 (gone already; or no process groups on this system)
-        pass
-    try:
-        km.cleanup_connection_file()
-    except Exception:  # noqa: BLE001
-        pass
-    if isinstance(km, _sandbox.SandboxedKernelManager):
-        km.remove_folders()
-
-
-def spare():
-    """The kernel manager whose kernel is started and waiting for the next notebook, or None."""
-    return _SPARE
-
-
-@atexit.register
-def drop_spare() -> None:
-    """Kill the waiting spare kernel and remove its folders, if there is one (also run at exit)."""
-    global _SPARE
-    km, _SPARE = _SPARE, None
-    if km is not None:
-        _kill(km)
 
 
 def _uses_triton(nb) -> bool:
@@ -181,32 +96,14 @@ def add_notes(nb, notes: list) -> None:
             nb.metadata["attnlab"]["notes"].append(note)
 
 
-class GradingExecute(Execute):
-    """nbgrader's Execute preprocessor with restarts, a notebook budget, isolation and the guard."""
+class GradingExecute(OutputLimits, KernelStart, Execute):
+    """nbgrader's Execute preprocessor with restarts, a notebook budget, isolation and the guard; its output
+    limits (:class:`.outputs.OutputLimits`) and kernel start (:class:`.kernels.KernelStart`) are parts of it."""
 
     max_restarts = Integer(3, help="Kernel restarts per notebook after a dead or stuck kernel").tag(config=True)
     notebook_budget = Float(420.0, help="Seconds for a whole notebook, restarts included").tag(config=True)
-    memory_limit_gb = Float(8.0, help="Memory of a sandboxed kernel as a whole, its children, shared memory and "
-                                      "scratch folder included (a memory cgroup), and each of its processes' "
-                                      "address space on the CPU (0: none)").tag(config=True)
-    max_output_chars = Integer(100_000, help="Output kept per cell; the rest is dropped").tag(config=True)
-    max_figure_chars = Integer(5_000_000, help="Figures (base64) kept per cell").tag(config=True)
-    max_notebook_output_chars = Integer(20_000_000, help="Output kept per notebook, figures included "
-                                                         "(a learner can add cells)").tag(config=True)
-    kernel_threads = Integer(1, help="CPU threads of the kernel's pools (OMP_NUM_THREADS and the BLAS "
-                                     "equivalents; 0: the grader's own). The tests' tensors are tiny: a "
-                                     "second thread only spin-waits, costing CPU and no time saved "
-                                     "(notes/grading/2026-12-01/profile.md)").tag(config=True)
-    max_tasks = Integer(_tasks.MAX_TASKS, help="Processes and threads one sandboxed kernel may have (0: no "
-                                               "bound; attnlab.grading.sandbox.tasks)").tag(config=True)
     guard = Bool(True, help="Install the integrity guard in the kernel").tag(config=True)
     isolate_cwd = Bool(True, help="Run the kernel in a scratch copy of the submission folder").tag(config=True)
-    prewarm = Bool(True, help="Keep a spare kernel started for the next notebook").tag(config=True)
-    fork_server = Bool(True, help="Fork sandboxed kernels from a process that imported torch once, where "
-                                  "kernels run as accounts of their own (attnlab.grading.sandbox.forkserver; "
-                                  "ATTNLAB_FORK_SERVER=0 also turns it off)").tag(config=True)
-    sandbox = Bool(True, help="Run the kernel in a bubblewrap sandbox (attnlab.grading.sandbox); "
-                              "False only on the instructor's explicit choice").tag(config=True)
     variant_student = Unicode(None, allow_none=True, help="Whose variant (attnlab.variants) the kernels "
                               "get: None, nbgrader's student id of the submission, with the tests' seeds "
                               "keyed by the course secret; else this id ('' for none: the release's "
@@ -271,14 +168,14 @@ class GradingExecute(Execute):
                         for later in nb.cells[index + 1:]:
                             if later.cell_type == "code":
                                 later.outputs = [error_output(
-                                    "NotRun", f"not run: the kernel failed in {_label(cell, index)} and "
+                                    "NotRun", f"not run: the kernel failed in {cell_label(cell, index)} and "
                                               f"the grader had already restarted it {attempt} times")]
-                        self._notes.append(kind(f"{_label(cell, index)}: {what}; the cells after it were not run"))
+                        self._notes.append(kind(f"{cell_label(cell, index)}: {what}; the cells after it were not run"))
                         break
                     skipped[index] = error_output(
                         "KernelDied" if dead else "CellTimeoutError",
                         f"{what}; the grader restarted the kernel and ran the notebook again without this cell")
-                    self._notes.append(kind(f"{_label(cell, index)}: {what}; the kernel was restarted and "
+                    self._notes.append(kind(f"{cell_label(cell, index)}: {what}; the kernel was restarted and "
                                                  f"the notebook run again without this cell"))
         finally:
             if run_dir:
@@ -325,7 +222,7 @@ class GradingExecute(Execute):
     def _run_in_kernel(self, nb, resources, skipped, start, run_dir, spare, kwargs) -> None:
         with self.setup_kernel(**kwargs):
             if spare is None:
-                _record_pid(self.km)
+                record_pid(self.km)
             self._start_spare(nb)
             info = self.wait_for_reply(self.kc.kernel_info())
             if info and "language_info" in info["content"]:
@@ -371,7 +268,7 @@ class GradingExecute(Execute):
                 if over_budget or monotonic() - start > self.notebook_budget:
                     if not over_budget:
                         self._notes.append(contended(f"grading used up its {self.notebook_budget:g} s budget; "
-                                                     f"{_label(cell, index)} and the cells after it were not run"))
+                                                     f"{cell_label(cell, index)} and the cells after it were not run"))
                     over_budget = True
                     cell.outputs = [error_output("NotRun", f"not run: grading this notebook used up its "
                                                            f"{self.notebook_budget:g} s budget")]
@@ -399,7 +296,7 @@ class GradingExecute(Execute):
         if guarded and locked:
             after = self._guard_call("after_locked", cell)
             self._confirm_error(cell, index)
-        label = _label(cell, index)
+        label = cell_label(cell, index)
         # a check's "needs review: ..." (attnlab.core.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
         for note in [n for n in [*before, *after] if is_review(n)]:
@@ -433,35 +330,6 @@ class GradingExecute(Execute):
             text = f"{label} ran past the {self.timeout} s limit and was interrupted{busy}"
             self._notes.append(text if busy else contended(text))  # computing all along: alone, the same
 
-    # nbgrader fails a cell whose output stops before the kernel's idle status (output went missing). After a
-    # message over the iopub cap, messages are lost while the socket connects again, that idle status perhaps
-    # among them: the kernel's execute_reply (shell channel) then says how the cell ended, nbgrader adds its
-    # error if the error's message was lost too, and the cell gets its "output truncated" note.
-    _raise_on_iopub_timeout, _cell_dropped = True, 0
-
-    @property
-    def raise_on_iopub_timeout(self) -> bool:  # type: ignore[override]
-        return self._raise_on_iopub_timeout and self._dropped_messages() <= self._cell_dropped
-
-    @raise_on_iopub_timeout.setter
-    def raise_on_iopub_timeout(self, value: bool) -> None:
-        self._raise_on_iopub_timeout = bool(value)
-
-    def _dropped_messages(self) -> int:
-        """Connections the kernel client's iopub channel made again after one ended (a message over its
-        cap: :mod:`attnlab.grading.worker.iopub`); 0 for a client without the cap."""
-        channel = getattr(getattr(self, "kc", None), "_iopub_channel", None)
-        return getattr(channel, "dropped", 0)
-
-    def _oversized(self, cell, index: int) -> None:
-        """A message of this cell was refused unread (a kernel that died instead raised DeadKernelError
-        out of preprocess_cell, before this is asked)."""
-        cap = _iopub.max_message_bytes()
-        cell.outputs.append(new_output("stream", name="stdout", text=(
-            f"\n[grader] Output truncated: this cell sent a message larger than the grader receives "
-            f"({cap >> 20} MiB); it was dropped unread, with what the cell printed meanwhile.\n")))
-        self._notes.append(f"{_label(cell, index)} sent output over {cap >> 20} MiB in one message; it was "
-                           f"dropped unread (output truncated)")
 
     def _busy_all_along(self) -> str:
         """:data:`attnlab.core.outcome.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
@@ -476,69 +344,6 @@ class GradingExecute(Execute):
         busiest = max(cpu - before.get(thread, 0.0) for thread, cpu in after.items())
         return RAN_ALL_ALONG if busiest >= 0.9 * (monotonic() - t0) else ""
 
-    # ------------------------------------------------------------------ output limits
-    def output(self, outs, msg, display_id, cell_index):
-        kind = msg.get("msg_type")
-        content = msg.get("content", {})
-        if kind == "error":  # always kept (it is what fails a test), but bounded
-            evalue, ename = str(content.get("evalue", "")), str(content.get("ename", ""))
-            tb = [str(line)[:4000] + (" ...[truncated]" if len(str(line)) > 4000 else "")
-                  for line in content.get("traceback", [])]
-            if len(tb) > 60:  # an exception's _render_traceback_ can return any number of lines
-                tb = tb[:40] + [f"... [{len(tb) - 50} traceback lines dropped by the grader]"] + tb[-10:]
-            if len(evalue) > 4000 or len(ename) > 200 or tb != content.get("traceback", []):
-                msg = {**msg, "content": {**content, "ename": ename[:200], "evalue": evalue[:4000], "traceback": tb}}
-            return super().output(outs, msg, display_id, cell_index)
-        if kind not in ("stream", "display_data", "execute_result", "update_display_data"):
-            return super().output(outs, msg, display_id, cell_index)
-        if kind != "stream":
-            # formgrader shows it in the instructor's Jupyter page (attnlab.grading.worker.untrusted_html)
-            content, changed = clean_content(content)
-            msg = {**msg, "content": content}
-            if changed:
-                self._script_removed(cell_index)
-        figures = 0
-        if kind == "stream":
-            size = len(content.get("text", ""))
-        else:
-            # figures (the notebooks' static plots are ~100 kB of base64 each) have a cap of their own;
-            # any other data, and the metadata, count as text
-            data = content.get("data", {})
-            figures = sum(len(v) for mime, v in data.items() if mime in _FIGURES and isinstance(v, str))
-            size = sum(len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
-                       for mime, v in data.items() if not (mime in _FIGURES and isinstance(v, str)))
-            size += len(json.dumps(content.get("metadata", {}), default=str))
-        room = self.max_output_chars - self._out_chars
-        left = self.max_notebook_output_chars - self._nb_chars
-        self._out_chars += size
-        self._fig_chars += figures
-        if size <= room and self._fig_chars <= self.max_figure_chars and size + figures <= left:
-            self._nb_chars += size + figures
-            return super().output(outs, msg, display_id, cell_index)
-        out = None
-        keep = min(room, left)
-        if kind == "stream" and keep > 0:
-            self._nb_chars += keep
-            out = super().output(outs, {**msg, "content": {**content, "text": content["text"][:keep]}},
-                                 display_id, cell_index)
-        if not self._truncated:
-            self._truncated = True
-            limits = (f"{self.max_output_chars:,} characters of text or {self.max_figure_chars:,} of figures "
-                      f"per cell, {self.max_notebook_output_chars:,} per notebook")
-            outs.append(new_output("stream", name="stdout", text=(
-                f"\n[grader] Output truncated: this cell printed more than the grader keeps ({limits}); "
-                f"the rest was dropped.\n")))
-            cell = self.nb.cells[cell_index]
-            self._notes.append(f"{_label(cell, cell_index)} printed more than the grader keeps ({limits}); "
-                               f"the output was truncated")
-        return out
-
-    # ------------------------------------------------------------------ helpers
-    def _script_removed(self, cell_index: int) -> None:
-        note = (f"{REVIEW}{_label(self.nb.cells[cell_index], cell_index)} displayed HTML, JavaScript, SVG, Markdown "
-                f"or image attributes that could run script where the instructor reads it; it was removed or cleaned")
-        if note not in self._notes:
-            self._notes.append(note)
 
     def _guard_call(self, hook: str, cell) -> list[str]:
         """Run the guard's ``hook`` before or after a read-only cell; the repairs it made.
@@ -564,7 +369,7 @@ class GradingExecute(Execute):
             what = f"the grader's integrity check could not run {when} this cell"
         if not any(o.get("output_type") == "error" and o.get("ename") == "GuardBypassed" for o in cell.outputs):
             cell.outputs.append(error_output("GuardBypassed", f"{what}: code in the notebook replaced or broke it"))
-        self._notes.append(f"{REVIEW}{what} ({_label(cell, self._current or 0)}): code in the notebook replaced "
+        self._notes.append(f"{REVIEW}{what} ({cell_label(cell, self._current or 0)}): code in the notebook replaced "
                            f"or broke the grader's guard")
         return []
 
@@ -577,7 +382,7 @@ class GradingExecute(Execute):
         ename, _, evalue = str(self._raised).partition(": ")
         cell.outputs.append(error_output(ename or "Error", f"{evalue} (the kernel reported this cell as finished "
                                                          f"without an error: its reply was forged or its error hidden)"))
-        self._notes.append(f"{REVIEW}{_label(cell, index)} raised {ename or 'an error'}, but the grader was told it "
+        self._notes.append(f"{REVIEW}{cell_label(cell, index)} raised {ename or 'an error'}, but the grader was told it "
                            f"finished without one: code in the notebook forged or hid the kernel's reply")
 
     async def _check_raise_for_error(self, cell, cell_index, exec_reply):
@@ -621,118 +426,3 @@ class GradingExecute(Execute):
 
         root = CourseDirectory(config=self.config).root
         return student, variants.seed_key(course_secret(Course(Path(root))), student)
-
-    def _memory_bytes(self) -> int:
-        """What a sandboxed kernel may hold as a whole (its memory cgroup): ``memory_limit_gb``, 0 for none."""
-        return int(max(self.memory_limit_gb, 0) * 2**30)
-
-    def _kernel_env(self, gpu: bool = True) -> dict | None:
-        """The kernel's environment: the grader's, with thread pools of ``kernel_threads`` and, when
-        ``gpu`` is False, no CUDA device (and the course's CPU mode); None to leave it to
-        jupyter_client (``kernel_threads`` 0 and a GPU)."""
-        if self.kernel_threads < 1 and gpu:
-            return None
-        env = dict(os.environ)
-        if self.kernel_threads >= 1:
-            env.update({var: str(self.kernel_threads) for var in THREAD_VARS})
-        if not gpu:
-            env.update({"CUDA_VISIBLE_DEVICES": "", FORCE_ENV: "cpu"})
-        return env
-
-    def _gpu_plan(self, resources: dict) -> tuple[bool, bool]:
-        """Whether this notebook's kernel gets the GPU, and whether the next one's will (for the
-        spare): the next notebook of the submission folder in nbgrader's sorted order, else the
-        first one (the next student's). Without a notebook name (a plain nbconvert run): the GPU."""
-        name = str(resources.get("unique_key") or "")
-        if not name:
-            return True, True
-        names = sorted(n[:-6] for n in self._listing(self._submission_folder(resources)) if n.endswith(".ipynb"))
-        later = [n for n in names if n > name]
-        upcoming = later[0] if later else (names[0] if names else name)
-        return uses_gpu(name), uses_gpu(upcoming)
-
-    @staticmethod
-    def _listing(folder: str) -> list[str]:
-        try:
-            return os.listdir(folder)
-        except OSError:
-            return []
-
-    def _submission_folder(self, resources: dict) -> str:
-        """The student's submitted folder (nbgrader's), else the folder nbgrader says the notebook is in."""
-        here = resources.get("metadata", {}).get("path") or "."
-        info = resources.get("nbgrader", {})
-        if info.get("student") and info.get("assignment"):
-            from nbgrader.coursedir import CourseDirectory
-
-            coursedir = CourseDirectory(config=self.config)
-            folder = coursedir.format_path(coursedir.submitted_directory, info["student"], info["assignment"])
-            if os.path.isdir(folder):
-                return folder
-        return here
-
-    def _kernel_name(self, nb) -> str:
-        return self.kernel_name or nb.metadata.get("kernelspec", {}).get("name") or "python3"
-
-    def _manager_class(self):
-        return _sandbox.SandboxedKernelManager if self.sandbox else self.kernel_manager_class
-
-    def _take_spare(self, nb):
-        """The spare kernel, if one is waiting for this kind of kernel (GPU or not included) and still alive."""
-        global _SPARE
-        km, _SPARE = _SPARE, None
-        if km is None:
-            return None
-        try:
-            sandboxed = isinstance(km, _sandbox.SandboxedKernelManager)
-            if (km.kernel_name == self._kernel_name(nb) and sandboxed == self.sandbox
-                    and getattr(km, "attnlab_gpu", True) == self._gpu and run_sync(km.is_alive)()):
-                return km
-        except Exception:  # noqa: BLE001
-            pass
-        _kill(km)
-        return None
-
-    def _start_spare(self, nb) -> None:
-        """Start the next notebook's kernel now; it imports torch and the course's package while it waits."""
-        global _SPARE
-        if not self.prewarm or _SPARE is not None:
-            return
-        try:
-            kwargs = ({"gpu": self._next_gpu, "max_tasks": self.max_tasks, "fork_server": self.fork_server,
-                       "memory_bytes": self._memory_bytes()} if self.sandbox else {})
-            km = self._manager_class()(kernel_name=self._kernel_name(nb), config=self.config, **kwargs)
-            km.attnlab_gpu = self._next_gpu
-            extra = [*self.extra_arguments, f"--IPKernelApp.exec_lines={json.dumps([_PRELOAD])}"]
-            if not any(a.startswith("--HistoryManager.hist_file") for a in extra):
-                extra.append("--HistoryManager.hist_file=:memory:")
-            env = self._kernel_env(self._next_gpu)
-            env = {"env": env} if env is not None else {}
-            run_sync(km.start_kernel)(extra_arguments=extra, cwd=tempfile.gettempdir(), **env)
-        except Exception as exc:  # noqa: BLE001 (no spare: the next notebook starts its own kernel)
-            self.log.warning("attnlab: could not start a spare kernel: %s", exc)
-            return
-        _record_pid(km)
-        _SPARE = km
-
-    def _fill_run_dir(self, run: str, resources: dict) -> None:
-        """Copy into the kernel's scratch folder the submission's notebooks, and the instructor's
-        other files that nbgrader copied into the autograded folder."""
-        here = resources.get("metadata", {}).get("path") or "."
-        account = getattr(self.km, "account", None)  # a root grader's kernel reads them as its own account
-        try:
-            submitted = self._submission_folder(resources)
-            for name in os.listdir(here):
-                src = os.path.join(here, name)
-                # nbgrader copied the submission's files here following links (plain `nbgrader autograde`
-                # does not refuse them first, as `attnlab autograde` does): judge the file handed in
-                origin = os.path.join(submitted, name)
-                handed_in = origin == src or not os.path.lexists(origin) or _plain_file(origin)
-                if _plain_file(src) and handed_in and not name.endswith(".ipynb") and os.path.getsize(src) < _MAX_COPY:
-                    _copy_in(src, os.path.join(run, name), account)
-            for name in os.listdir(submitted):
-                src = os.path.join(submitted, name)
-                if name.endswith(".ipynb") and _plain_file(src) and os.path.getsize(src) < _MAX_COPY:
-                    _copy_in(src, os.path.join(run, name), account)
-        except OSError:
-            pass
