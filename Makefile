@@ -92,14 +92,14 @@ test-deploy: dev
 # On a machine with a CUDA GPU: the GPU test files in two processes (Triton reads TRITON_INTERPRET when it is
 # imported, so one process cannot run both): compiled kernels first, then the interpreter tests (files marked
 # interpreter_only, skipped in the first) under TRITON_INTERPRET=1. GPU_PYTHON=python3 runs them without the
-# venv, on a device machine that has torch and triton (notes/gpu/2026-12-03/session9: 63 + 113 passed).
+# venv, on a device machine that has torch and triton (notes/gpu/2026-12-04/session10: 63 + 113 passed).
 GPU_PYTHON ?= $(BIN)/python
 GPU_TESTS := tests/test_gpu_compile.py tests/test_fast_path.py tests/test_decoding.py tests/test_gpu_host_cases.py \
 	tests/test_launcher_strides.py tests/test_tuning.py tests/test_kernel_source.py
 GPU_INTERPRETER_TESTS := tests/test_gpu_compile.py tests/test_launcher_strides.py tests/test_tuning.py
 gpu-test:
-	@$(GPU_PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make gpu-test: no CUDA GPU here (make test is the CPU suite)')"
-	$(GPU_PYTHON) -m pytest -q -p no:cacheprovider -rfE $(GPU_TESTS)
+	@env -u TRITON_INTERPRET $(GPU_PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make gpu-test: no CUDA GPU here (make test is the CPU suite)')"
+	env -u TRITON_INTERPRET $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -rfE $(GPU_TESTS)
 	TRITON_INTERPRET=1 $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -rfE $(GPU_INTERPRETER_TESTS)
 
 # Removes the sample submissions' files only; real submissions and the gradebook are never touched.

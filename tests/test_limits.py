@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.core.outcome import notes_of
 from attnlab.grading import sandbox
 from attnlab.grading.sandbox import tasks
 
@@ -493,7 +494,8 @@ def test_a_flood_of_output_never_lands_whole_in_the_grader():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     flood, honest = result["flood"], result["honest"]
     texts = ["".join(o["text"] for o in outs) for outs in flood["outputs"]]
-    assert "Output truncated" in texts[1] and "dropped unread" in " ".join(flood["notes"]), flood
+    notes = " ".join(n.text for n in notes_of(flood["notes"]))
+    assert "Output truncated" in texts[1] and "dropped unread" in notes, flood
     assert "still here" in texts[2], flood
     # the error a test cell raised right after a message over the cap (its message may be lost while the
     # socket connects again) still fails the cell: the kernel's reply says "error"

@@ -439,8 +439,42 @@ def test_synthetic_class_writes_submissions_and_expected_totals(tmp_path, course
     assert "synthetic-001-reference" in text and "49/49" in text and "kinds: 2 reference" in text
 
 
+def test_a_graded_notebook_read_back_says_what_a_busy_machine_may_have_caused(tmp_path):
+    """The kinds and error types the kernel and the executor wrote, read back from an autograded notebook
+    as the host reads it (evaluate.grader_notes, cell_errors, contention_in)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from attnlab.core.outcome import RAN_ALL_ALONG
+    from attnlab.grading.host.evaluate import CellResult, cell_errors, contention_in, grader_notes
+
+    def graded(gid, ename, evalue):
+        cell = new_code_cell("check()", metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": 1}})
+        cell.outputs = [new_output("error", ename=ename, evalue=evalue, traceback=[])]
+        return cell
+
+    def read_back(notes, cells):
+        nb = new_notebook(cells=cells, metadata={"attnlab": {"notes": notes}})
+        path = tmp_path / "nb.ipynb"
+        nbformat.write(nb, path)
+        errors = cell_errors(path)
+        lost = [CellResult(gid, 0.0, 1.0, reason, ename) for gid, (ename, reason) in errors.items()]
+        return contention_in(grader_notes(path), lost)
+
+    wrong = graded("t-wrong", "AssertionError", "o differs from the reference (did not finish within...)")
+    waited = graded("t-waited", "CallTimeoutError", "flash_forward did not finish within 20 s")
+    spun = graded("t-spun", "CPUBoundTimeoutError", f"flash_forward did not finish within 20 s{RAN_ALL_ALONG}")
+    assert read_back([], [wrong]) == ""
+    assert read_back([], [wrong, spun]) == ""
+    assert read_back([], [wrong, waited]) == "CallTimeoutError: flash_forward did not finish within 20 s"
+    kernel_died = {"kind": "contended", "text": "cell 't-x': the kernel died (reworded)"}
+    assert read_back(["the grader undid: x", kernel_died], [wrong]) == "cell 't-x': the kernel died (reworded)"
+    # the words alone decide nothing: a plain note that says it
+    assert read_back(["cell 't-x': the kernel died while running this cell"], [wrong]) == ""
+
+
 def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(monkeypatch):
-    from attnlab.core.outcome import CallTimeout, CPUBoundTimeout, Kind, contended as contended_note
+    from attnlab.core.outcome import CallTimeoutError, CPUBoundTimeoutError, Kind, contended_note
     from attnlab.grading.host.autograde import NotebookResult, contended, overlapped
     from attnlab.grading.host.contention import error_contended
     from attnlab.grading.host.evaluate import failure
@@ -454,13 +488,19 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(mon
     assert not error_contended("AssertionError", "AssertionError: did not finish within 60 s (out of memory)")
     # a test's own wall-clock limit on one call (attnlab.checks.time_limit): starved by another slot's kernel,
     # unless it ran on the CPU all along (alone it would only time out again)
-    assert error_contended(CallTimeout.__name__) and not error_contended(CPUBoundTimeout.__name__)
+    assert error_contended(CallTimeoutError.__name__) and not error_contended(CPUBoundTimeoutError.__name__)
     assert contended_note("reworded for people").kind is Kind.CONTENDED
     # a notebook whose grading stopped: by what nbclient and the worker reported
     assert failure("nbclient.exceptions.DeadKernelError: Kernel died")[1] is Kind.CONTENDED
     assert failure("the grading process died\n")[1] is Kind.CONTENDED
     assert failure("Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory.")[1] is Kind.CONTENDED
     assert failure("Traceback ...\nKeyError: 'grade_id'")[1] is Kind.INFO
+    # GPU memory another slot took, where the library's error has no type of its own: by its fixed text
+    assert error_contended("AcceleratorError", "AcceleratorError: CUDA error: out of memory")
+    assert error_contended("RuntimeError", "RuntimeError: Triton Error [CUDA]: out of memory")
+    assert failure("Traceback ...\ntorch.AcceleratorError: CUDA error: out of memory")[1] is Kind.CONTENDED
+    assert not error_contended("RuntimeError", "RuntimeError: DefaultCPUAllocator: can't allocate memory")
+    assert not error_contended("MemoryError", "MemoryError: ")  # the kernel's own memory limit
     # a full process table: another slot's doing only where no per-kernel task bound is in force
     from attnlab.grading.sandbox import tasks
 
@@ -469,5 +509,6 @@ def test_what_another_slot_can_cause_is_told_apart_from_a_plain_wrong_answer(mon
         assert error_contended("RuntimeError", "RuntimeError: can't start new thread") is not bounded
         assert error_contended("BlockingIOError", "BlockingIOError: [Errno 11] Resource temporarily "
                                                   "unavailable") is not bounded
+        assert (failure("Traceback ...\nRuntimeError: can't start new thread")[1] is Kind.CONTENDED) is not bounded
     spans = {"a/1": (0, 0.0, 5.0), "b/1": (1, 4.0, 6.0), "a/2": (0, 5.0, 7.0), "c/1": (1, 8.0, 9.0)}
     assert overlapped(spans) == {"a/1", "b/1", "a/2"}  # c/1 ran alone; a/1 and a/2 share slot 0

@@ -52,7 +52,7 @@ def test_parent_candidates_follow_the_graders_own_cgroup(tmp_path):
 
 
 def _cgroupfs_writes(path, text):
-    """Stand-in for tasks._write on a fake cgroupfs, with cgroup v2's rule: a cgroup that holds processes
+    """Stand-in for tasks.write_control on a fake cgroupfs, with cgroup v2's rule: a cgroup that holds processes
     cannot hand out controllers (EBUSY); writing a pid into a leaf's cgroup.procs moves it there."""
     path = Path(path)
     if path.name == "cgroup.subtree_control" and (path.parent / "cgroup.procs").exists() \

@@ -20,7 +20,7 @@ from . import reference
 from .checking import integrity
 from .checking.answers import assert_number, require_number
 from .core.device import runtime
-from .core.outcome import RAN_ALL_ALONG, CallTimeout, CPUBoundTimeout  # noqa: F401 (RAN_ALL_ALONG: public here too)
+from .core.outcome import RAN_ALL_ALONG, CallTimeoutError, CPUBoundTimeoutError  # noqa: F401 (RAN_ALL_ALONG: public here too)
 from .variants import mix_seed
 
 __all__ = [
@@ -182,8 +182,8 @@ class _Timeout(BaseException):
 @contextlib.contextmanager
 def time_limit(seconds: float | None, what: str):
     """Raise a ``TimeoutError`` if the block runs longer than ``seconds`` (Unix main thread only):
-    :class:`~attnlab.core.outcome.CPUBoundTimeout` when the block was on the CPU all along,
-    :class:`~attnlab.core.outcome.CallTimeout` (another worker may have slowed it) otherwise.
+    :class:`~attnlab.core.outcome.CPUBoundTimeoutError` when the block was on the CPU all along,
+    :class:`~attnlab.core.outcome.CallTimeoutError` (another worker may have slowed it) otherwise.
 
     Test cells wrap each call of learner code in it, so an endless loop fails that check with a
     clear message instead of consuming the whole cell's execution timeout. Elsewhere (Windows,
@@ -218,9 +218,10 @@ def time_limit(seconds: float | None, what: str):
             # on the CPU all along: other work on the machine did not slow it, and the grader need not
             # grade the notebook again alone (a GPU wait can spin the CPU, so only without CUDA)
             busy = used >= 0.9 * wall and not torch.cuda.is_initialized()
-            raise (CPUBoundTimeout if busy else CallTimeout)(f"{what} did not finish within {seconds:g} s (stopped after {wall:.1f} s, "
-                               f"{used:.1f} s of CPU{RAN_ALL_ALONG if busy else ''}): an endless loop, or far "
-                               f"too slow for these small test sizes?") from None
+            kind = CPUBoundTimeoutError if busy else CallTimeoutError
+            raise kind(f"{what} did not finish within {seconds:g} s (stopped after {wall:.1f} s, {used:.1f} s of "
+                       f"CPU{RAN_ALL_ALONG if busy else ''}): an endless loop, or far too slow for these small "
+                       f"test sizes?") from None
         raise
     finally:
         done.append(True)

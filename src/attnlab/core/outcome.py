@@ -1,7 +1,9 @@
 """Outcomes as data: what a check or the grader concluded, as a kind a program reads and a text people read.
 
 Issue 32, item 3. A grading decision (list a note under "needs review", re-grade a notebook alone)
-reads the :class:`Kind`, never the words: rewording a message for people changes no grade.
+reads the :class:`Kind`, or an error's type, never the words the course writes: rewording a message for
+people changes no grade. (What the host reads of other tools' output, nbgrader's log and a library's fixed
+error text, is listed where it is read: :mod:`attnlab.grading.host.evaluate`, :mod:`~attnlab.grading.host.contention`.)
 
 Who sets and who reads each kind:
 
@@ -9,10 +11,11 @@ Who sets and who reads each kind:
   grader's own steps (the executor, the repair scan, the kernel guard); read by the worker's feedback cell
   and the host's report, which list these notes apart for a person.
 - ``CONTENDED``: a notebook ran past a limit or lost its kernel, which a busy machine can cause; set where
-  the limit is met: a check's call raises :class:`CallTimeout` (``checks.time_limit``; its name reaches the
+  the limit is met: a check's call raises :class:`CallTimeoutError` (``checks.time_limit``; its name reaches the
   host as the cell output's ``ename``, :data:`CONTENDED_ERRORS`), the executor writes a ``CONTENDED`` note
-  for a cell past its limit, a dead kernel or a spent budget; read by the host
-  (:mod:`attnlab.grading.host.contention`), which re-grades such a notebook alone before it counts.
+  for a cell past its limit, a dead kernel or a spent budget; read by the host when it reads a graded
+  notebook back (:mod:`attnlab.grading.host.evaluate` sets ``NotebookResult.contention``), which then
+  re-grades such a notebook alone before it counts (:mod:`attnlab.grading.host.contention`).
 - ``INFO``: any other note of the grader (a repair, a dropped output); shown, decides nothing.
 
 Notes travel as JSON from the kernel to the worker to the host (the notebook's ``attnlab.notes``
@@ -77,28 +80,30 @@ class Note:
         return self.text
 
 
-class CallTimeout(TimeoutError):
+class CallTimeoutError(TimeoutError):
     """A call of learner code ran past a check's wall-clock limit (:func:`attnlab.checks.time_limit`) and
     was not on the CPU all along: it waited at times, which another worker's kernel can cause
     (:attr:`Kind.CONTENDED`)."""
 
 
-class CPUBoundTimeout(TimeoutError):
+class CPUBoundTimeoutError(TimeoutError):
     """A call of learner code ran past a check's wall-clock limit while on the CPU all along (at least
     90 % of the wall time, CUDA never started): other work did not slow it, and alone it would only time
     out again (:attr:`Kind.INFO`)."""
 
 
-#: Ends the message of a :class:`CPUBoundTimeout` and of the executor's note for a cell that computed until
+#: Ends the message of a :class:`CPUBoundTimeoutError` and of the executor's note for a cell that computed until
 #: its limit: for people (the kind is carried by the class and the note, never read from this text).
 RAN_ALL_ALONG = ": it was on the CPU all along, not waiting for other work"
 
 #: The errors a busy machine can cause, by the name a cell output carries (``ename``): a check's call that
-#: waited past its limit, and memory taken (PyTorch's ``OutOfMemoryError``, GPU or host).
-CONTENDED_ERRORS = frozenset({CallTimeout.__name__, "OutOfMemoryError"})
+#: waited past its limit, and GPU memory taken (PyTorch's ``OutOfMemoryError``, raised by CUDA's caching
+#: allocator; a host allocation that fails raises ``MemoryError`` or a ``RuntimeError``: the kernel's own
+#: memory limit, not contended).
+CONTENDED_ERRORS = frozenset({CallTimeoutError.__name__, "OutOfMemoryError"})
 
 
-def contended(text: str) -> Note:
+def contended_note(text: str) -> Note:
     """A note of :attr:`Kind.CONTENDED` with ``text`` (for people, unchanged)."""
     return Note(Kind.CONTENDED, text)
 

@@ -55,7 +55,8 @@ def _ensure_compiles(kernel, args, constexprs, *, what: str, num_warps: int = 4,
         NotImplementedError: the kernel (or a helper it calls) still raises ``NotImplementedError``.
         GpuCompileError: (an AssertionError) it does not compile for some target: which ones,
             the line, the construct and what to write instead.
-        TimeoutError: compiling took longer than :func:`compile_limit_s`, computing all along.
+        CPUBoundTimeoutError: compiling took longer than :func:`compile_limit_s`, computing (at least half
+            its wall time on a CPU; a compile that waited raises :class:`GateWaited` inside and is retried).
         GateWaited: it ran out of time while waiting (handled by :func:`ensure_compiles`).
         TypeError: ``args``/``constexprs`` do not fit the kernel's parameters.
     """

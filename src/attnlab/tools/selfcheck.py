@@ -295,12 +295,12 @@ def selfcheck(paths: list[Path], as_name: str | None = None, limit_s: float | No
             course = Course(Path(tmp) / assignment, assignment)
             course.root.mkdir()
             reports += selfcheck_assignment(course, files, mine, sources, limit_s, keep, progress,
-                                             unsandboxed)
+                                            unsandboxed)
     return reports
 
 
 def selfcheck_assignment(course, files, jobs: dict[str, Path], sources: dict[str, Path], limit_s, keep,
-                          progress, unsandboxed: bool = False) -> list[NotebookReport]:
+                         progress, unsandboxed: bool = False) -> list[NotebookReport]:
     """Grade ``jobs`` (name -> learner file), all of ``course.assignment``, in the scratch ``course``."""
     import nbformat
 

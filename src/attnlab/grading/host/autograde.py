@@ -37,7 +37,6 @@ from ..course import Course, tool_env
 NOTEBOOK_LIMIT_S = 600
 
 
-
 def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float = NOTEBOOK_LIMIT_S,
                    progress=None, allow_unsafe: bool = False, workers=1) -> list[NotebookResult]:
     """Autograde (student, notebook) pairs, each on its own; never raises for a bad submission.
@@ -162,7 +161,6 @@ def autograde_jobs(course: Course, jobs: list[tuple[str, str]], limit_s: float =
         _regrade_alone(course, [j for j in present if j in overlapped(spans) and contended(results[j])],
                        results, finish, plan, limit_s, progress)
     return [results[f"{s}/{n}"] for s, n in jobs]
-
 
 
 def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan, limit_s: float,

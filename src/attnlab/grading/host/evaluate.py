@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from ...core.outcome import CONTENDED_ERRORS, Kind, Note, Status, notes_of, split_reviews
+from ...core.outcome import Kind, Note, Status, notes_of, split_reviews
 from .contention import error_contended
 from .records import CellResult, NotebookResult, without_escapes
 from ..course import Course
@@ -33,7 +33,6 @@ def notebook_points(course: Course, name: str) -> tuple[dict[str, float], float]
             else:
                 manual += meta["points"]
     return auto, manual
-
 
 
 def first_line(text: str, limit: int = 220) -> str:
@@ -115,7 +114,7 @@ def failure(log: str) -> tuple[str, Kind]:
         line = raised[-1]
         ename = line.split(":")[0].strip().rpartition(".")[2]  # torch.OutOfMemoryError -> OutOfMemoryError
         return ("grading failed: " + first_line(line),
-                Kind.CONTENDED if ename in CONTENDED_ERRORS else Kind.INFO)
+                Kind.CONTENDED if error_contended(ename, line) else Kind.INFO)
     tail = [ln for ln in log.strip().splitlines() if "ERROR" in ln or "Error" in ln]
     return "grading failed: " + first_line(tail[-1] if tail else log[-300:]), Kind.INFO
 
@@ -203,10 +202,17 @@ def evaluate_notebook(course: Course, student: str, notebook: str, status: str, 
         ename, reason = errors.get(gid, ("", "no points (output did not pass)"))
         res.cells.append(CellResult(gid, score, max_points, "" if score >= max_points else reason,
                                     "" if score >= max_points else ename))
-    busy = [n.text for n in notes if n.kind is Kind.CONTENDED]
-    busy += [c.reason for c in res.cells if c.error and error_contended(c.error, c.reason)]
-    res.contention = busy[0] if busy else ""
+    res.contention = contention_in(notes, res.cells)
     return res
+
+
+def contention_in(notes: list[Note], cells: list[CellResult]) -> str:
+    """What a busy machine may have caused in a graded notebook, for people: the first note of kind
+    :attr:`~attnlab.core.outcome.Kind.CONTENDED`, else the reason of the first cell that lost points to an
+    error :func:`.contention.error_contended` names; "" when neither."""
+    busy = [n.text for n in notes if n.kind is Kind.CONTENDED]
+    busy += [c.reason for c in cells if c.error and error_contended(c.error, c.reason)]
+    return busy[0] if busy else ""
 
 
 def unrecorded(exc: BaseException) -> str:

@@ -1,7 +1,7 @@
 """What grading one notebook gave, as the host records it: points, the reason for every loss, the notes.
 
-Written by :mod:`.autograde` (from the worker's graded notebook and the gradebook), read by
-:mod:`.contention`, :mod:`.reports` and the command line. ``status`` holds a
+Written by :mod:`.evaluate` (from the worker's graded notebook and the gradebook), read by
+:mod:`.autograde`, :mod:`.contention`, :mod:`.reports` and the command line. ``status`` holds a
 :class:`attnlab.core.outcome.Status` (a string: reports and JSON print the same words as before).
 """
 

@@ -65,7 +65,7 @@ from nbformat.v4 import new_markdown_cell, new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from ...core.outcome import RAN_ALL_ALONG, Note, contended, is_review, split_reviews
+from ...core.outcome import RAN_ALL_ALONG, Note, contended_note, is_review, split_reviews
 from ...core.review import PREFIX as REVIEW
 from ... import variants
 from ..sandbox import proctree
@@ -160,7 +160,7 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
                             f"this cell ran past the {self.timeout} s limit and did not respond to an "
                             f"interrupt{self._stuck_busy}")
                     # a stuck cell that computed all along would be stuck alone too: no contention
-                    kind = str if not dead and self._stuck_busy else contended
+                    kind = str if not dead and self._stuck_busy else contended_note
                     last = attempt == self.max_restarts or monotonic() - start > self.notebook_budget
                     if last:
                         cell.outputs.append(error_output("KernelDied" if dead else "CellTimeoutError",
@@ -267,7 +267,7 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
                     continue
                 if over_budget or monotonic() - start > self.notebook_budget:
                     if not over_budget:
-                        self._notes.append(contended(f"grading used up its {self.notebook_budget:g} s budget; "
+                        self._notes.append(contended_note(f"grading used up its {self.notebook_budget:g} s budget; "
                                                      f"{cell_label(cell, index)} and the cells after it were not run"))
                     over_budget = True
                     cell.outputs = [error_output("NotRun", f"not run: grading this notebook used up its "
@@ -328,14 +328,14 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
                 out["evalue"] += busy
                 out["traceback"] = [*out.get("traceback", []), busy.lstrip(": ")] if busy else out.get("traceback", [])
             text = f"{label} ran past the {self.timeout} s limit and was interrupted{busy}"
-            self._notes.append(text if busy else contended(text))  # computing all along: alone, the same
+            self._notes.append(text if busy else contended_note(text))  # computing all along: alone, the same
 
 
     def _busy_all_along(self) -> str:
         """:data:`attnlab.core.outcome.RAN_ALL_ALONG` when one thread of the kernel's processes was on the CPU
         for at least 90 % of the cell that just ran past its limit, and CUDA never started (a GPU wait
         can spin), else "". Such a cell was not slowed by other workers: grading its notebook again
-        alone (autograde's ``contended``) would spend the limit once more for the same result. One
+        alone (:func:`attnlab.grading.host.contention.contended`) would spend the limit once more for the same result. One
         thread, not their sum: two starved threads could add up to a busy one."""
         t0, before, pid = getattr(self, "_cell_start", (None, {}, None))
         after = proctree.thread_seconds(pid)

@@ -1,6 +1,6 @@
 """Grade a list of (student, notebook) jobs in one process, one nbgrader run per notebook.
 
-Started by :mod:`attnlab.grading.host.autograde` as ``python -m attnlab.grading.worker.jobs ROOT -``,
+Started by :mod:`attnlab.grading.host.pool` (``Slot.WORKER``) as ``python -m attnlab.grading.worker.jobs ROOT -``,
 then fed one ``STUDENT/NOTEBOOK`` job per line on stdin until it is closed (``ROOT JOB ...``
 grades the jobs given instead). Loading nbgrader once for many
 notebooks instead of once per notebook saves ~3 s each; running each notebook separately
