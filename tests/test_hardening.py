@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from attnlab import checks
-from attnlab.core.outcome import notes_of
+from attnlab.core.outcome import Kind, notes_of
 from attnlab.grading.host.autograde import CellResult, NotebookResult, failure_reason, format_report
 from attnlab.grading.host.collect import parse, slug
 from attnlab.grading.worker.repair import align, repair
@@ -556,6 +556,19 @@ def _enames(nb):
     return [[o.get("ename") for o in c.outputs if o.output_type == "error"] for c in nb.cells if c.cell_type == "code"]
 
 
+def test_a_checks_note_is_reported_as_told_not_as_a_change_the_grader_undid(tmp_path):
+    """attnlab.core.review.note (the variants' "answers for the release's shapes" reminder) reaches the
+    grader typed, so its notes list it with the cell and the cell's output does not call it a repair."""
+    nb = _execute([("from attnlab.core.review import note, flag\nnote('your answers count')\nflag('look here')",
+                    True)], tmp_path, guard=True)
+    notes = notes_of(nb.metadata["attnlab"]["notes"])
+    assert [(n.kind, n.text) for n in notes] == [
+        (Kind.REVIEW, "needs review: look here (cell 't0')"), (Kind.INFO, "your answers count (cell 't0')")]
+    cell = [c for c in nb.cells if c.cell_type == "code"][0]
+    text = "".join(o.get("text", "") for o in cell.outputs)
+    assert "[grader] your answers count" in text and "undid" not in text, text
+
+
 def test_dead_kernel_restart_keeps_the_cells_around_it(tmp_path):
     nb = _execute([("x = 1", False), ("import sys; print('a warning', file=sys.stderr)", True),
                    ("import os; os._exit(3)", False), ("print('x' * 5000)\nassert x == 1", True)],
@@ -593,7 +606,6 @@ def test_a_cell_that_computed_until_its_limit_is_not_graded_again_but_one_that_w
     autograde does not grade its notebook again alone; a cell that waited (sleep: starved looks the
     same) may have been slowed by other workers, and is."""
     from attnlab.checks import RAN_ALL_ALONG
-    from attnlab.core.outcome import Kind
 
     nb = _execute([(_SPIN, False), ("import time; time.sleep(60)", False), ("x = 1", True)], tmp_path, timeout=3)
     spin, sleep, _ = [c for c in nb.cells if c.cell_type == "code"]

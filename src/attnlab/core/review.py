@@ -10,7 +10,7 @@ autograding, handed to the grader through the guard's notes channel
 
 from __future__ import annotations
 
-from .outcome import REVIEW_PREFIX, review
+from .outcome import REVIEW_PREFIX, Kind, Note, review
 
 #: Prefix of every review note, in cell output and in the grader's notes (:data:`attnlab.core.outcome.REVIEW_PREFIX`).
 PREFIX = REVIEW_PREFIX
@@ -32,10 +32,11 @@ def connect(sink) -> None:
 def note(text: str) -> None:
     """Tell the learner and the grader ``text`` without asking a person to decide anything: printed to
     stdout and, while autograding, listed among the grader's notes (kind INFO) in the report and the
-    feedback."""
+    feedback. It reaches the grader as a typed note (``{"kind": "info", ...}``): the grader's own repairs are
+    plain strings, so the executor never reports this as a change it undid."""
     print(f"[grader] {text}", flush=True)
     if _SINK is not None:
-        _SINK(text)
+        _SINK(Note(Kind.INFO, text).to_json())
 
 
 def flag(reason: str) -> None:

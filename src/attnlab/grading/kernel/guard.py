@@ -240,7 +240,7 @@ def _limit_memory(gb: float) -> float:
         return 0.0
 
 
-def _note(text: str) -> None:
+def _note(text) -> None:
     if _STATE is None:
         return
     # exactly the built-in types: a set subclass whose __contains__ says yes dropped every later review
@@ -250,8 +250,10 @@ def _note(text: str) -> None:
         if type(_STATE.notes) is not list:
             _STATE.notes = []
         _note(_review("the grader's record of notes had been replaced by notebook code").text)
-    if text not in _STATE.seen:
-        _STATE.seen.add(text)
+    # a check's note arrives typed ({"kind": "info", "text": ...}, attnlab.core.review.note); a repair is text
+    key = text.get("text") if type(text) is dict else text
+    if type(key) is str and key not in _STATE.seen:
+        _STATE.seen.add(key)
         _STATE.notes.append(text)
 
 
@@ -533,11 +535,12 @@ def after_locked(ns: dict | None = None, nonce: str = "") -> str:
 
 
 def drain() -> str:
-    """The repairs made since the last call, as a JSON list of strings."""
+    """The repairs made since the last call (strings) and the checks' notes (strings for review, typed
+    dicts otherwise), as a JSON list."""
     return _dumps(_take_notes())
 
 
-def _take_notes() -> list[str]:
+def _take_notes() -> list:
     if _STATE is None:
         return []
     notes, _STATE.notes = _STATE.notes, []

@@ -301,8 +301,11 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
         # (the cell's output already shows it), and the report lists it apart
         for note in [n for n in [*before, *after] if is_review(n)]:
             self._notes.append(f"{note} ({label})")
-        before = [n for n in before if not is_review(n)]
-        after = [n for n in after if not is_review(n)]
+        # a check's own note (attnlab.core.review.note, typed): what it told the learner, not a repair
+        for note in [n for n in [*before, *after] if isinstance(n, dict) and not is_review(n)]:
+            self._notes.append(f"{Note.from_json(note).text} ({label})")
+        before = [n for n in before if isinstance(n, str) and not is_review(n)]
+        after = [n for n in after if isinstance(n, str) and not is_review(n)]
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
             # nbgrader fails a test cell on any stderr output: a warning the learner's code triggers
@@ -345,8 +348,9 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
         return RAN_ALL_ALONG if busiest >= 0.9 * (monotonic() - t0) else ""
 
 
-    def _guard_call(self, hook: str, cell) -> list[str]:
-        """Run the guard's ``hook`` before or after a read-only cell; the repairs it made.
+    def _guard_call(self, hook: str, cell) -> list:
+        """Run the guard's ``hook`` before or after a read-only cell; the repairs it made (text), the checks'
+        review notes (text) and their other notes (dicts with their kind).
 
         The reply must echo a fresh random nonce: a stand-in for the guard (learner code that rebound
         the name) cannot, and then the cell gets an error output (a test cell scores 0) and the
@@ -363,7 +367,7 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
             # call after it must be the one that fails it)
             if self._seal is None or reply.get("seal") == self._seal:
                 self._seal = reply.get("sealed")
-                return [str(n) for n in reply["notes"]]
+                return [n if isinstance(n, dict) else str(n) for n in reply["notes"]]
             what = f"the grader's integrity check found its snapshot changed {when} this cell"
         else:
             what = f"the grader's integrity check could not run {when} this cell"

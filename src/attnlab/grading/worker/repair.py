@@ -321,8 +321,9 @@ def repair(nb, release) -> list[str]:
     clean_answers(nb, notes, release)
     flagged = scan(nb)
     if flagged:
-        notes.append("flagged for the instructor to review (code that reaches into the tests or the grader; "
-                     "the grader undoes such changes before each test): " + "; ".join(flagged[:8])
+        # for a person: the report lists it under "Needs review" (attnlab.core.outcome's review kind)
+        notes.append(f"{REVIEW}flagged by the static scan: code that reaches into the tests or the grader (the "
+                     "grader undoes such changes before each test): " + "; ".join(flagged[:8])
                      + (f"; and {len(flagged) - 8} more" if len(flagged) > 8 else ""))
     return notes
 
