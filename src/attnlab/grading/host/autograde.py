@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ...core.outcome import Status
-from .contention import contended, contended_reason
+from .contention import contended
 from .evaluate import (evaluate_notebook, failure_reason, gradebook_text, notebook_points, read_grades,  # noqa: F401
                        unrecorded, zero_notebook)
 from .pool import Slot, kill_kernels, overlapped, run_worker  # noqa: F401 (public here: the grader's entry points)
@@ -177,7 +177,7 @@ def _regrade_alone(course: Course, again: list[str], results: dict, finish, plan
     run_worker(course, again, limit_s, on_done=finish, workers=plan.alone())
     for job in again:
         was = first[job]
-        why = was.reason if was.status != Status.GRADED else contended_reason(was)
+        why = was.reason if was.status != Status.GRADED else was.contention
         if job in results and results[job] is not was:
             results[job].notes.append(f"graded again alone after the parallel pass, where it got "
                                       f"{was.points:g}/{was.max_points:g} ({was.status}: {why}); this result counts")

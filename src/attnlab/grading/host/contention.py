@@ -43,8 +43,3 @@ def error_contended(ename: str, reason: str = "") -> bool:
 def contended(result: NotebookResult) -> bool:
     """Whether ``result`` failed (or lost a cell) in a way a kernel in another slot can cause."""
     return result.status == Status.TIMEOUT or bool(result.contention)
-
-
-def contended_reason(result: NotebookResult) -> str:
-    """What in ``result`` a kernel in another slot may have caused, for people (empty when nothing)."""
-    return result.contention
