@@ -300,7 +300,7 @@ class GradingExecute(OutputLimits, KernelStart, Execute):
         # a check's "needs review: ..." (attnlab.core.review.flag) is no repair: it goes to the notes as is
         # (the cell's output already shows it), and the report lists it apart
         for note in [n for n in [*before, *after] if is_review(n)]:
-            self._notes.append(f"{note} ({label})")
+            self._notes.append(f"{Note.from_json(note).text} ({label})")
         # a check's own note (attnlab.core.review.note, typed): what it told the learner, not a repair
         for note in [n for n in [*before, *after] if isinstance(n, dict) and not is_review(n)]:
             self._notes.append(f"{Note.from_json(note).text} ({label})")
