@@ -8,12 +8,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from attnlab.grading.host import leaderboard, speed
 from attnlab.grading.course import BEYOND, Course
-from attnlab.grading.worker.timing import Status
+from attnlab.grading.worker.timing import Status, Timing
 
 from .conftest import run_cli
 
@@ -44,6 +48,42 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     assert {t.notebook for _, t in beyond} == {"07_triton_backward", "08_flash_decoding"}
     code, out = run_cli(course, "speed", "--student", "typical_mistakes")
     assert code == 0 and "typical_mistakes" in out and "needs GPU timing" not in out, out  # its kernels fail tests
+    code, out = run_cli(course, "speed", "--jobs", "3")  # the class, several students at once
+    assert code == 0 and all(s in out for s in ("reference", "blank", "typical_mistakes")), out
+    assert " students: " in out and "needs GPU timing" in out, out
+    code, out = run_cli(course, "speed", "--jobs", "0")
+    assert code == 2, out
+
+
+def test_students_are_timed_several_at_once_each_with_the_gpus_lock(monkeypatch, tmp_path):
+    """``jobs`` workers run at once (their compiles overlap; the worker itself takes the GPU's turn,
+    tests/test_timing.py), every one is handed this machine's GPU lock, and every student comes back."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    running, peak, guard = [0], [0], threading.Lock()
+
+    def fake_time_notebooks(pairs, *, reps, sandbox, gpu_lock):
+        assert gpu_lock and os.path.dirname(gpu_lock) == str(tmp_path) and os.path.exists(gpu_lock)
+        with guard:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.3)
+        with guard:
+            running[0] -= 1
+        return [Timing(Path(p).stem, Status.NEEDS_GPU) for p, _ in pairs]
+
+    monkeypatch.setattr(speed, "time_notebooks", fake_time_notebooks)
+    work = {f"s{i}": [(Path(f"s{i}/04_triton_softmax.ipynb"), Path("ref.ipynb"))] for i in range(7)}
+    work["nothing_timed"] = []
+    got = dict(speed.time_students(work, jobs=3))
+    assert set(got) == set(work) and got["nothing_timed"] == []
+    assert all(t.notebook == "04_triton_softmax" for s in work if work[s] for t in got[s])
+    assert peak[0] == 3
+    peak[0] = 0
+    dict(speed.time_students(work, jobs=1))
+    assert peak[0] == 1
+    with pytest.raises(ValueError, match="jobs"):
+        dict(speed.time_students(work, jobs=0))
 
 
 def _record(student, notebook, ratio, status="timed"):

@@ -4,12 +4,19 @@ The speeds themselves are measured on the H200 (notes/gpu/), never asserted here
 
 from __future__ import annotations
 
+import fcntl
+import os
+import threading
+import time
+
 import nbformat
 import pytest
 
 from attnlab.grading.worker import timing
 
 from .conftest import ROOT
+from .interpreter import interpreter_only
+from .test_bug_hints import solution
 
 SOFTMAX = ROOT / "source" / "attention_kernels" / "04_triton_softmax.ipynb"
 SMALL = {"rows": 6, "cols": 37}
@@ -150,3 +157,52 @@ def test_a_students_notebooks_share_one_worker_and_a_failure_ends_only_its_own(t
                                           shapes=shapes)
     assert failed.status is timing.Status.FAILED and "undefined_name" in failed.message, failed
     assert after.status is timing.Status.NEEDS_GPU and after.phases["worker_start_s"] > 0, after  # a fresh worker
+
+
+@interpreter_only
+def test_compile_only_runs_no_kernel():
+    """What the worker's compile pass relies on: inside ``compile_only`` a launcher's kernels are compiled
+    (here: judged by the gate) and never run, so its output is left as allocated (NaN on a CPU)."""
+    import torch
+
+    from attnlab import gpu_compile, launch
+
+    kernel = solution("04_triton_softmax", "_softmax_kernel")
+    x = torch.randn(4, 37)
+    with gpu_compile.compile_only():
+        y = launch.launch_softmax(kernel, x)
+    assert torch.isnan(y).all()
+    assert torch.allclose(launch.launch_softmax(kernel, x), torch.softmax(x, -1), atol=1e-6)
+
+
+def _release_once_waited_for(lock_file, holder, hold_s: float):
+    """Release ``holder``'s lock ``hold_s`` after another process is seen waiting for it (/proc/locks
+    lists waiters with "->"), or after 120 s."""
+    ino = os.stat(lock_file).st_ino
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with open("/proc/locks") as f:
+            if any("->" in line and f":{ino} " in line for line in f):
+                break
+        time.sleep(0.05)
+    time.sleep(hold_s)
+    fcntl.flock(holder, fcntl.LOCK_UN)
+
+
+def test_the_worker_runs_its_repetitions_only_in_the_gpus_turn(tmp_path):
+    """Another worker has the GPU (its lock held here): the worker, sandboxed when bubblewrap works here
+    as in grading, waits for the turn before it runs a kernel, and says how long it waited."""
+    from attnlab.grading import sandbox
+
+    lock_file = tmp_path / "gpu.lock"
+    lock_file.touch(mode=0o644)
+    os.chmod(lock_file, 0o644)
+    with open(lock_file, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        releaser = threading.Thread(target=_release_once_waited_for, args=(lock_file, holder, 2.0))
+        releaser.start()
+        result, = timing.time_notebooks([(SOFTMAX, SOFTMAX)], reps=1, seed=3, sandbox=sandbox.check()[0],
+                                        shapes={SOFTMAX.stem: SMALL}, gpu_lock=str(lock_file))
+        releaser.join()
+    assert result.status is timing.Status.NEEDS_GPU, result
+    assert result.phases["gpu_wait_s"] >= 1.5, result.phases

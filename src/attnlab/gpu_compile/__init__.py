@@ -75,13 +75,13 @@ import types
 from . import targets as _targets
 from .clock import GateWaited, compile_limit_s
 from .gate import ensure_compiles
-from .launching import Launch, captured, gated, resources
+from .launching import Launch, captured, compile_only, gated, resources
 from .signature import Spec, signature_of
 from .targets import ADVICE_PREFIX, GpuCompileError, Target
 from .usage import Resources, describe_resources
 
 __all__ = ["Target", "TARGETS", "GpuCompileError", "Spec", "signature_of", "ensure_compiles", "gated", "captured",
-           "Launch", "resources",
+           "compile_only", "Launch", "resources",
            "Resources", "describe_resources", "compile_limit_s", "ADVICE_PREFIX", "GateWaited"]
 
 

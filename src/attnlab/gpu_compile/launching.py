@@ -1,5 +1,6 @@
 """What launchers use: a kernel wrapped once (:class:`gated`: the gate, then the launch), the launches a
-launcher makes recorded instead of run (:func:`captured`), and a launch's resources (:func:`resources`).
+launcher makes recorded instead of run (:func:`captured`) or compiled without running
+(:func:`compile_only`), and a launch's resources (:func:`resources`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ def captured():
         _CAPTURING.remove(launches)
 
 
+_COMPILE_ONLY = [0]
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Inside this block, gated launches on a GPU pass the gate and are compiled exactly as they will
+    launch (Triton's ``warmup``, cached for the launch), but nothing runs on the GPU: a process can pay
+    its compiles while another one has the GPU to itself (the timing stage,
+    :mod:`attnlab.grading.worker.timing`). Launches through the interpreter run nothing either. Nests."""
+    _COMPILE_ONLY[0] += 1
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY[0] -= 1
+
+
 #: Launch options of ``kernel[grid](...)`` that are not kernel arguments (Triton's names).
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_pdl")
 
@@ -82,6 +99,10 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
                 return None
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
                             num_stages=options.get("num_stages", 3), native=not self.interpret)
+            if _COMPILE_ONLY[0]:
+                if not self.interpret:
+                    self.kernel.warmup(*args, grid=grid, **kwargs)
+                return None
             if not self.interpret:
                 return self.kernel[grid](*args, **kwargs)
             from ..core.device import interpreted_twin

@@ -9,6 +9,9 @@ shards on several machines never write the same file). A notebook whose autograd
 pass is not timed; on a grader without a GPU nothing is timed and each outcome
 says "needs GPU timing". :mod:`.leaderboard` reads the files back.
 
+Several students are timed at once (``--jobs``, :func:`time_students`): their workers start and
+compile together on the CPU, and one at a time has the GPU (:mod:`attnlab.grading.worker.gpu_turn`).
+
 Figures (H200, 2026-12-02): the reference of 05 against itself varies by 0.04% (coefficient of
 variation over 5 reruns); one notebook's stage took 12-21 s with 30 repetitions in a worker of its own
 (notes/gpu/2026-12-02/timing/); a student's notebooks now share one worker and 10 repetitions.
@@ -18,14 +21,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from ..course import Course
+from ..worker.gpu_turn import lock_path
 from ..worker.timing import BENCHMARKS, DEFAULT_REPS, Status, Timing, time_notebooks
 
 __all__ = ["TIMINGS", "SPEED_CELL", "SpeedPoints", "speed_points", "record_in_gradebook", "timing_path",
-           "tests_passed", "time_student", "load_timings"]
+           "tests_passed", "time_student", "time_class", "time_students", "default_jobs", "load_timings"]
 
 #: The course-root folder the speed pass writes into.
 TIMINGS = "timings"
@@ -115,16 +121,44 @@ def tests_passed(course: Course, student: str, notebook: str) -> bool | None:
         return bool(tests) and all(g.auto_score >= g.max_score for g in tests)
 
 
-def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sandbox: bool = True,
-                 check_tests: bool = True) -> list[tuple[Path, Timing]]:
-    """Time each timed notebook of ``student``'s submission (all in one worker process:
-    :func:`attnlab.grading.worker.timing.time_notebooks`) and write its outcome file.
+def default_jobs() -> int:
+    """Students timed at once by default: half this machine's CPUs (a worker compiles on one at a time),
+    at most 8 (each holds a CUDA context, ~0.5 GB of GPU memory, and a flush buffer)."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
-    Returns:
-        (file written, outcome) per timed notebook of the assignment that the student submitted.
+
+def time_students(work: dict[str, list[tuple[Path, Path]]], *, jobs: int = 1, reps: int = DEFAULT_REPS,
+                  sandbox: bool = True):
+    """Time several students' notebooks, ``jobs`` students at a time, one worker process each
+    (:func:`attnlab.grading.worker.timing.time_notebooks`). The workers start and compile at once; only
+    one at a time launches kernels (the GPU's lock, :func:`attnlab.grading.worker.gpu_turn.lock_path`,
+    also shared with other ``attnlab speed`` processes on this machine and GPU).
+
+    Args:
+        work: student -> (submitted notebook, reference notebook) pairs to time.
+        jobs: students at once (at least 1).
+
+    Yields:
+        (student, [Timing per pair, in order]) as each student's worker finishes.
+
+    Raises:
+        ValueError: ``jobs`` < 1.
     """
-    written = []
-    rule = SpeedPoints.of(course)
+    if jobs < 1:
+        raise ValueError(f"time_students: jobs must be at least 1, got {jobs}")
+    gpu_lock = lock_path()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads: each waits on its worker process
+        futures = {pool.submit(time_notebooks, pairs, reps=reps, sandbox=sandbox, gpu_lock=gpu_lock): student
+                   for student, pairs in work.items() if pairs}
+        for student in (s for s, pairs in work.items() if not pairs):
+            yield student, []
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def _plan(course: Course, student: str, check_tests: bool) -> dict[str, tuple[bool | None, Timing | None]]:
+    """notebook -> (tests passed, outcome already known) for each timed notebook the student submitted;
+    outcome None: to be timed."""
     folder = course.submitted / student / course.assignment
     outcomes: dict[str, tuple[bool | None, Timing | None]] = {}
     for name in course.notebook_names():
@@ -137,11 +171,22 @@ def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sand
             outcomes[name] = passed, Timing(name, Status.NOT_TIMED, "its autograded tests did not all pass")
         else:
             outcomes[name] = passed, None
-    timed = [name for name, (_, timing) in outcomes.items() if timing is None]
-    pairs = [(folder / f"{name}.ipynb", course.source / f"{name}.ipynb") for name in timed]
-    for name, timing in zip(timed, time_notebooks(pairs, reps=reps, sandbox=sandbox)):
-        outcomes[name] = outcomes[name][0], timing
-    for name, (passed, timing) in outcomes.items():
+    return outcomes
+
+
+def _pairs(course: Course, student: str, plan: dict) -> list[tuple[Path, Path]]:
+    folder = course.submitted / student / course.assignment
+    return [(folder / f"{name}.ipynb", course.source / f"{name}.ipynb")
+            for name, (_, timing) in plan.items() if timing is None]
+
+
+def _record(course: Course, student: str, plan: dict, timings: list[Timing], rule: SpeedPoints) -> list[tuple[Path, Timing]]:
+    """Write the student's outcomes (the timed ones in ``timings``, in the plan's order) to the gradebook
+    and the outcome files."""
+    timed = iter(timings)
+    written = []
+    for name, (passed, timing) in plan.items():
+        timing = timing or next(timed)
         if passed is not None:
             record_in_gradebook(course, student, timing, rule)
         record = {"student": student, "assignment": course.assignment,
@@ -151,6 +196,37 @@ def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sand
         path.write_text(json.dumps(record, indent=1))
         written.append((path, timing))
     return written
+
+
+def time_student(course: Course, student: str, *, reps: int = DEFAULT_REPS, sandbox: bool = True,
+                 check_tests: bool = True) -> list[tuple[Path, Timing]]:
+    """Time each timed notebook of ``student``'s submission (all in one worker process:
+    :func:`attnlab.grading.worker.timing.time_notebooks`) and write its outcome file.
+
+    Returns:
+        (file written, outcome) per timed notebook of the assignment that the student submitted.
+    """
+    return time_class(course, [student], reps=reps, sandbox=sandbox, check_tests=check_tests)[student]
+
+
+def time_class(course: Course, students: list[str], *, jobs: int = 1, reps: int = DEFAULT_REPS,
+               sandbox: bool = True, check_tests: bool = True, progress=None) -> dict[str, list[tuple[Path, Timing]]]:
+    """:func:`time_student` for each of ``students``, ``jobs`` at a time (:func:`time_students`). The
+    gradebook and the outcome files are written from this thread only, as each student finishes;
+    ``progress(student, written)`` is called then.
+
+    Returns:
+        student -> (file written, outcome) per timed notebook.
+    """
+    rule = SpeedPoints.of(course)
+    plans = {student: _plan(course, student, check_tests) for student in students}
+    work = {student: _pairs(course, student, plan) for student, plan in plans.items()}
+    done = {}
+    for student, timings in time_students(work, jobs=jobs, reps=reps, sandbox=sandbox):
+        done[student] = _record(course, student, plans[student], timings, rule)
+        if progress is not None:
+            progress(student, done[student])
+    return {student: done[student] for student in students}
 
 
 def load_timings(course: Course) -> list[dict]:
@@ -176,6 +252,9 @@ def add_parser(sub, parents) -> None:
                        description=DESCRIPTION, parents=parents)
     p.add_argument("--student", action="append", help="only this student (repeatable)")
     p.add_argument("--shard", default=None, metavar="I/N", help="shard I of N of the class, as for autograde")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="students timed at once: their workers start and compile together, one at a time has the "
+                        "GPU (default: half the CPUs, at most 8)")
     p.add_argument("--reps", type=int, default=DEFAULT_REPS,
                    help=f"timed repetitions of each kernel (default {DEFAULT_REPS})")
     p.add_argument("--assignment", choices=ASSIGNMENTS, default=ASSIGNMENT,
@@ -199,14 +278,20 @@ def _cmd_speed(args) -> int:
     students = students_to_grade(course, args.shard, None, args.student)
     if students is None:  # an empty shard stays empty
         students = submitted_students(course)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    if jobs < 1:
+        print(f"attnlab speed: --jobs must be at least 1, got {jobs}", file=sys.stderr)
+        return 2
     counts: dict[Status, int] = {}
-    for student in students:
-        done = time_student(course, student, reps=args.reps, sandbox=not args.unsafe_no_sandbox)
+
+    def progress(student, done):
         if not done:
             print(f"  {student:24s} (no timed notebook in this submission)", flush=True)
         for path, timing in done:
             print(f"  {student:24s} {timing.notebook:22s} {timing.status.value}: {timing.message}", flush=True)
             counts[timing.status] = counts.get(timing.status, 0) + 1
+
+    time_class(course, students, jobs=jobs, reps=args.reps, sandbox=not args.unsafe_no_sandbox, progress=progress)
     summary = ", ".join(f"{n} {status.value}" for status, n in counts.items()) or "nothing to time"
     print(f"{len(students)} students: {summary}; outcomes in {TIMINGS}/{course.assignment}/"
           + (f"; `attnlab leaderboard --assignment {course.assignment}` ranks them" if counts.get(Status.TIMED)

@@ -17,7 +17,10 @@ documented shape per notebook (:data:`BENCHMARKS`):
   profiler's CUPTI) give for the learner's kernels alone, so the launcher's Python and its output
   allocations, the same for everyone, do not blur the comparison;
 - every repetition's output checked against PyTorch's own attention (or softmax): a repetition that
-  is wrong, or skipped, fails the stage instead of being timed.
+  is wrong, or skipped, fails the stage instead of being timed;
+- the kernels compiled first without running (:func:`attnlab.gpu_compile.compile_only`), then every
+  kernel the worker launches launched in the GPU's turn (:mod:`.gpu_turn`): the workers of several
+  students start and compile at once (``attnlab speed --jobs``) while one at a time has the GPU.
 
 The result (:class:`Timing`) is the ratio of the reference's median time to the learner's (> 1:
 faster than the reference), the learner's TFLOP/s or GB/s, the GPU's name and the versions. On a
@@ -157,7 +160,7 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = DEFAULT_REPS,
 
 
 def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, sandbox: bool = True,
-                   timeout_s: float = 300.0, shapes: dict | None = None) -> list[Timing]:
+                   timeout_s: float = 300.0, shapes: dict | None = None, gpu_lock: str | None = None) -> list[Timing]:
     """Time several submitted notebooks (one student's) against their references in one worker process.
 
     One process pays Python's, torch's and Triton's start-up once for all of them. A notebook whose
@@ -168,6 +171,8 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
         pairs: (submitted notebook, reference notebook) paths.
         reps, seed, sandbox: as :func:`time_notebook`; ``timeout_s`` is per notebook.
         shapes: notebook name -> a shape overriding its benchmark's (tests).
+        gpu_lock: the GPU's lock file (:func:`.gpu_turn.lock_path`) when other workers may share the GPU:
+            the worker launches kernels only while it holds it. ``timeout_s`` includes the waits.
 
     Returns:
         One :class:`Timing` per pair, in order; never raises for a learner's fault.
@@ -202,7 +207,7 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             jobs.append({"index": i, "folder": job.name, "notebook": name, "reps": reps,
                          "seed": secrets.randbits(62) if seed is None else seed, "shape": dict(shape or bench.shape)})
         while jobs:
-            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs))
+            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs), gpu_lock)
             for job in jobs:
                 i = job["index"]
                 if str(i) in done:
@@ -223,16 +228,16 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
     return results
 
 
-def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float) -> dict:
+def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, gpu_lock: str | None) -> dict:
     """Run one worker on ``jobs``: {str(index): result fields} of the jobs it finished, and ``"error"``:
     why it stopped early, when it did."""
-    Path(folder, "config.json").write_text(json.dumps({"jobs": jobs}))
+    Path(folder, "config.json").write_text(json.dumps({"jobs": jobs, "gpu_lock": gpu_lock}))
     out = Path(folder, "results.json")
     out.unlink(missing_ok=True)
     # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
     cmd = [sys.executable, "-s", "-m", "attnlab.grading.worker.timing", "--worker", folder]
     if sandbox:
-        cmd = _sandboxed(cmd, folder)
+        cmd = _sandboxed(cmd, folder, [gpu_lock] if gpu_lock else [])
     error = None
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
@@ -251,10 +256,11 @@ def _gpu_here() -> bool:
     return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
-def _sandboxed(cmd: list[str], folder: str) -> list[str]:
+def _sandboxed(cmd: list[str], folder: str, read_only: list[str]) -> list[str]:
     """``cmd`` under bubblewrap, when the sandbox works, with ``folder`` (config, kernels, results) bound
-    read-write as a kernel's socket folder is: the sandbox's scratch folder is a tmpfs of its own, where
-    nothing of the host's folder is seen and nothing written comes back."""
+    read-write as a kernel's socket folder is (the sandbox's scratch folder is a tmpfs of its own, where
+    nothing of the host's folder is seen and nothing written comes back), and ``read_only`` files bound
+    back (the GPU's lock file)."""
     from .. import sandbox
 
     ok, _ = sandbox.check()
@@ -262,7 +268,7 @@ def _sandboxed(cmd: list[str], folder: str) -> list[str]:
         return cmd
     scratch = os.path.join(folder, "scratch")
     os.makedirs(scratch, exist_ok=True)
-    return sandbox.wrap(cmd, scratch, folder)  # as a kernel: an account of its own under a root grader
+    return sandbox.wrap(cmd, scratch, folder, read_only)  # as a kernel: an account of its own under a root grader
 
 
 # ------------------------------------------------------------------------------------- the worker
@@ -276,6 +282,11 @@ def _load(path: Path, name: str):
 
 
 def _relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| over every element (a tuple of tensors counts as their concatenation)."""
+    import torch
+
+    if isinstance(out, tuple):
+        out, ref = (torch.cat([t.flatten() for t in ts]) for ts in (out, ref))
     out, ref = out.float(), ref.float()
     if not bool(out.isfinite().all()):
         return float("inf")
@@ -314,11 +325,10 @@ def _harness(name: str, shape: dict, kernels: tuple, device: str, dtype):
         def expected(q, k, v, o, lse, do):
             qkv = [t.detach().requires_grad_() for t in (q, k, v)]
             ref = F.scaled_dot_product_attention(*qkv, is_causal=s["causal"])
-            return torch.cat([g.flatten() for g in torch.autograd.grad(ref, qkv, do)])
+            return tuple(torch.autograd.grad(ref, qkv, do))
 
-        def run(q, k, v, o, lse, do):
-            grads = launch_backward.launch_flash_backward(kernels, q, k, v, o, lse, do, causal=s["causal"])
-            return torch.cat([g.flatten() for g in grads])
+        def run(q, k, v, o, lse, do):  # (dQ, dK, dV): the launcher's only GPU work is the kernels
+            return tuple(launch_backward.launch_flash_backward(kernels, q, k, v, o, lse, do, causal=s["causal"]))
 
         return (make, run, expected, 2.5 * 4 * s["B"] * s["H"] * s["T"] ** 2 * s["D"] / (2 if s["causal"] else 1),
                 2e-2)
@@ -392,7 +402,8 @@ def run_worker(folder: Path) -> dict:
     import time
 
     start = time.perf_counter()
-    jobs = json.loads(Path(folder, "config.json").read_text())["jobs"]
+    config = json.loads(Path(folder, "config.json").read_text())
+    jobs, gpu_lock = config["jobs"], config.get("gpu_lock")
     from ...core import device as device_
 
     rt = device_.init(verbose=False)
@@ -402,11 +413,15 @@ def run_worker(folder: Path) -> dict:
 
     if rt.device == "cuda":  # the autograder judged the other GPUs; here only this one's compile counts
         gpu_compile.TARGETS = ()
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):  # CUPTI's start-up, paid outside the GPU's turn
+            pass
     results: dict[str, dict] = {}
     ready_s = time.perf_counter() - start
     for job in jobs:
         t0 = time.perf_counter()
-        result = _run_job(Path(folder, job["folder"]), job, rt.device, torch)
+        result = _run_job(Path(folder, job["folder"]), job, rt.device, torch, gpu_lock)
         result["phases"] = {**result.get("phases", {}), "worker_start_s": round(ready_s, 2),
                             "job_s": round(time.perf_counter() - t0, 2)}
         ready_s = 0.0  # paid once, by the first job
@@ -417,12 +432,17 @@ def run_worker(folder: Path) -> dict:
     return results
 
 
-def _run_job(folder: Path, config: dict, device: str, torch) -> dict:
-    """One notebook's stage in this worker: the fields of a :class:`Timing`."""
-    import statistics
+def _run_job(folder: Path, config: dict, device: str, torch, gpu_lock: str | None) -> dict:
+    """One notebook's stage in this worker: the fields of a :class:`Timing`. The inputs, the checked
+    warm-up and the timed repetitions run in the GPU's turn (:func:`.gpu_turn.gpu_turn`); the compiles
+    come before, outside it (they launch nothing but the launcher's own buffer fills, a zeroed float32
+    accumulator at most: tens of microseconds)."""
     import time
 
     import triton
+
+    from ... import gpu_compile
+    from .gpu_turn import gpu_turn
 
     name, shape = config["notebook"], config["shape"]
     bench = BENCHMARKS[name]
@@ -441,6 +461,31 @@ def _run_job(folder: Path, config: dict, device: str, torch) -> dict:
             sides[side] = _harness(name, shape, tuple(getattr(module, c) for c in bench.cells), device, dtype)
         except Exception as exc:  # noqa: BLE001  (a learner's module that does not load: reported, not raised)
             return finish(status="failed", message=f"{side} kernels: {type(exc).__name__}: {exc}")
+    gen = torch.Generator(device=device)
+    if device == "cuda":  # compile both sides while another worker may be timing
+        t0 = time.perf_counter()
+        with gpu_turn(gpu_lock):
+            inputs = sides["learner"][0](gen.manual_seed(config["seed"]))
+            torch.cuda.synchronize()
+        for side in ("learner", "reference"):
+            try:
+                with gpu_compile.compile_only():
+                    sides[side][1](*inputs)
+            except Exception as exc:  # noqa: BLE001
+                return finish(status="failed", message=f"{side} kernels did not compile: {type(exc).__name__}: "
+                                                       f"{str(exc)[:300]}")
+        del inputs
+        phases["compile_s"] = round(time.perf_counter() - t0, 2)
+    with gpu_turn(gpu_lock) as waited:
+        phases["gpu_wait_s"] = round(waited, 2)
+        return _time_sides(sides, config, device, torch, bench, phases, finish)
+
+
+def _time_sides(sides: dict, config: dict, device: str, torch, bench: Benchmark, phases: dict, finish) -> dict:
+    """The checked warm-up and the timed repetitions of both sides (in the GPU's turn)."""
+    import statistics
+    import time
+
     flush = torch.empty(256 * 2 ** 20, dtype=torch.int8, device=device) if device == "cuda" else None
     times = {"learner": [], "reference": []}
     gen = torch.Generator(device=device)
