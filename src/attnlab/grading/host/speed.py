@@ -12,9 +12,9 @@ says "needs GPU timing". :mod:`.leaderboard` reads the files back.
 Several students are timed at once (``--jobs``, :func:`time_students`): their workers start and
 compile together on the CPU, and one at a time has the GPU (:mod:`attnlab.grading.worker.gpu_turn`).
 
-Figures (H200, 2026-12-02): the reference of 05 against itself varies by 0.04% (coefficient of
-variation over 5 reruns); one notebook's stage took 12-21 s with 30 repetitions in a worker of its own
-(notes/gpu/2026-12-02/timing/); a student's notebooks now share one worker and 10 repetitions.
+Figures (H200, 16 cores, notes/gpu/2026-12-04/session11/): a class of 16 took 2.4 s per submission
+(04+05) and 4.6 s (07+08) at ``--jobs 8``, 13.6 s and 16.0 s one student at a time; the reference
+against itself varied by a CV of 0.07% (07) to 1.2% (04), timed alone or beside 7 other workers.
 """
 
 from __future__ import annotations
