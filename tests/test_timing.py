@@ -176,8 +176,8 @@ def test_compile_only_runs_no_kernel():
 
 
 def _release_once_waited_for(lock_file, holder, hold_s: float):
-    """Release ``holder``'s lock ``hold_s`` after another process is seen waiting for it (/proc/locks
-    lists waiters with "->"), or after 120 s."""
+    """Release ``holder``'s lock ``hold_s`` after someone is seen waiting for it (/proc/locks lists
+    waiters with "->"), or after 120 s."""
     ino = os.stat(lock_file).st_ino
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -191,12 +191,12 @@ def _release_once_waited_for(lock_file, holder, hold_s: float):
 
 def test_the_worker_runs_its_repetitions_only_in_the_gpus_turn(tmp_path):
     """Another worker has the GPU (its lock held here): the worker, sandboxed when bubblewrap works here
-    as in grading, waits for the turn before it runs a kernel, and says how long it waited."""
+    as in grading, waits for the grader to give it the turn before it runs a kernel, says how long it
+    waited (that the wait is not charged to its budget: tests/test_gpu_turn.py)."""
     from attnlab.grading import sandbox
 
     lock_file = tmp_path / "gpu.lock"
-    lock_file.touch(mode=0o644)
-    os.chmod(lock_file, 0o644)
+    lock_file.touch()
     with open(lock_file, "rb") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)
         releaser = threading.Thread(target=_release_once_waited_for, args=(lock_file, holder, 2.0))
@@ -206,3 +206,20 @@ def test_the_worker_runs_its_repetitions_only_in_the_gpus_turn(tmp_path):
         releaser.join()
     assert result.status is timing.Status.NEEDS_GPU, result
     assert result.phases["gpu_wait_s"] >= 1.5, result.phases
+
+
+def test_a_kernel_that_keeps_the_gpu_past_its_turn_is_stopped_and_frees_it(tmp_path):
+    """A kernel that runs (almost) forever on the timed shape, and only there, passes every test; in the
+    timing stage it is stopped at the turn's limit, not at the end of its worker's budget, and the next
+    worker gets the GPU."""
+    spin = "    i = 0\n    while i < 1000000000:\n        i += 1\n"
+    path = _with_cell(tmp_path, lambda s: s.replace(_STORE, spin + _STORE))
+    lock_file = tmp_path / "gpu.lock"
+    lock_file.touch()
+    t0 = time.monotonic()
+    result, = timing.time_notebooks([(path, SOFTMAX)], reps=1, seed=3, sandbox=False, shapes={SOFTMAX.stem: SMALL},
+                                    gpu_lock=str(lock_file), turn_limit_s=2.0)
+    assert result.status is timing.Status.FAILED and "more than 2 s in one turn" in result.message, result
+    assert time.monotonic() - t0 < 120
+    with open(lock_file, "rb") as f:  # free again
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -18,9 +18,10 @@ documented shape per notebook (:data:`BENCHMARKS`):
   allocations, the same for everyone, do not blur the comparison;
 - every repetition's output checked against PyTorch's own attention (or softmax): a repetition that
   is wrong, or skipped, fails the stage instead of being timed;
-- the kernels compiled first without running (:func:`attnlab.gpu_compile.compile_only`), then every
-  kernel the worker launches launched in the GPU's turn (:mod:`.gpu_turn`): the workers of several
-  students start and compile at once (``attnlab speed --jobs``) while one at a time has the GPU.
+- the kernels compiled first without running (:func:`attnlab.gpu_compile.compile_only`), then the
+  inputs, the warm-up and the repetitions run in the GPU's turn, which the grader holds for the worker
+  (:mod:`.gpu_turn`): the workers of several students start and compile at once (``attnlab speed
+  --jobs``) while one at a time has the GPU.
 
 The result (:class:`Timing`) is the ratio of the reference's median time to the learner's (> 1:
 faster than the reference), the learner's TFLOP/s or GB/s, the GPU's name and the versions. On a
@@ -36,6 +37,7 @@ seed, every call re-checked), Triton's ``triton.testing.do_bench`` (the flush bu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import enum
 import json
 import os
@@ -160,7 +162,8 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = DEFAULT_REPS,
 
 
 def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, sandbox: bool = True,
-                   timeout_s: float = 300.0, shapes: dict | None = None, gpu_lock: str | None = None) -> list[Timing]:
+                   timeout_s: float = 300.0, shapes: dict | None = None, gpu_lock: str | None = None,
+                   turn_limit_s: float | None = None) -> list[Timing]:
     """Time several submitted notebooks (one student's) against their references in one worker process.
 
     One process pays Python's, torch's and Triton's start-up once for all of them. A notebook whose
@@ -172,7 +175,9 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
         reps, seed, sandbox: as :func:`time_notebook`; ``timeout_s`` is per notebook.
         shapes: notebook name -> a shape overriding its benchmark's (tests).
         gpu_lock: the GPU's lock file (:func:`.gpu_turn.lock_path`) when other workers may share the GPU:
-            the worker launches kernels only while it holds it. ``timeout_s`` includes the waits.
+            the worker runs kernels only in a turn the grader holds it for. ``timeout_s`` does not
+            count the waits for a turn; one turn lasts at most ``turn_limit_s`` (default
+            :data:`.gpu_turn.TURN_LIMIT_S`).
 
     Returns:
         One :class:`Timing` per pair, in order; never raises for a learner's fault.
@@ -207,7 +212,7 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             jobs.append({"index": i, "folder": job.name, "notebook": name, "reps": reps,
                          "seed": secrets.randbits(62) if seed is None else seed, "shape": dict(shape or bench.shape)})
         while jobs:
-            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs), gpu_lock)
+            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs), gpu_lock, turn_limit_s)
             for job in jobs:
                 i = job["index"]
                 if str(i) in done:
@@ -228,24 +233,30 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
     return results
 
 
-def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, gpu_lock: str | None) -> dict:
-    """Run one worker on ``jobs``: {str(index): result fields} of the jobs it finished, and ``"error"``:
-    why it stopped early, when it did."""
-    Path(folder, "config.json").write_text(json.dumps({"jobs": jobs, "gpu_lock": gpu_lock}))
+def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, gpu_lock: str | None,
+              turn_limit_s: float | None) -> dict:
+    """Run one worker on ``jobs``, serving its requests for the GPU's turn (:func:`.gpu_turn.serve`):
+    {str(index): result fields} of the jobs it finished, and ``"error"``: why it stopped early, when it did."""
+    from .gpu_turn import TURN_LIMIT_S, serve
+
+    Path(folder, "config.json").write_text(json.dumps({"jobs": jobs, "channel": True}))
     out = Path(folder, "results.json")
     out.unlink(missing_ok=True)
     # -s and PYTHONSAFEPATH: no user site-packages, and not the working folder, on sys.path
     cmd = [sys.executable, "-s", "-m", "attnlab.grading.worker.timing", "--worker", folder]
     if sandbox:
-        cmd = _sandboxed(cmd, folder, [gpu_lock] if gpu_lock else [])
-    error = None
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
-                              env={**os.environ, "PYTHONSAFEPATH": "1"})
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        error = f"the timing worker ended with code {done.returncode}: " + " | ".join(tail)
-    except subprocess.TimeoutExpired:
-        error = f"the timing stage ran past {timeout_s:g} s"
+        cmd = _sandboxed(cmd, folder)
+    with tempfile.TemporaryFile() as stderr:  # the grader's own file: the worker cannot read it back
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=folder,
+                                env={**os.environ, "PYTHONSAFEPATH": "1"})
+        with proc:
+            error = serve(proc, gpu_lock, timeout_s, TURN_LIMIT_S if turn_limit_s is None else turn_limit_s)
+            proc.stdin.close()
+            code = proc.wait()
+        if error is None:
+            stderr.seek(max(0, stderr.seek(0, os.SEEK_END) - 4096))
+            tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+            error = f"the timing worker ended with code {code}: " + " | ".join(tail)
     results = json.loads(out.read_text()) if out.exists() else {}
     return {**results, "error": error}
 
@@ -256,11 +267,10 @@ def _gpu_here() -> bool:
     return torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 
 
-def _sandboxed(cmd: list[str], folder: str, read_only: list[str]) -> list[str]:
+def _sandboxed(cmd: list[str], folder: str) -> list[str]:
     """``cmd`` under bubblewrap, when the sandbox works, with ``folder`` (config, kernels, results) bound
-    read-write as a kernel's socket folder is (the sandbox's scratch folder is a tmpfs of its own, where
-    nothing of the host's folder is seen and nothing written comes back), and ``read_only`` files bound
-    back (the GPU's lock file)."""
+    read-write as a kernel's socket folder is: the sandbox's scratch folder is a tmpfs of its own, where
+    nothing of the host's folder is seen and nothing written comes back."""
     from .. import sandbox
 
     ok, _ = sandbox.check()
@@ -268,7 +278,7 @@ def _sandboxed(cmd: list[str], folder: str, read_only: list[str]) -> list[str]:
         return cmd
     scratch = os.path.join(folder, "scratch")
     os.makedirs(scratch, exist_ok=True)
-    return sandbox.wrap(cmd, scratch, folder, read_only)  # as a kernel: an account of its own under a root grader
+    return sandbox.wrap(cmd, scratch, folder)  # as a kernel: an account of its own under a root grader
 
 
 # ------------------------------------------------------------------------------------- the worker
@@ -403,7 +413,10 @@ def run_worker(folder: Path) -> dict:
 
     start = time.perf_counter()
     config = json.loads(Path(folder, "config.json").read_text())
-    jobs, gpu_lock = config["jobs"], config.get("gpu_lock")
+    jobs = config["jobs"]
+    from .gpu_turn import Channel
+
+    channel = Channel.open() if config.get("channel") else None
     from ...core import device as device_
 
     rt = device_.init(verbose=False)
@@ -421,7 +434,7 @@ def run_worker(folder: Path) -> dict:
     ready_s = time.perf_counter() - start
     for job in jobs:
         t0 = time.perf_counter()
-        result = _run_job(Path(folder, job["folder"]), job, rt.device, torch, gpu_lock)
+        result = _run_job(Path(folder, job["folder"]), job, rt.device, torch, channel)
         result["phases"] = {**result.get("phases", {}), "worker_start_s": round(ready_s, 2),
                             "job_s": round(time.perf_counter() - t0, 2)}
         ready_s = 0.0  # paid once, by the first job
@@ -432,9 +445,10 @@ def run_worker(folder: Path) -> dict:
     return results
 
 
-def _run_job(folder: Path, config: dict, device: str, torch, gpu_lock: str | None) -> dict:
+def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
     """One notebook's stage in this worker: the fields of a :class:`Timing`. The inputs, the checked
-    warm-up and the timed repetitions run in the GPU's turn (:func:`.gpu_turn.gpu_turn`); the compiles
+    warm-up and the timed repetitions run in the GPU's turn (``channel``, a :class:`.gpu_turn.Channel`,
+    or None: the GPU is this worker's alone); the compiles
     come before, outside it (they launch nothing but the launcher's own buffer fills, a zeroed float32
     accumulator at most: tens of microseconds)."""
     import time
@@ -442,7 +456,9 @@ def _run_job(folder: Path, config: dict, device: str, torch, gpu_lock: str | Non
     import triton
 
     from ... import gpu_compile
-    from .gpu_turn import gpu_turn
+
+    def gpu_turn():
+        return channel.turn() if channel is not None else contextlib.nullcontext(0.0)
 
     name, shape = config["notebook"], config["shape"]
     bench = BENCHMARKS[name]
@@ -464,7 +480,7 @@ def _run_job(folder: Path, config: dict, device: str, torch, gpu_lock: str | Non
     gen = torch.Generator(device=device)
     if device == "cuda":  # compile both sides while another worker may be timing
         t0 = time.perf_counter()
-        with gpu_turn(gpu_lock):
+        with gpu_turn():
             inputs = sides["learner"][0](gen.manual_seed(config["seed"]))
             torch.cuda.synchronize()
         for side in ("learner", "reference"):
@@ -476,7 +492,7 @@ def _run_job(folder: Path, config: dict, device: str, torch, gpu_lock: str | Non
                                                        f"{str(exc)[:300]}")
         del inputs
         phases["compile_s"] = round(time.perf_counter() - t0, 2)
-    with gpu_turn(gpu_lock) as waited:
+    with gpu_turn() as waited:
         phases["gpu_wait_s"] = round(waited, 2)
         return _time_sides(sides, config, device, torch, bench, phases, finish)
 
