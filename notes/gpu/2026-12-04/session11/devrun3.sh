@@ -11,9 +11,9 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD PATH=$PWD/.gpu/bwrap/bin:/tmp/site/bin
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
   python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])"; } > $OUT/env.txt 2>&1
 chmod -R o+rX $PWD /tmp/site 2>/dev/null
-timeout ${BUDGET:-480} python3 benchmarks/timing_class.py --students 12 --refs 4 --serial 3 --jobs 8 \
+timeout ${BUDGET:-540} python3 benchmarks/timing_class.py --students 12 --refs 4 --serial 3 --jobs 8 \
   --hog 20 --json $OUT/class.json > $OUT/class.txt 2>&1
 echo "timing_class: rc=$? after $(( $(date +%s) - T0 )) s" | tee -a $OUT/env.txt
 cat $OUT/env.txt
-grep -E "sandbox|students at|ratios by|again alone|   [a-z0-9-]+ +n=" $OUT/class.txt
+grep -E "sandbox|students at|ratios by|again alone|   [a-zA-Z0-9-]+ +n=" $OUT/class.txt
 grep -E "Error|error|failed|wrong" $OUT/class.txt | head -10
