@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timing_ranking import _SRC, VARIANTS, write_variant  # noqa: E402
+from timing_ranking import SOURCES, VARIANTS, write_variant  # noqa: E402
 
 from attnlab.grading import sandbox  # noqa: E402
 from attnlab.grading.host import speed  # noqa: E402
@@ -49,7 +49,7 @@ def build_class(notebooks: tuple[str, ...], students: int, refs: int, folder: Pa
 
 
 def run(klass: dict, jobs: int, boxed: bool) -> tuple[float, list[dict]]:
-    work = {s: [(path, _SRC[nb]) for nb, _, path in subs] for s, subs in klass.items()}
+    work = {s: [(path, SOURCES[nb]) for nb, _, path in subs] for s, subs in klass.items()}
     t0 = time.perf_counter()
     rows, seen = [], set()
     for student, timings in speed.time_students(work, jobs=jobs, sandbox=boxed):

@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from attnlab.grading.worker import timing  # noqa: E402
 
-_SRC = {"08": ROOT / "source/attention_kernels_beyond/08_flash_decoding.ipynb",
+#: notebook number -> the instructor's notebook (the reference every variant is edited from).
+SOURCES = {"08": ROOT / "source/attention_kernels_beyond/08_flash_decoding.ipynb",
         "04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",
         "05": ROOT / "source/attention_kernels/05_triton_flash.ipynb",
         "07": ROOT / "source/attention_kernels_beyond/07_triton_backward.ipynb"}
@@ -174,13 +175,13 @@ VARIANTS = {
 
 
 def write_variant(nb: str, name: str, cell: str | None, edit, folder: Path) -> Path:
-    data = json.loads(_SRC[nb].read_text())
+    data = json.loads(SOURCES[nb].read_text())
     if cell == "*":
         data = edit(data)
     elif cell is not None:
         c = next(c for c in data["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == cell)
         c["source"] = edit("".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-    path = folder / name / _SRC[nb].name
+    path = folder / name / SOURCES[nb].name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
     return path
@@ -194,7 +195,7 @@ def events_ms(nb: str, path: Path, reps: int = 50) -> float:
 
     import torch
 
-    bench = timing.BENCHMARKS[_SRC[nb].stem]
+    bench = timing.BENCHMARKS[SOURCES[nb].stem]
     src = timing.kernel_source(timing.cells_of(path, bench.cells))
     file = path.parent / "kernels_direct.py"
     file.write_text(src.text)
@@ -250,14 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         paths = {name: write_variant(nb, name, cell, edit, work / nb) for name, cell, edit in VARIANTS[nb]}
         # every variant in one worker (as one student's notebooks are), then the reference's reruns alone
         t0 = time.time()
-        results = timing.time_notebooks([(p, _SRC[nb]) for p in paths.values()], reps=args.reps, sandbox=False)
+        results = timing.time_notebooks([(p, SOURCES[nb]) for p in paths.values()], reps=args.reps, sandbox=False)
         print(f"{nb}: {len(paths)} variants timed in one worker in {time.time() - t0:.1f} s", flush=True)
         for (name, path), r in zip(paths.items(), results):
             rows.append({**r.to_json(), "notebook": nb, "variant": name, "run": 0})
             print(f"{nb} {name:26s}: {r.status.value}: {r.message} {r.phases}", flush=True)
         for i in range(1, args.reruns):
             t0 = time.time()
-            r = timing.time_notebook(paths["reference"], _SRC[nb], reps=args.reps, sandbox=False)
+            r = timing.time_notebook(paths["reference"], SOURCES[nb], reps=args.reps, sandbox=False)
             rows.append({**r.to_json(), "notebook": nb, "variant": "reference", "run": i,
                          "wall_s": round(time.time() - t0, 1)})
             print(f"{nb} reference rerun {i}: {r.status.value}: {r.message} ({rows[-1]['wall_s']} s)", flush=True)

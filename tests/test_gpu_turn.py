@@ -1,24 +1,27 @@
 """One timing worker on the GPU at a time (attnlab.grading.worker.gpu_turn): the grader holds the turn for a
-worker, turns never overlap, a turn that lasts too long ends its worker and frees the GPU, and waiting for
-a turn is not charged to a worker's budget."""
+worker, turns on one GPU never overlap, a turn that lasts too long ends its worker and frees the GPU, waiting
+for a turn is not charged to a worker's budget, and a wait that never ends is the grader's trouble."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
 import threading
 import time
 
-from attnlab.grading.worker.gpu_turn import lock_path, serve
+import pytest
 
-#: A worker's end of the channel: N turns of S seconds each, the times of each written to a file.
+from attnlab.grading.worker.gpu_turn import lock_file, serve
+
+#: A worker's end of the channel: N turns of S seconds each on GPU G, the times of each written to a file.
 _WORKER = """
 import sys, time
 from attnlab.grading.worker.gpu_turn import Channel
-channel = Channel.open()
+turns, seconds, log, gpu = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+channel = Channel.open(gpu)
 print("this goes to stderr, not into the channel")
-turns, seconds, log = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 for _ in range(turns):
     with channel.turn():
         start = time.time()
@@ -28,94 +31,125 @@ for _ in range(turns):
 """
 
 
-def _start(turns: int, seconds: float, log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _WORKER, str(turns), str(seconds), str(log)],
+def _start(turns: int, seconds: float, log, gpu: str = "GPU-0000aaaa") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _WORKER, str(turns), str(seconds), str(log), gpu], bufsize=0,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
-def _served(proc, lock, budget_s: float, turn_limit_s: float = 60.0) -> dict:
-    out = {}
+def _serve_in_thread(proc, lock_dir, budget_s: float) -> dict:
+    out: dict = {}
 
     def run():
-        out["error"] = serve(proc, lock, budget_s, turn_limit_s)
-        proc.wait()
+        with proc:
+            out["stopped"] = serve(proc, lock_dir, budget_s)
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    out["thread"] = thread
+    out["thread"] = threading.Thread(target=run)
+    out["thread"].start()
     return out
 
 
-def test_turns_of_workers_sharing_the_gpu_never_overlap(tmp_path):
-    lock = lock_path_in(tmp_path)
+def holds(path) -> bool:
+    """Whether some process holds the flock of ``path`` now (/proc/locks names the file's device and inode)."""
+    st = os.stat(path)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    with open("/proc/locks") as f:
+        return any(key in line and "->" not in line for line in f)
+
+
+def waited_for(path) -> bool:
+    """Whether some process waits for the flock of ``path`` now ("->" lines of /proc/locks)."""
+    st = os.stat(path)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    with open("/proc/locks") as f:
+        return any(key in line and "->" in line for line in f)
+
+
+def test_turns_on_one_gpu_never_overlap_and_other_gpus_do_not_wait(tmp_path):
     logs = [tmp_path / f"w{i}.log" for i in range(3)]
-    served = [_served(_start(3, 0.2, log), lock, 60) for log in logs]
-    for s in served:
+    served = [_serve_in_thread(_start(3, 0.2, log), tmp_path, 60) for log in logs]
+    other = _serve_in_thread(_start(1, 0.0, tmp_path / "other.log", gpu="GPU-0000bbbb"), tmp_path, 60)
+    for s in (*served, other):
         s["thread"].join(60)
-    assert all(s["error"] is None for s in served), served
+    assert all(s["stopped"] is None for s in (*served, other)), served
     spans = sorted(tuple(map(float, line.split())) for log in logs for line in log.read_text().splitlines())
     assert len(spans) == 9
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+    assert {p.name for p in tmp_path.glob("*.lock")} == {"attnlab-gpu-GPU-0000aaaa.lock", "attnlab-gpu-GPU-0000bbbb.lock"}
 
 
-def test_without_a_lock_a_worker_gets_its_turns_at_once(tmp_path):
+def test_without_a_lock_folder_a_worker_gets_its_turns_at_once(tmp_path):
     log = tmp_path / "w.log"
-    proc = _start(2, 0.1, log)
-    assert serve(proc, None, 60) is None
-    assert proc.wait() == 0 and len(log.read_text().splitlines()) == 2
+    with _start(2, 0.1, log) as proc:
+        assert serve(proc, None, 60) is None
+    assert proc.returncode == 0 and len(log.read_text().splitlines()) == 2
 
 
 def test_a_turn_past_its_limit_ends_the_worker_and_frees_the_gpu(tmp_path):
-    lock = lock_path_in(tmp_path)
-    proc = _start(1, 600, tmp_path / "w.log")
     t0 = time.monotonic()
-    error = serve(proc, lock, 60, turn_limit_s=1.0)
-    assert "more than 1 s in one turn" in error, error
-    assert proc.wait(10) != 0 and time.monotonic() - t0 < 30
-    other = _start(1, 0.0, tmp_path / "other.log")
-    assert serve(other, lock, 30) is None  # the GPU is free again
+    with _start(1, 600, tmp_path / "w.log") as proc:
+        stopped = serve(proc, tmp_path, 60, turn_limit_s=1.0)
+    assert "more than 1 s in one turn" in stopped.reason and not stopped.grader, stopped
+    assert proc.returncode != 0 and time.monotonic() - t0 < 30
+    with _start(1, 0.0, tmp_path / "other.log") as other:
+        assert serve(other, tmp_path, 30) is None  # the GPU is free again
 
 
 def test_waiting_for_a_turn_is_not_charged_to_a_worker(tmp_path):
     """A worker whose own work takes 1 s, with a budget of 4 s, waits 6 s for a neighbour's turn and still
     ends in time."""
-    lock = lock_path_in(tmp_path)
-    neighbour = _served(_start(1, 6.0, tmp_path / "n.log"), lock, 60)
+    neighbour = _serve_in_thread(_start(1, 6.0, tmp_path / "n.log"), tmp_path, 60)
+    path = tmp_path / "attnlab-gpu-GPU-0000aaaa.lock"
     deadline = time.monotonic() + 30
-    while not _holds(lock) and time.monotonic() < deadline:  # until the neighbour's turn has begun
+    while not (path.exists() and holds(path)) and time.monotonic() < deadline:  # the neighbour's turn began
         time.sleep(0.05)
-    proc = _start(1, 1.0, tmp_path / "w.log")
     t0 = time.monotonic()
-    assert serve(proc, lock, 4.0) is None
+    with _start(1, 1.0, tmp_path / "w.log") as proc:
+        assert serve(proc, tmp_path, 4.0) is None
     assert time.monotonic() - t0 > 4.0  # it did wait longer than its budget
     neighbour["thread"].join(30)
-    assert neighbour["error"] is None
+    assert neighbour["stopped"] is None
 
 
-def test_the_lock_file_is_readable_by_every_account(monkeypatch, tmp_path):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
-    import tempfile
+def test_a_wait_that_never_ends_is_the_graders_trouble_not_the_learners(tmp_path):
+    path = lock_file(str(tmp_path), "GPU-0000aaaa")
+    with open(path, "rb") as holder:  # a grader stopped (Ctrl-Z) while it held a turn
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with _start(1, 0.0, tmp_path / "w.log") as proc:
+            stopped = serve(proc, tmp_path, 60, wait_limit_s=1.0)
+    assert stopped.grader and "waited over 1 s" in stopped.reason, stopped
 
-    monkeypatch.setattr(tempfile, "tempdir", None)
+
+def test_a_worker_gone_while_it_waits_is_reported_not_raised(tmp_path):
+    path = lock_file(str(tmp_path), "GPU-0000aaaa")
+    with open(path, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        proc = _start(1, 0.0, tmp_path / "w.log")
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(stopped=serve(proc, tmp_path, 60)))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not waited_for(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+    thread.join(30)
+    with proc:
+        pass
+    assert result["stopped"].grader and "ended while it waited" in result["stopped"].reason, result
+
+
+def test_lock_files_are_readable_by_every_account_and_named_only_by_plain_names(tmp_path):
     old = os.umask(0o077)
     try:
-        path = lock_path()
+        path = lock_file(str(tmp_path), "GPU-1234-abcd")
     finally:
         os.umask(old)
-    assert os.path.dirname(path) == str(tmp_path) and path.endswith("attnlab-gpu-1-3.lock")
+    assert path == str(tmp_path / "attnlab-gpu-GPU-1234-abcd.lock")
     assert os.stat(path).st_mode & 0o777 == 0o644
-    assert lock_path() == path  # a second call opens the same file
-
-
-def lock_path_in(folder) -> str:
-    path = str(folder / "gpu.lock")
-    open(path, "w").close()
-    return path
-
-
-def _holds(lock: str) -> bool:
-    """Whether some process holds ``lock`` now (/proc/locks names the file's inode)."""
-    ino = os.stat(lock).st_ino
-    with open("/proc/locks") as f:
-        return any(f":{ino} " in line and "->" not in line for line in f)
+    assert lock_file(str(tmp_path), "GPU-1234-abcd") == path  # a second call opens the same file
+    for bad in ("", "../x", "a b", "a/b"):
+        with pytest.raises(ValueError):
+            lock_file(str(tmp_path), bad)
+    (tmp_path / "attnlab-gpu-link.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        lock_file(str(tmp_path), "link")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -58,12 +57,10 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
 def test_students_are_timed_several_at_once_each_with_the_gpus_lock(monkeypatch, tmp_path):
     """``jobs`` workers run at once (their compiles overlap; the worker itself takes the GPU's turn,
     tests/test_timing.py), every one is handed this machine's GPU lock, and every student comes back."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)
     running, peak, guard = [0], [0], threading.Lock()
 
-    def fake_time_notebooks(pairs, *, reps, sandbox, gpu_lock):
-        assert gpu_lock and os.path.dirname(gpu_lock) == str(tmp_path) and os.path.exists(gpu_lock)
+    def fake_time_notebooks(pairs, *, reps, sandbox, lock_dir):
+        assert lock_dir == str(tmp_path)
         with guard:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
@@ -75,27 +72,48 @@ def test_students_are_timed_several_at_once_each_with_the_gpus_lock(monkeypatch,
     monkeypatch.setattr(speed, "time_notebooks", fake_time_notebooks)
     work = {f"s{i}": [(Path(f"s{i}/04_triton_softmax.ipynb"), Path("ref.ipynb"))] for i in range(7)}
     work["nothing_timed"] = []
-    got = dict(speed.time_students(work, jobs=3))
+    got = dict(speed.time_students(work, jobs=3, lock_dir=str(tmp_path)))
     assert set(got) == set(work) and got["nothing_timed"] == []
     assert all(t.notebook == "04_triton_softmax" for s in work if work[s] for t in got[s])
     assert peak[0] == 3
     peak[0] = 0
-    dict(speed.time_students(work, jobs=1))
+    dict(speed.time_students(work, jobs=1, lock_dir=str(tmp_path)))
     assert peak[0] == 1
     with pytest.raises(ValueError, match="jobs"):
         dict(speed.time_students(work, jobs=0))
+
+
+def test_the_graders_trouble_with_one_student_never_ends_the_pass_and_a_stop_cancels_the_rest(monkeypatch):
+    started = []
+
+    def fake_time_notebooks(pairs, *, reps, sandbox, lock_dir):
+        student = Path(pairs[0][0]).parent.name
+        started.append(student)
+        if student == "s1":
+            raise OSError("no space left on device")
+        time.sleep(0.2)
+        return [Timing("05_triton_flash", Status.NEEDS_GPU)]
+
+    monkeypatch.setattr(speed, "time_notebooks", fake_time_notebooks)
+    work = {f"s{i}": [(Path(f"s{i}/05_triton_flash.ipynb"), Path("ref.ipynb"))] for i in range(8)}
+    got = dict(speed.time_students(work, jobs=2))
+    assert set(got) == set(work)
+    assert got["s1"][0].status is Status.RETRY and "no space left" in got["s1"][0].message
+    started.clear()
+    pass_ = speed.time_students(work, jobs=2)
+    next(pass_)
+    pass_.close()  # the consumer stopped (Ctrl-C, an error while recording)
+    assert len(started) <= 4, started  # the two running and at most two more, not all eight
 
 
 def test_a_student_timed_while_the_gpu_was_not_quiet_is_timed_again_alone(monkeypatch, tmp_path):
     """Each worker times the reference kernel too: a student whose reference ran far off the class's median
     beside other workers (another sandbox's process on the GPU, say) is timed again alone after the others;
     one whose reference is off even then is left for review. Alone (jobs=1) there is nothing to compare."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)
     calls: dict[str, int] = {}
     slow_first, slow_always = "s3", "s5"
 
-    def fake_time_notebooks(pairs, *, reps, sandbox, gpu_lock):
+    def fake_time_notebooks(pairs, *, reps, sandbox, lock_dir):
         student = Path(pairs[0][0]).parent.name
         calls[student] = calls.get(student, 0) + 1
         ref = 1.0 + 0.01 * (int(student[1:]) % 3)  # within 2% of each other
@@ -119,3 +137,49 @@ def test_a_student_timed_while_the_gpu_was_not_quiet_is_timed_again_alone(monkey
     assert speed.not_quiet({"a": one, "b": one, "d": off}) == {}  # 3 results: no median to go by
     assert set(speed.not_quiet({"a": one, "b": one, "c": one, "d": off})) == {"d"}  # 6% > 5%
     assert speed.not_quiet({"a": one, "b": one, "c": one, "d": off}, tolerance=0.07) == {}
+
+
+def _record(student, notebook, ratio, status="timed"):
+    return {"student": student, "assignment": "attention_kernels", "date": "2026-12-02T10:00:00+00:00",
+            "notebook": notebook, "status": status, "ratio": ratio if status == "timed" else None,
+            "rate": 360.0 * (ratio or 0), "unit": "TFLOP/s", "device": "NVIDIA H200"}
+
+
+def test_leaderboard_ranks_hides_ids_and_shows_each_student_their_place(tmp_path, monkeypatch):
+    monkeypatch.delenv(leaderboard.SECRET_ENV, raising=False)
+    course = Course(tmp_path)
+    records = [_record("alice-17", "05_triton_flash", 0.8), _record("bob-3", "05_triton_flash", 1.02),
+               _record("carol-9", "05_triton_flash", 0.3), _record("dan-4", "05_triton_flash", None, "wrong"),
+               _record("alice-17", "04_triton_softmax", 0.99)]
+    for r in records:
+        path = speed.timing_path(course, r["student"], r["notebook"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r))
+    (tmp_path / leaderboard.NAMES_FILE).write_text("bob-3,Flash Gordon\n")
+    (tmp_path / "nbgrader_config.py").write_text("")
+    (tmp_path / "notebooks").mkdir()
+    code, out = run_cli(course, "leaderboard")
+    assert code == 0 and "4 timed kernels ranked" in out, out
+    page, table = tmp_path / "leaderboard_attention_kernels.html", tmp_path / "leaderboard_attention_kernels.csv"
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    flash = [r for r in rows if r["notebook"] == "05_triton_flash"]
+    assert [r["rank"] for r in flash] == ["1", "2", "3"] and flash[0]["name"] == "Flash Gordon"
+    assert all(r["name"].startswith("anon-") for r in flash[1:])
+    text = page.read_text()
+    assert "alice" not in text and "carol" not in text and "dan" not in text  # ids never shown
+    assert (tmp_path / ".attnlab-secret").stat().st_mode & 0o077 == 0
+    # the same student keeps the same anonymous id; another secret gives another
+    again = list(csv.DictReader(io.StringIO(leaderboard.write(course)[1].read_text())))
+    assert again == rows
+    monkeypatch.setenv(leaderboard.SECRET_ENV, "another")
+    assert list(csv.DictReader(io.StringIO(leaderboard.write(course)[1].read_text())))[1]["name"] != flash[1]["name"]
+    own = (tmp_path / "feedback" / "carol-9" / "attention_kernels" / "speed.html").read_text()
+    assert own.count("class='you'") == 1
+    assert not (tmp_path / "feedback" / "dan-4").exists()  # nothing timed: no standing
+
+
+def test_speed_points_between_floor_and_target():
+    rule = speed.SpeedPoints(0.5, 0.9)
+    assert [speed.speed_points(r, 2, rule) for r in (0.2, 0.5, 0.7, 0.9, 1.3)] == [0, 0, 1.0, 2, 2]
+    with pytest.raises(ValueError, match="floor < target"):
+        speed.SpeedPoints(0.9, 0.5)

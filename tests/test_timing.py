@@ -5,7 +5,6 @@ The speeds themselves are measured on the H200 (notes/gpu/), never asserted here
 from __future__ import annotations
 
 import fcntl
-import os
 import threading
 import time
 
@@ -14,9 +13,12 @@ import pytest
 
 from attnlab.grading.worker import timing
 
+from attnlab.grading.worker.gpu_turn import lock_file
+
 from .conftest import ROOT
 from .interpreter import interpreter_only
 from .test_bug_hints import solution
+from .test_gpu_turn import waited_for
 
 SOFTMAX = ROOT / "source" / "attention_kernels" / "04_triton_softmax.ipynb"
 SMALL = {"rows": 6, "cols": 37}
@@ -175,51 +177,46 @@ def test_compile_only_runs_no_kernel():
     assert torch.allclose(launch.launch_softmax(kernel, x), torch.softmax(x, -1), atol=1e-6)
 
 
-def _release_once_waited_for(lock_file, holder, hold_s: float):
-    """Release ``holder``'s lock ``hold_s`` after someone is seen waiting for it (/proc/locks lists
-    waiters with "->"), or after 120 s."""
-    ino = os.stat(lock_file).st_ino
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        with open("/proc/locks") as f:
-            if any("->" in line and f":{ino} " in line for line in f):
-                break
-        time.sleep(0.05)
-    time.sleep(hold_s)
-    fcntl.flock(holder, fcntl.LOCK_UN)
+def _release_once_waited_for(lock, holder, hold_s: float):
+    """Release ``holder``'s lock ``hold_s`` after someone is seen waiting for it, or after 120 s."""
+    try:
+        deadline = time.monotonic() + 120
+        while not waited_for(lock) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(hold_s)
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
 
 
 def test_the_worker_runs_its_repetitions_only_in_the_gpus_turn(tmp_path):
     """Another worker has the GPU (its lock held here): the worker, sandboxed when bubblewrap works here
-    as in grading, waits for the grader to give it the turn before it runs a kernel, says how long it
-    waited (that the wait is not charged to its budget: tests/test_gpu_turn.py)."""
+    as in grading, waits for the grader to give it the turn before it runs a kernel, and says how long it
+    waited (that the checked calls run inside the turn: the next test; that waits are not charged:
+    tests/test_gpu_turn.py)."""
     from attnlab.grading import sandbox
 
-    lock_file = tmp_path / "gpu.lock"
-    lock_file.touch()
-    with open(lock_file, "rb") as holder:
+    lock = lock_file(str(tmp_path), "cpu")  # a worker without a GPU asks for the turn of "cpu"
+    with open(lock, "rb") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        releaser = threading.Thread(target=_release_once_waited_for, args=(lock_file, holder, 2.0))
+        releaser = threading.Thread(target=_release_once_waited_for, args=(lock, holder, 2.0))
         releaser.start()
         result, = timing.time_notebooks([(SOFTMAX, SOFTMAX)], reps=1, seed=3, sandbox=sandbox.check()[0],
-                                        shapes={SOFTMAX.stem: SMALL}, gpu_lock=str(lock_file))
+                                        shapes={SOFTMAX.stem: SMALL}, lock_dir=str(tmp_path))
         releaser.join()
     assert result.status is timing.Status.NEEDS_GPU, result
     assert result.phases["gpu_wait_s"] >= 1.5, result.phases
 
 
 def test_a_kernel_that_keeps_the_gpu_past_its_turn_is_stopped_and_frees_it(tmp_path):
-    """A kernel that runs (almost) forever on the timed shape, and only there, passes every test; in the
-    timing stage it is stopped at the turn's limit, not at the end of its worker's budget, and the next
-    worker gets the GPU."""
+    """A kernel that runs (almost) forever (on the timed shape only, it could pass every test) is stopped at
+    the turn's limit, not at the end of its worker's budget, and the GPU is free again. Since only the
+    checked calls run it, this also shows that they run inside the turn."""
     spin = "    i = 0\n    while i < 1000000000:\n        i += 1\n"
     path = _with_cell(tmp_path, lambda s: s.replace(_STORE, spin + _STORE))
-    lock_file = tmp_path / "gpu.lock"
-    lock_file.touch()
     t0 = time.monotonic()
     result, = timing.time_notebooks([(path, SOFTMAX)], reps=1, seed=3, sandbox=False, shapes={SOFTMAX.stem: SMALL},
-                                    gpu_lock=str(lock_file), turn_limit_s=2.0)
+                                    lock_dir=str(tmp_path), turn_limit_s=2.0)
     assert result.status is timing.Status.FAILED and "more than 2 s in one turn" in result.message, result
     assert time.monotonic() - t0 < 120
-    with open(lock_file, "rb") as f:  # free again
+    with open(lock_file(str(tmp_path), "cpu"), "rb") as f:  # free again
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -63,7 +63,8 @@ contract with notebooks, launchers and submissions):
 - :mod:`.interpreter`: compiling a kernel the CPU interpreter runs (its twins, the interpreter's patches undone);
 - :mod:`.compiling`: one compile for one target, the plan of compiles a launch needs, and their cache;
 - :mod:`.clock`: the gate's own time limit; :mod:`.diagnosis`: the message of a kernel that does not compile;
-- :mod:`.gate`: :func:`ensure_compiles`; :mod:`.launching`: :class:`gated`, :func:`captured`, :func:`resources`;
+- :mod:`.gate`: :func:`ensure_compiles`; :mod:`.launching`: :class:`gated`, :func:`captured`,
+  :func:`compile_only`, :func:`resources`;
 - :mod:`.usage`: registers, spills and shared memory of a compiled kernel.
 """
 

@@ -3,7 +3,7 @@
 Run after ``attnlab autograde`` (the timing stage times kernels whose tests passed): for each student
 and each notebook with a timing stage (:data:`attnlab.grading.worker.timing.BENCHMARKS`),
 :func:`attnlab.grading.worker.timing.time_notebook` times the learner's kernels against the
-instructor's, in a sandboxed worker of its own, and the outcome goes to
+instructor's, in a sandboxed worker (one per student, for all its timed notebooks), and the outcome goes to
 ``timings/<assignment>/<student>/<notebook>.json`` in the course folder (one file per outcome, so
 shards on several machines never write the same file). A notebook whose autograded tests did not all
 pass is not timed; on a grader without a GPU nothing is timed and each outcome
@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..course import Course
-from ..worker.gpu_turn import lock_path
+from ..worker.gpu_turn import LOCK_DIR
 from ..worker.timing import BENCHMARKS, DEFAULT_REPS, Status, Timing, time_notebooks
 
-__all__ = ["TIMINGS", "SPEED_CELL", "QUIET_TOLERANCE", "Unquiet", "not_quiet", "SpeedPoints", "speed_points", "record_in_gradebook", "timing_path",
+__all__ = ["TIMINGS", "SPEED_CELL", "QUIET_TOLERANCE", "Unquiet", "not_quiet", "SpeedPoints", "speed_points",
+           "record_in_gradebook", "timing_path",
            "tests_passed", "time_student", "time_class", "time_students", "default_jobs", "load_timings"]
 
 #: The course-root folder the speed pass writes into.
@@ -105,6 +106,9 @@ def record_in_gradebook(course: Course, student: str, timing: Timing, rule: Spee
         elif timing.status is Status.NEEDS_GPU:
             grade.manual_score = None
             text = "needs GPU timing: this grader has no GPU; the speed cell is graded on a GPU grader."
+        elif timing.status is Status.RETRY:
+            grade.manual_score = None
+            text = f"Not timed, the grader's own trouble (run attnlab speed again): {timing.message}"
         else:
             grade.manual_score = 0.0
             text = f"Not timed ({timing.status.value}): {timing.message}"
@@ -134,21 +138,22 @@ def tests_passed(course: Course, student: str, notebook: str) -> bool | None:
 
 
 def default_jobs() -> int:
-    """Students timed at once by default: half this machine's CPUs (a worker compiles on one at a time),
-    at most 8 (each holds a CUDA context, ~0.5 GB of GPU memory, and a flush buffer)."""
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
+    """Students timed at once by default: half the CPUs this process may use (a worker compiles on one at
+    a time), at most 8 (each holds a CUDA context, ~0.5 GB of GPU memory, and a flush buffer)."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) // 2))
 
 
 def time_students(work: dict[str, list[tuple[Path, Path]]], *, jobs: int = 1, reps: int = DEFAULT_REPS,
-                  sandbox: bool = True):
+                  sandbox: bool = True, lock_dir: str = LOCK_DIR):
     """Time several students' notebooks, ``jobs`` students at a time, one worker process each
     (:func:`attnlab.grading.worker.timing.time_notebooks`). The workers start and compile at once; only
-    one at a time launches kernels (the GPU's lock, :func:`attnlab.grading.worker.gpu_turn.lock_path`,
-    also shared with other ``attnlab speed`` processes on this machine and GPU).
+    one at a time launches kernels (the GPU's turn, :mod:`attnlab.grading.worker.gpu_turn`, shared with
+    other ``attnlab speed`` processes on this machine through the lock files in ``lock_dir``).
 
     Args:
         work: student -> (submitted notebook, reference notebook) pairs to time.
         jobs: students at once (at least 1).
+        lock_dir: the folder of the GPUs' lock files.
 
     Yields:
         (student, [Timing per pair, in order]) as each student's worker finishes; with ``jobs`` > 1,
@@ -160,19 +165,28 @@ def time_students(work: dict[str, list[tuple[Path, Path]]], *, jobs: int = 1, re
     """
     if jobs < 1:
         raise ValueError(f"time_students: jobs must be at least 1, got {jobs}")
-    gpu_lock = lock_path()
+
+    def time_one(pairs) -> list[Timing]:  # the grader's trouble with one student never ends the pass
+        try:
+            return time_notebooks(pairs, reps=reps, sandbox=sandbox, lock_dir=lock_dir)
+        except Exception as exc:  # noqa: BLE001  (reported in each outcome, for the instructor)
+            return [Timing(Path(p).stem, Status.RETRY, f"the grader could not time it: {type(exc).__name__}: {exc}")
+                    for p, _ in pairs]
+
     timed = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # threads: each waits on its worker process
-        futures = {pool.submit(time_notebooks, pairs, reps=reps, sandbox=sandbox, gpu_lock=gpu_lock): student
-                   for student, pairs in work.items() if pairs}
+    pool = ThreadPoolExecutor(max_workers=jobs)  # threads: each waits on its worker process
+    try:
+        futures = {pool.submit(time_one, pairs): student for student, pairs in work.items() if pairs}
         for student in (s for s, pairs in work.items() if not pairs):
             yield student, []
         for future in as_completed(futures):
             timed[futures[future]] = future.result()
             yield futures[future], timed[futures[future]]
+    finally:  # stopped early (Ctrl-C, an error while recording): students not started yet are not started
+        pool.shutdown(wait=True, cancel_futures=True)
     again = not_quiet(timed) if jobs > 1 else {}
     for student, why in again.items():  # one at a time, nothing else on the GPU
-        timings = time_notebooks(work[student], reps=reps, sandbox=sandbox, gpu_lock=gpu_lock)
+        timings = time_one(work[student])
         still = not_quiet({**timed, student: timings}).get(student)
         for t in timings:
             t.message += (f" (timed again alone: beside other workers {why}"
@@ -241,7 +255,8 @@ def _pairs(course: Course, student: str, plan: dict) -> list[tuple[Path, Path]]:
             for name, (_, timing) in plan.items() if timing is None]
 
 
-def _record(course: Course, student: str, plan: dict, timings: list[Timing], rule: SpeedPoints) -> list[tuple[Path, Timing]]:
+def _record(course: Course, student: str, plan: dict, timings: list[Timing],
+            rule: SpeedPoints) -> list[tuple[Path, Timing]]:
     """Write the student's outcomes (the timed ones in ``timings``, in the plan's order) to the gradebook
     and the outcome files."""
     timed = iter(timings)

@@ -8,96 +8,143 @@ students run at once, and each asks the grader for the GPU's *turn* before it ru
 The grader holds the turn for the worker, never the worker itself, so a worker cannot keep it:
 
 - the two ends talk over the worker's stdin and stdout (the worker moves everything else it prints to
-  stderr at start: :meth:`Channel.open`), one line each: ``turn?`` (may I), ``go``, ``turn done``;
-- the grader's side (:func:`serve`) takes an exclusive ``flock`` on one file per GPU of the machine
-  (:func:`lock_path`: several ``attnlab speed`` runs on one machine share it) before it answers ``go``,
+  stderr at start: :meth:`Channel.open`), one line each: ``turn? <GPU>`` (may I, on this GPU: its
+  UUID), ``go``, ``turn done``;
+- the grader's side (:func:`serve`) takes an exclusive ``flock`` on the lock file of that GPU
+  (:func:`lock_file`: one per GPU UUID in :data:`LOCK_DIR`, whatever ``CUDA_VISIBLE_DEVICES`` or
+  ``TMPDIR`` say, so several ``attnlab speed`` runs on one machine share it) before it answers ``go``,
   and releases it at ``turn done``, when the worker ends, or when it kills the worker;
 - a turn has a limit of its own (a kernel that never returns is killed there, not at the end of the
-  worker's budget), and the time a worker spends waiting for its turn is not charged to its budget: a
-  class of slow neighbours never costs a student their timing.
+  worker's budget); the time a worker waits for its turn is not charged to its budget (a class of slow
+  neighbours never costs a student their timing), but is bounded too (:data:`WAIT_LIMIT_S`: a grader
+  stopped while it holds a turn must not hang every other run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import select
 import sys
-import tempfile
 import time
+from dataclasses import dataclass
 
-__all__ = ["lock_path", "serve", "Channel", "TURN_LIMIT_S"]
+__all__ = ["LOCK_DIR", "TURN_LIMIT_S", "WAIT_LIMIT_S", "lock_file", "Stopped", "serve", "Channel"]
 
-#: The longest one turn may last (seconds): a checked warm-up and 10 repetitions of each side take
-#: 0.3-2.5 s on an H200 (notes/gpu/2026-12-04/session11/); 25x slower kernels than the reference still
-#: fit many times over.
+#: Where the GPUs' lock files are: one folder for every grader of the machine (not ``$TMPDIR``).
+LOCK_DIR = "/tmp"
+#: The longest one turn may last (seconds), for the default 10 repetitions (:func:`serve` scales it): a
+#: checked warm-up and 10 repetitions of each side take 0.3-2.5 s on an H200
+#: (notes/gpu/2026-12-04/session11/); kernels 50x slower than the reference fit many times over.
 TURN_LIMIT_S = 120.0
+#: The longest a worker waits for its turn (seconds): 8 workers' turns at the limit, and then some.
+WAIT_LIMIT_S = 1200.0
 
 _ASK, _GO, _DONE = b"turn?", b"go", b"turn done"
 
 
-def lock_path() -> str:
-    """The lock file of this machine's GPU as this process sees it (one per ``CUDA_VISIBLE_DEVICES``
-    value, so shards on separate GPUs of one host do not wait for each other), created if missing and
-    readable by every account (graders of a course may run as different users).
+def lock_file(lock_dir: str, gpu: str) -> str:
+    """The lock file of ``gpu`` (a UUID, as ``torch.cuda.get_device_properties().uuid`` gives it, or
+    ``"cpu"``) in ``lock_dir``, created if missing and readable by every account (graders of a course
+    may run as different users; a lock needs only an open file).
 
     Raises:
-        OSError: the file cannot be created or opened (a symbolic link there is refused).
+        OSError: the file cannot be opened or created (a symbolic link there is refused).
+        ValueError: ``gpu`` is not a plain name.
     """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace("/", "_").replace(",", "-") or "none"
-    path = os.path.join(tempfile.gettempdir(), f"attnlab-gpu-{visible}.lock")
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        if os.fstat(fd).st_uid == os.getuid():
-            os.fchmod(fd, 0o644)  # whatever the umask made of it
-    finally:
-        os.close(fd)
+    if not gpu or not all(c.isalnum() or c in "-_" for c in gpu):
+        raise ValueError(f"lock_file: not a GPU name: {gpu!r}")
+    path = os.path.join(lock_dir, f"attnlab-gpu-{gpu}.lock")
+    os.close(_open(path))
     return path
 
 
-@contextlib.contextmanager
-def _held(lock_file: str | None):
-    """The GPU's lock held for the block (nothing to hold when ``lock_file`` is None: one worker alone)."""
-    if lock_file is None:
-        yield
-        return
-    with open(lock_file, "rb") as lock:  # a flock belongs to this open file: threads of one grader exclude each other too
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+def _open(path: str) -> int:
+    """An O_RDONLY descriptor of ``path``, creating it (mode 0644) if missing. An existing file is opened
+    without O_CREAT: with ``fs.protected_regular`` an O_CREAT open of another account's file in a sticky
+    folder such as /tmp fails, even for root."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another grader made it meanwhile
+        return os.open(path, flags)
+    os.fchmod(fd, 0o644)  # whatever the umask made of it
+    return fd
 
 
-def serve(proc, lock_file: str | None, budget_s: float, turn_limit_s: float = TURN_LIMIT_S) -> str | None:
+class _Turn:
+    """The GPU's lock, held by the grader for one worker's turn."""
+
+    def __init__(self, path: str | None):
+        self.fd = _open(path) if path is not None else None
+        self.since = time.monotonic()
+
+    def wait(self, limit_s: float) -> bool:
+        """Take the lock; False if it stayed held by someone else for ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        while self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    self.release()
+                    return False
+                time.sleep(0.05)
+        self.since = time.monotonic()
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor of this open file releases its flock
+            self.fd = None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Why :func:`serve` stopped a worker. ``grader``: the grader's own trouble (a lock it could not open
+    or get, a worker gone while it waited), which says nothing about the learner's kernel."""
+
+    reason: str
+    grader: bool = False
+
+
+def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TURN_LIMIT_S,
+          wait_limit_s: float = WAIT_LIMIT_S) -> Stopped | None:
     """The grader's end: answer ``proc``'s requests for the GPU's turn until it ends, and enforce its limits.
 
     Args:
-        proc: the worker (a :class:`subprocess.Popen` with ``stdin`` and ``stdout`` pipes, bytes).
-        lock_file: the GPU's lock (:func:`lock_path`), or None when no other worker shares the GPU.
+        proc: the worker (a :class:`subprocess.Popen` with unbuffered ``stdin`` and ``stdout`` pipes).
+        lock_dir: the folder of the GPUs' lock files (:data:`LOCK_DIR`), or None when no other worker
+            shares the GPU (turns are given at once).
         budget_s: the worker's time, not counting its waits for a turn.
-        turn_limit_s: the longest one turn may last.
+        turn_limit_s: the longest one turn may last; wait_limit_s: the longest one wait for a turn.
 
     Returns:
-        None when the worker ended by itself; otherwise why it was killed.
+        None when the worker ended by itself; otherwise why it was stopped (it is killed).
     """
     fd = proc.stdout.fileno()
     buffer = b""
     used, last = 0.0, time.monotonic()
-    turn = None  # (the held lock's context, when the turn began)
+    turn: _Turn | None = None
     error = None
     try:
         while error is None:
             now = time.monotonic()
             used, last = used + now - last, now
-            left = budget_s - used
-            if turn is not None:
-                left = min(left, turn_limit_s - (now - turn[1]))
-            if left <= 0:
-                error = (f"held the GPU for more than {turn_limit_s:g} s in one turn" if turn is not None
-                         and now - turn[1] >= turn_limit_s else f"the timing stage ran past {budget_s:g} s")
+            if used >= budget_s:
+                error = Stopped(f"the timing stage ran past {budget_s:g} s")
+            elif turn is not None and now - turn.since >= turn_limit_s:
+                error = Stopped(f"held the GPU for more than {turn_limit_s:g} s in one turn")
+            if error is not None:
                 break
+            left = budget_s - used if turn is None else min(budget_s - used, turn_limit_s - (now - turn.since))
             if not select.select([fd], [], [], min(left, 1.0))[0]:
                 continue
             chunk = os.read(fd, 65536)
@@ -106,41 +153,50 @@ def serve(proc, lock_file: str | None, budget_s: float, turn_limit_s: float = TU
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
-                if line == _ASK and turn is None:
-                    held = _held(lock_file)
-                    held.__enter__()  # waits for the other workers' turns: not charged to this one
-                    turn = (held, time.monotonic())
-                    last = turn[1]
+                word, _, gpu = line.partition(b" ")
+                if word == _ASK and turn is None:
+                    used += time.monotonic() - last  # charged up to the ask; the wait is not
+                    try:
+                        path = lock_file(lock_dir, gpu.decode() or "cpu") if lock_dir is not None else None
+                        turn = _Turn(path)
+                    except (OSError, ValueError) as exc:
+                        error = Stopped(f"could not open the GPU's lock: {exc}", grader=True)
+                        break
+                    if not turn.wait(wait_limit_s):
+                        error = Stopped(f"waited over {wait_limit_s:g} s for the GPU's turn ({path} stayed locked: "
+                                        f"another grader holds it)", grader=True)
+                        break
+                    last = time.monotonic()
                     try:
                         proc.stdin.write(_GO + b"\n")
-                        proc.stdin.flush()
                     except OSError:  # the worker died while it waited
+                        error = Stopped("the timing worker ended while it waited for the GPU's turn", grader=True)
                         break
                 elif line == _DONE and turn is not None:
-                    turn[0].__exit__(None, None, None)
+                    turn.release()
                     turn = None
     finally:
         if error is not None:
             proc.kill()
         if turn is not None:
-            turn[0].__exit__(None, None, None)
+            turn.release()
     return error
 
 
 class Channel:
-    """The worker's end (in the worker process, run by :func:`serve`'s grader)."""
+    """The worker's end (in the worker process; the grader runs :func:`serve`)."""
 
-    def __init__(self, to_grader, from_grader):
-        self._to, self._from = to_grader, from_grader
+    def __init__(self, to_grader, from_grader, gpu: str):
+        self._to, self._from, self._gpu = to_grader, from_grader, gpu
 
     @classmethod
-    def open(cls) -> "Channel":
-        """Take stdin and stdout for the channel; from here on, whatever the process prints (Python,
-        torch, Triton, C libraries) goes to stderr."""
+    def open(cls, gpu: str) -> "Channel":
+        """Take stdin and stdout for the channel, asking for turns on ``gpu`` (its UUID, or ``"cpu"``);
+        from here on, whatever the process prints (Python, torch, Triton, C libraries) goes to stderr."""
         to_grader = os.fdopen(os.dup(1), "wb", buffering=0)
         os.dup2(2, 1)
         sys.stdout = sys.stderr
-        return cls(to_grader, sys.stdin.buffer)
+        return cls(to_grader, sys.stdin.buffer, gpu)
 
     @contextlib.contextmanager
     def turn(self):
@@ -153,7 +209,7 @@ class Channel:
             RuntimeError: the grader closed the channel instead of answering.
         """
         t0 = time.perf_counter()
-        self._to.write(_ASK + b"\n")
+        self._to.write(_ASK + b" " + self._gpu.encode() + b"\n")
         if self._from.readline().strip() != _GO:
             raise RuntimeError("the grader did not give the GPU's turn")
         try:

@@ -96,6 +96,7 @@ class Status(str, enum.Enum):
     WRONG = "wrong"            # a repetition's output was wrong: not timed
     FAILED = "failed"          # the kernel did not build or launch, or the worker died
     NEEDS_GPU = "needs GPU timing"  # no GPU here: nothing timed (reported for review, never graded)
+    RETRY = "to time again"    # the grader's own trouble (the GPU's lock, a worker lost): no verdict, no points
     NOT_TIMED = "not timed"    # no timing stage for this notebook
 
 
@@ -110,8 +111,9 @@ class Timing:
         message: for people: why it was not timed, or what was measured.
         dropped: statements of the kernel cells that were not run (not function definitions).
         phases: where the stage's wall time went, in seconds (``worker_start_s``: the worker's start-up,
-            paid by the first notebook of a worker; ``warmup_s``: the checked warm-up, compiles included;
-            ``reps_s``: the timed repetitions; ``job_s``: this notebook's whole time in the worker).
+            paid by the first notebook of a worker; on a GPU ``compile_s``: compiling both sides, and
+            ``gpu_wait_s``: waiting for the GPU's turns (:mod:`.gpu_turn`); ``warmup_s``: the checked
+            warm-up; ``reps_s``: the timed repetitions; ``job_s``: this notebook's whole time in the worker).
     """
 
     notebook: str
@@ -162,7 +164,7 @@ def time_notebook(submitted: Path, reference: Path, *, reps: int = DEFAULT_REPS,
 
 
 def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, sandbox: bool = True,
-                   timeout_s: float = 300.0, shapes: dict | None = None, gpu_lock: str | None = None,
+                   timeout_s: float = 300.0, shapes: dict | None = None, lock_dir: str | None = None,
                    turn_limit_s: float | None = None) -> list[Timing]:
     """Time several submitted notebooks (one student's) against their references in one worker process.
 
@@ -174,10 +176,11 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
         pairs: (submitted notebook, reference notebook) paths.
         reps, seed, sandbox: as :func:`time_notebook`; ``timeout_s`` is per notebook.
         shapes: notebook name -> a shape overriding its benchmark's (tests).
-        gpu_lock: the GPU's lock file (:func:`.gpu_turn.lock_path`) when other workers may share the GPU:
-            the worker runs kernels only in a turn the grader holds it for. ``timeout_s`` does not
-            count the waits for a turn; one turn lasts at most ``turn_limit_s`` (default
-            :data:`.gpu_turn.TURN_LIMIT_S`).
+        lock_dir: the folder of the GPUs' lock files (:data:`.gpu_turn.LOCK_DIR`) when other workers
+            may share the GPU: the worker runs kernels only in a turn the grader holds that GPU's lock
+            for. ``timeout_s`` does not count the waits for a turn; one turn lasts at most
+            ``turn_limit_s`` (default :data:`.gpu_turn.TURN_LIMIT_S`, scaled by ``reps`` over
+            :data:`DEFAULT_REPS`).
 
     Returns:
         One :class:`Timing` per pair, in order; never raises for a learner's fault.
@@ -212,7 +215,7 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             jobs.append({"index": i, "folder": job.name, "notebook": name, "reps": reps,
                          "seed": secrets.randbits(62) if seed is None else seed, "shape": dict(shape or bench.shape)})
         while jobs:
-            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs), gpu_lock, turn_limit_s)
+            done = _run_jobs(folder, jobs, sandbox, timeout_s * len(jobs), lock_dir, turn_limit_s)
             for job in jobs:
                 i = job["index"]
                 if str(i) in done:
@@ -224,7 +227,8 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             stopped = finished and results[finished[-1]["index"]].status is Status.FAILED
             if pending and not stopped:  # the worker died, or ran out of time, in the first of these
                 first = pending.pop(0)
-                results[first["index"]] = Timing(first["notebook"], Status.FAILED, done["error"],
+                status = Status.RETRY if done["grader"] else Status.FAILED
+                results[first["index"]] = Timing(first["notebook"], status, done["error"],
                                                  unit=BENCHMARKS[first["notebook"]].unit,
                                                  dropped=dropped[first["index"]])
             jobs = pending
@@ -233,11 +237,12 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
     return results
 
 
-def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, gpu_lock: str | None,
+def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, lock_dir: str | None,
               turn_limit_s: float | None) -> dict:
     """Run one worker on ``jobs``, serving its requests for the GPU's turn (:func:`.gpu_turn.serve`):
-    {str(index): result fields} of the jobs it finished, and ``"error"``: why it stopped early, when it did."""
-    from .gpu_turn import TURN_LIMIT_S, serve
+    {str(index): result fields} of the jobs it finished, ``"error"``: why it stopped early, when it did,
+    and ``"grader"``: whether that was the grader's own trouble."""
+    from .gpu_turn import TURN_LIMIT_S, Stopped, serve
 
     Path(folder, "config.json").write_text(json.dumps({"jobs": jobs, "channel": True}))
     out = Path(folder, "results.json")
@@ -246,19 +251,22 @@ def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, gp
     cmd = [sys.executable, "-s", "-m", "attnlab.grading.worker.timing", "--worker", folder]
     if sandbox:
         cmd = _sandboxed(cmd, folder)
+    if turn_limit_s is None:
+        turn_limit_s = TURN_LIMIT_S * max(1.0, (WARMUP + max(j["reps"] for j in jobs)) / (WARMUP + DEFAULT_REPS))
     with tempfile.TemporaryFile() as stderr:  # the grader's own file: the worker cannot read it back
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=folder,
-                                env={**os.environ, "PYTHONSAFEPATH": "1"})
+                                env={**os.environ, "PYTHONSAFEPATH": "1"}, bufsize=0)
         with proc:
-            error = serve(proc, gpu_lock, timeout_s, TURN_LIMIT_S if turn_limit_s is None else turn_limit_s)
-            proc.stdin.close()
+            stopped = serve(proc, lock_dir, timeout_s, turn_limit_s)
+            with contextlib.suppress(OSError):  # a worker that died has closed its end
+                proc.stdin.close()
             code = proc.wait()
-        if error is None:
+        if stopped is None:
             stderr.seek(max(0, stderr.seek(0, os.SEEK_END) - 4096))
             tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            error = f"the timing worker ended with code {code}: " + " | ".join(tail)
+            stopped = Stopped(f"the timing worker ended with code {code}: " + " | ".join(tail))
     results = json.loads(out.read_text()) if out.exists() else {}
-    return {**results, "error": error}
+    return {**results, "error": stopped.reason, "grader": stopped.grader}
 
 
 def _gpu_here() -> bool:
@@ -414,15 +422,15 @@ def run_worker(folder: Path) -> dict:
     start = time.perf_counter()
     config = json.loads(Path(folder, "config.json").read_text())
     jobs = config["jobs"]
-    from .gpu_turn import Channel
-
-    channel = Channel.open() if config.get("channel") else None
     from ...core import device as device_
 
     rt = device_.init(verbose=False)
     import torch
 
     from ... import gpu_compile
+    from .gpu_turn import Channel
+
+    channel = Channel.open(_gpu_name(torch) if rt.device == "cuda" else "cpu") if config.get("channel") else None
 
     if rt.device == "cuda":  # the autograder judged the other GPUs; here only this one's compile counts
         gpu_compile.TARGETS = ()
@@ -443,6 +451,12 @@ def run_worker(folder: Path) -> dict:
         if result["status"] == Status.FAILED.value:
             break
     return results
+
+
+def _gpu_name(torch) -> str:
+    """This process's GPU by its UUID (what the GPU's lock is named after), in letters, digits and '-'."""
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return "".join(c for c in uuid if c.isalnum() or c == "-") or "cuda"
 
 
 def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
@@ -478,9 +492,10 @@ def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
         except Exception as exc:  # noqa: BLE001  (a learner's module that does not load: reported, not raised)
             return finish(status="failed", message=f"{side} kernels: {type(exc).__name__}: {exc}")
     gen = torch.Generator(device=device)
+    waited = 0.0
     if device == "cuda":  # compile both sides while another worker may be timing
         t0 = time.perf_counter()
-        with gpu_turn():
+        with gpu_turn() as waited:  # the launch's inputs, for their types: made on the GPU, in a turn
             inputs = sides["learner"][0](gen.manual_seed(config["seed"]))
             torch.cuda.synchronize()
         for side in ("learner", "reference"):
@@ -491,9 +506,10 @@ def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
                 return finish(status="failed", message=f"{side} kernels did not compile: {type(exc).__name__}: "
                                                        f"{str(exc)[:300]}")
         del inputs
-        phases["compile_s"] = round(time.perf_counter() - t0, 2)
-    with gpu_turn() as waited:
-        phases["gpu_wait_s"] = round(waited, 2)
+        torch.cuda.empty_cache()  # give the inputs' memory back while other workers have the GPU
+        phases["compile_s"] = round(time.perf_counter() - t0 - waited, 2)
+    with gpu_turn() as waited_again:
+        phases["gpu_wait_s"] = round(waited + waited_again, 2)
         return _time_sides(sides, config, device, torch, bench, phases, finish)
 
 
