@@ -30,9 +30,9 @@ from attnlab.grading.worker import timing  # noqa: E402
 
 #: notebook number -> the instructor's notebook (the reference every variant is edited from).
 SOURCES = {"08": ROOT / "source/attention_kernels_beyond/08_flash_decoding.ipynb",
-        "04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",
-        "05": ROOT / "source/attention_kernels/05_triton_flash.ipynb",
-        "07": ROOT / "source/attention_kernels_beyond/07_triton_backward.ipynb"}
+           "04": ROOT / "source/attention_kernels/04_triton_softmax.ipynb",
+           "05": ROOT / "source/attention_kernels/05_triton_flash.ipynb",
+           "07": ROOT / "source/attention_kernels_beyond/07_triton_backward.ipynb"}
 
 _PROLOGUE_05 = '''    pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)

@@ -262,3 +262,20 @@ def replay_check(name: str, seed: int = 0) -> float:
 def test_launcher_replays_from_a_cuda_graph(name, monkeypatch):
     monkeypatch.setattr(gpu_compile, "TARGETS", ())  # the gate compiles for this GPU only: capturing is the point
     assert replay_check(name) < 2e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_compile_only_compiles_each_launch_and_runs_no_kernel_on_the_gpu(name, monkeypatch):
+    """What the timing worker's compile pass relies on, compiled on a real GPU: inside ``compile_only`` the
+    launcher's kernels are compiled and never run (its outputs stay as poisoned), and outside it the same
+    call gives the right numbers."""
+    monkeypatch.setattr(gpu_compile, "TARGETS", ())
+    make, run, expected = _graph_cases()[name]
+    inputs = make(torch.Generator(device="cuda").manual_seed(1))
+    with gpu_compile.compile_only(), launch.checking():
+        out = run(*inputs)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all(), name
+    out, ref = run(*inputs).float(), expected(*inputs).float()
+    assert float((out - ref).norm() / ref.norm()) < 2e-2, name
