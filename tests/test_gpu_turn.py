@@ -153,3 +153,41 @@ def test_lock_files_are_readable_by_every_account_and_named_only_by_plain_names(
     (tmp_path / "attnlab-gpu-link.lock").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):
         lock_file(str(tmp_path), "link")
+
+
+_ROGUE = """
+import os, sys
+what = sys.argv[1]
+if what == "asks":  # asks and gives back turns without end, never reading the answers
+    os.write(1, b"turn? GPU-0000aaaa\\nturn done\\n" * 40000)
+elif what == "no-newline":
+    os.write(1, b"x" * 100000)
+elif what == "stderr":
+    for _ in range(64):
+        os.write(2, b"y" * 65536)
+import time
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("what, reason", [
+    ("asks", "more GPU turns than its jobs need"),
+    ("no-newline", "a line the grader does not read"),
+    ("stderr", "printed over"),
+])
+def test_a_worker_that_breaks_the_channel_is_stopped_and_never_blocks_the_grader(tmp_path, monkeypatch, what, reason):
+    """A worker sending turn requests it never waits for (the pipe of answers fills up), junk without an end
+    of line, or a flood on stderr is stopped at once; the grader neither blocks nor keeps what it sent."""
+    from attnlab.grading.worker import gpu_turn
+
+    monkeypatch.setattr(gpu_turn, "OUTPUT_LIMIT", 2 ** 20)
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", _ROGUE, what], bufsize=0, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with proc:
+        stopped = serve(proc, tmp_path, 60, max_turns=2, tail=bytearray())
+    assert stopped is not None and reason in stopped.reason and not stopped.grader, stopped
+    assert time.monotonic() - t0 < 30
+    if what == "asks":
+        with _start(1, 0.0, tmp_path / "other.log") as other:
+            assert serve(other, tmp_path, 30) is None  # the GPU is free

@@ -137,6 +137,18 @@ _EXPLOITS = {
 }
 
 
+def test_a_kernel_that_reaches_python_is_refused_before_anything_of_it_runs(tmp_path):
+    """Triton's compiler calls what a kernel names while it compiles: a kernel naming Python's machinery
+    (here through triton.language's own imports) would run code in the timing worker. It is refused when
+    the kernels are read, and its code never runs."""
+    marker = tmp_path / "ran"
+    payload = f"    tl.core.builtins.exec(\"open({str(marker)!r}, 'w')\", {{}})\n"
+    path = _with_cell(tmp_path, lambda s: s.replace(_STORE, payload + _STORE))
+    result = timing.time_notebook(path, SOFTMAX, reps=1, seed=3, sandbox=False, shape=SMALL)
+    assert result.status is timing.Status.FAILED and "tl.core.builtins" in result.message, result
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("family", sorted(_EXPLOITS))
 def test_timer_bypass_families_never_reach_the_timed_process(tmp_path, family):
     path = _with_cell(tmp_path, lambda s: s + "\n\n" + _EXPLOITS[family])

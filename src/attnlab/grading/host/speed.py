@@ -158,7 +158,8 @@ def time_students(work: dict[str, list[tuple[Path, Path]]], *, jobs: int = 1, re
     Yields:
         (student, [Timing per pair, in order]) as each student's worker finishes; with ``jobs`` > 1,
         the students of :func:`not_quiet` a second time, once timed again alone after the others
-        (their messages say why; one still off the class's median alone says it needs review).
+        (their messages say why; one still off the class's median alone says it needs review), and those
+        whose timing failed or was the grader's trouble beside other workers.
 
     Raises:
         ValueError: ``jobs`` < 1.
@@ -184,7 +185,11 @@ def time_students(work: dict[str, list[tuple[Path, Path]]], *, jobs: int = 1, re
             yield futures[future], timed[futures[future]]
     finally:  # stopped early (Ctrl-C, an error while recording): students not started yet are not started
         pool.shutdown(wait=True, cancel_futures=True)
-    again = not_quiet(timed) if jobs > 1 else {}
+    again = {student: str(u) for student, u in not_quiet(timed).items()} if jobs > 1 else {}
+    for student, timings in timed.items() if jobs > 1 else ():
+        failed = next((t for t in timings if t.status in (Status.FAILED, Status.RETRY)), None)
+        if failed is not None and student not in again:  # a neighbour may have taken the GPU's memory, say
+            again[student] = f"{failed.notebook} was not timed ({failed.status.value})"
     for student, why in again.items():  # one at a time, nothing else on the GPU
         timings = time_one(work[student])
         still = not_quiet({**timed, student: timings}).get(student)

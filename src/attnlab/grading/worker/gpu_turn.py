@@ -41,6 +41,10 @@ LOCK_DIR = "/tmp"
 TURN_LIMIT_S = 120.0
 #: The longest a worker waits for its turn (seconds): 8 workers' turns at the limit, and then some.
 WAIT_LIMIT_S = 1200.0
+#: The most a worker may print on stderr (bytes; its last lines are kept for the report), and the longest
+#: line it may send on the channel.
+OUTPUT_LIMIT = 64 * 2 ** 20
+_LINE_LIMIT = 4096
 
 _ASK, _GO, _DONE = b"turn?", b"go", b"turn done"
 
@@ -116,21 +120,27 @@ class Stopped:
 
 
 def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TURN_LIMIT_S,
-          wait_limit_s: float = WAIT_LIMIT_S) -> Stopped | None:
+          wait_limit_s: float = WAIT_LIMIT_S, max_turns: int | None = None, tail: bytearray | None = None
+          ) -> Stopped | None:
     """The grader's end: answer ``proc``'s requests for the GPU's turn until it ends, and enforce its limits.
 
     Args:
-        proc: the worker (a :class:`subprocess.Popen` with unbuffered ``stdin`` and ``stdout`` pipes).
+        proc: the worker (a :class:`subprocess.Popen` with ``stdin`` and ``stdout`` pipes and, for
+            ``tail``, a ``stderr`` pipe, unbuffered).
         lock_dir: the folder of the GPUs' lock files (:data:`LOCK_DIR`), or None when no other worker
             shares the GPU (turns are given at once).
         budget_s: the worker's time, not counting its waits for a turn.
         turn_limit_s: the longest one turn may last; wait_limit_s: the longest one wait for a turn.
+        max_turns: the most turns the worker's jobs need (asking for more, it is stopped).
+        tail: receives the last 4 KiB of the worker's stderr (at most :data:`OUTPUT_LIMIT` is read).
 
     Returns:
-        None when the worker ended by itself; otherwise why it was stopped (it is killed).
+        None when the worker ended by itself (closed its stdout); otherwise why it was stopped (it is killed).
     """
-    fd = proc.stdout.fileno()
-    buffer = b""
+    out, err = proc.stdout.fileno(), (proc.stderr.fileno() if proc.stderr is not None else None)
+    os.set_blocking(proc.stdin.fileno(), False)  # a worker that stops reading never blocks the grader
+    buffer, printed, turns = b"", 0, 0
+    tail = bytearray() if tail is None else tail
     used, last = 0.0, time.monotonic()
     turn: _Turn | None = None
     error = None
@@ -145,16 +155,42 @@ def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TUR
             if error is not None:
                 break
             left = budget_s - used if turn is None else min(budget_s - used, turn_limit_s - (now - turn.since))
-            if not select.select([fd], [], [], min(left, 1.0))[0]:
+            ready = select.select([out, err] if err is not None else [out], [], [], min(left, 1.0))[0]
+            if err in ready:
+                chunk = os.read(err, 65536)
+                printed += len(chunk)
+                tail += chunk
+                del tail[:-4096]
+                if printed > OUTPUT_LIMIT:
+                    error = Stopped(f"the timing worker printed over {OUTPUT_LIMIT // 2 ** 20} MiB")
+                    break
+                if not chunk:
+                    err = None  # closed: wait on stdout alone
+            if out not in ready:
                 continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break  # the worker closed its end: it has ended
+            chunk = os.read(out, 65536)
+            if not chunk:  # the worker closed its end: it has ended; its last words on stderr
+                deadline = time.monotonic() + 5.0
+                while err is not None and printed <= OUTPUT_LIMIT and select.select([err], [], [], max(
+                        0.0, deadline - time.monotonic()))[0]:
+                    chunk = os.read(err, 65536)
+                    printed += len(chunk)
+                    tail += chunk
+                    del tail[:-4096]
+                    err = err if chunk else None
+                break
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
+            if len(buffer) > _LINE_LIMIT:
+                error = Stopped("the timing worker sent a line the grader does not read")
+                break
             for line in lines:
                 word, _, gpu = line.partition(b" ")
                 if word == _ASK and turn is None:
+                    turns += 1
+                    if max_turns is not None and turns > max_turns:
+                        error = Stopped(f"the timing worker asked for more GPU turns than its jobs need ({max_turns})")
+                        break
                     used += time.monotonic() - last  # charged up to the ask; the wait is not
                     try:
                         path = lock_file(lock_dir, gpu.decode() or "cpu") if lock_dir is not None else None
@@ -168,7 +204,10 @@ def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TUR
                         break
                     last = time.monotonic()
                     try:
-                        proc.stdin.write(_GO + b"\n")
+                        os.write(proc.stdin.fileno(), _GO + b"\n")
+                    except BlockingIOError:  # it stopped reading its answers
+                        error = Stopped("the timing worker did not read the grader's answers")
+                        break
                     except OSError:  # the worker died while it waited
                         error = Stopped("the timing worker ended while it waited for the GPU's turn", grader=True)
                         break

@@ -2,15 +2,24 @@
 definitions and plain numeric constants (:func:`kernel_source`); every other statement is dropped and
 listed, never run (module-level code could patch a timer, a stream or the checker). :func:`cells_of`
 reads those cells from a notebook. Used by :mod:`.timing`.
+
+A kept definition is also refused (:class:`ReachesPython`) where its body could reach Python outside
+Triton's language: Triton's code generator *calls*, while compiling, any Python callable a kernel names
+(``tl.core.builtins.exec(...)`` would run in the timing worker, which could then report any time it
+likes). So a body may name only its own locals, the kept definitions, ``tl``, ``triton``, ``math`` and
+a few builtins, and every attribute chain from ``tl``, ``triton`` or ``math`` must stay inside
+``triton.language`` and ``math`` (:func:`check_reach`): what a GPU kernel needs, and nothing else.
 """
 
 from __future__ import annotations
 
 import ast
+import math
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KernelSource", "kernel_source", "cells_of"]
+__all__ = ["KernelSource", "ReachesPython", "kernel_source", "check_reach", "cells_of"]
 
 
 @dataclass(frozen=True)
@@ -72,14 +81,106 @@ def _definition_only(node: ast.stmt) -> bool:
     return False
 
 
+class ReachesPython(ValueError):
+    """A kernel definition that names something outside Triton's language (the message says what, where)."""
+
+
+#: Builtins a kernel body may name (Triton's code generator evaluates them while compiling).
+_BUILTINS = frozenset({"range", "len", "min", "max", "int", "float", "isinstance", "print"})
+#: The first attribute a kernel may take of ``triton`` (``triton.language`` is ``tl``).
+_TRITON_PUBLIC = frozenset({"language", "jit", "cdiv", "next_power_of_2"})
+
+
+def _inside(obj) -> bool:
+    """Whether ``obj`` belongs to Triton's language or ``math``: a module of theirs, something they
+    define, or a plain number, string, bool or None."""
+    def ours(name: str) -> bool:
+        return name == "math" or name == "triton.language" or name.startswith("triton.language.")
+
+    if isinstance(obj, types.ModuleType):
+        return ours(obj.__name__)
+    if obj is None or type(obj) in (int, float, bool, str):
+        return True
+    if callable(obj) or isinstance(obj, type):
+        fn = getattr(obj, "fn", None)  # a @triton.jit function of the language (tl.max): its Python function's
+        if not isinstance(obj, type) and callable(fn) and not ours(getattr(obj, "__module__", None) or ""):
+            obj = fn  # module, whichever Triton's JIT classes say of themselves
+        return ours(getattr(obj, "__module__", None) or "")
+    return ours(type(obj).__module__)
+
+
+def _chain(node: ast.Attribute) -> tuple[str, list[str]] | None:
+    """(root name, attributes) of ``a.b.c``; None when the chain does not start at a name."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    return (node.id, attrs[::-1]) if isinstance(node, ast.Name) else None
+
+
+def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
+    """Refuse a kernel definition that could reach Python outside Triton's language while it compiles.
+
+    Args:
+        fn: the ``@triton.jit`` definition; kept: the module's other kept names (definitions, constants).
+
+    Raises:
+        ReachesPython: a global name that is not a kept one, ``tl``, ``triton``, ``math`` or one of a few
+            builtins; an attribute of a kept name; a private attribute; or a chain from ``tl``, ``triton``
+            or ``math`` that leaves ``triton.language`` and ``math``, or uses one of their modules as a value.
+    """
+    import triton
+    import triton.language as tl
+
+    roots = {"tl": tl, "triton": triton, "math": math}
+    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+
+    def refuse(node: ast.AST, what: str) -> None:
+        raise ReachesPython(f"{fn.name} (line {getattr(node, 'lineno', '?')}) uses {what}, which reaches Python "
+                            f"outside Triton's language: a kernel computes with tl.*, math.* and its own "
+                            f"@triton.jit functions only")
+
+    body = [n for stmt in fn.body for n in ast.walk(stmt)]  # the decorator is triton.jit (_is_jit), annotations names
+    for node in body:
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            refuse(node, f"the private attribute .{node.attr}")
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
+            if node.id not in kept and node.id not in roots and node.id not in _BUILTINS:
+                refuse(node, f"the name {node.id!r}")
+        if not isinstance(node, ast.Attribute) or isinstance(parents.get(node), ast.Attribute):
+            continue  # judge each chain once, from its outermost attribute
+        chain = _chain(node)
+        if chain is None or chain[0] in local:
+            continue  # an attribute of a value computed in the kernel (a tensor's .to, .dtype, .shape)
+        root, attrs = chain
+        if root in kept:
+            refuse(node, f"an attribute of {root!r}")
+        if root not in roots:
+            continue  # a builtin's attribute: refused below as not inside, when resolved
+        if root == "triton" and attrs[0] not in _TRITON_PUBLIC:
+            refuse(node, f"triton.{attrs[0]}")
+        obj = roots[root]
+        for i, attr in enumerate(attrs):
+            obj = getattr(obj, attr, None)
+            trusted = root == "triton" and i == 0  # triton.cdiv, triton.next_power_of_2, triton.language
+            if obj is None or not (trusted or _inside(obj)):
+                refuse(node, ".".join([root, *attrs[:i + 1]]))
+        if isinstance(obj, types.ModuleType):
+            refuse(node, f"the module {'.'.join([root, *attrs])} as a value")
+
+
 def kernel_source(cells: list[str]) -> KernelSource:
     """The ``@triton.jit`` definitions and numeric constants of ``cells`` (code cells' sources) as one
     module's text; every other statement is dropped and listed, never run.
 
     Raises:
         SyntaxError: a cell does not parse.
+        ReachesPython: a kept definition names something outside Triton's language (:func:`check_reach`).
     """
     kept, defined, dropped = [], [], []
+    defs = []
     for i, cell in enumerate(cells):
         lines = cell.splitlines()
         for node in ast.parse(cell).body:
@@ -90,8 +191,12 @@ def kernel_source(cells: list[str]) -> KernelSource:
                 start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
                 kept.append("\n".join(lines[start - 1:node.end_lineno]))
                 defined.append(node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id)
+                if isinstance(node, ast.FunctionDef):
+                    defs.append(node)
             else:
                 dropped.append(f"cell {i + 1}, line {node.lineno}: {lines[node.lineno - 1].strip()[:60]}")
+    for fn in defs:
+        check_reach(fn, set(defined))
     return KernelSource(_PRELUDE + "\n\n\n".join(kept) + "\n", tuple(defined), tuple(dropped))
 
 

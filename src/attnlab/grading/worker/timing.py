@@ -46,11 +46,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 
-from .kernel_cells import KernelSource, cells_of, kernel_source  # re-exported: what is timed
+from .kernel_cells import KernelSource, ReachesPython, cells_of, kernel_source  # re-exported: what is timed
 
 __all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "cells_of", "time_notebook",
            "time_notebooks", "run_worker", "DEFAULT_REPS"]
@@ -204,7 +205,7 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             try:
                 mine = kernel_source(cells_of(Path(submitted), bench.cells))
                 ref = kernel_source(cells_of(Path(reference), bench.cells))
-            except (LookupError, SyntaxError) as exc:
+            except (LookupError, SyntaxError, ReachesPython) as exc:
                 results[i] = Timing(name, Status.FAILED, f"could not read the kernels: {exc}", unit=bench.unit)
                 continue
             dropped[i] = list(mine.dropped)
@@ -219,9 +220,7 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
             for job in jobs:
                 i = job["index"]
                 if str(i) in done:
-                    result = done[str(i)]
-                    result["status"] = Status(result["status"])
-                    results[i] = Timing(**{**result, "dropped": dropped[i]})
+                    results[i] = _read_result(done[str(i)], job, dropped[i])
             finished = [j for j in jobs if str(j["index"]) in done]
             pending = jobs[len(finished):]  # the worker does its jobs in order
             stopped = finished and results[finished[-1]["index"]].status is Status.FAILED
@@ -235,6 +234,21 @@ def time_notebooks(pairs, *, reps: int = DEFAULT_REPS, seed: int | None = None, 
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+_FIELDS = {f.name for f in fields(Timing)} - {"notebook", "dropped"}
+
+
+def _read_result(result, job: dict, dropped: list[str]) -> Timing:
+    """A worker's result for ``job`` as a :class:`Timing`, its fields checked (a worker that wrote something
+    else gets its job failed, not the pass)."""
+    try:
+        kept = {k: v for k, v in result.items() if k in _FIELDS}
+        kept["status"] = Status(kept["status"])
+        return Timing(job["notebook"], dropped=dropped, **kept)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        return Timing(job["notebook"], Status.FAILED, f"the timing worker's result could not be read: {exc!r:.200}",
+                      unit=BENCHMARKS[job["notebook"]].unit, dropped=dropped)
 
 
 def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, lock_dir: str | None,
@@ -253,19 +267,29 @@ def _run_jobs(folder: str, jobs: list[dict], sandbox: bool, timeout_s: float, lo
         cmd = _sandboxed(cmd, folder)
     if turn_limit_s is None:
         turn_limit_s = TURN_LIMIT_S * max(1.0, (WARMUP + max(j["reps"] for j in jobs)) / (WARMUP + DEFAULT_REPS))
-    with tempfile.TemporaryFile() as stderr:  # the grader's own file: the worker cannot read it back
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=folder,
-                                env={**os.environ, "PYTHONSAFEPATH": "1"}, bufsize=0)
-        with proc:
-            stopped = serve(proc, lock_dir, timeout_s, turn_limit_s)
-            with contextlib.suppress(OSError):  # a worker that died has closed its end
-                proc.stdin.close()
+    tail = bytearray()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder,
+                            env={**os.environ, "PYTHONSAFEPATH": "1"}, bufsize=0)
+    with proc:
+        t0 = time.monotonic()
+        stopped = serve(proc, lock_dir, timeout_s, turn_limit_s, max_turns=2 * len(jobs), tail=tail)
+        with contextlib.suppress(OSError):  # a worker that died has closed its end
+            proc.stdin.close()
+        try:  # it closed its stdout; without the sandbox, something of it may live on
+            code = proc.wait(timeout=max(5.0, timeout_s - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
             code = proc.wait()
-        if stopped is None:
-            stderr.seek(max(0, stderr.seek(0, os.SEEK_END) - 4096))
-            tail = stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            stopped = Stopped(f"the timing worker ended with code {code}: " + " | ".join(tail))
-    results = json.loads(out.read_text()) if out.exists() else {}
+            stopped = stopped or Stopped(f"the timing stage ran past {timeout_s:g} s")
+    if stopped is None:
+        lines = bytes(tail).decode(errors="replace").strip().splitlines()[-3:]
+        stopped = Stopped(f"the timing worker ended with code {code}: " + " | ".join(lines))
+    try:
+        results = json.loads(out.read_text()) if out.exists() else {}
+    except (OSError, ValueError):
+        results = {}
+    if not isinstance(results, dict):
+        results = {}
     return {**results, "error": stopped.reason, "grader": stopped.grader}
 
 
@@ -375,7 +399,6 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
     Raises:
         RuntimeError: a kernel of ``names`` never ran on the GPU.
     """
-    import time
 
     import torch
 
@@ -417,7 +440,6 @@ def run_worker(folder: Path) -> dict:
     Returns:
         The results written.
     """
-    import time
 
     start = time.perf_counter()
     config = json.loads(Path(folder, "config.json").read_text())
@@ -465,7 +487,6 @@ def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
     or None: the GPU is this worker's alone); the compiles
     come before, outside it (they launch nothing but the launcher's own buffer fills, a zeroed float32
     accumulator at most: tens of microseconds)."""
-    import time
 
     import triton
 
@@ -516,7 +537,6 @@ def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
 def _time_sides(sides: dict, config: dict, device: str, torch, bench: Benchmark, phases: dict, finish) -> dict:
     """The checked warm-up and the timed repetitions of both sides (in the GPU's turn)."""
     import statistics
-    import time
 
     flush = torch.empty(256 * 2 ** 20, dtype=torch.int8, device=device) if device == "cuda" else None
     times = {"learner": [], "reference": []}
