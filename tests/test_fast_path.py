@@ -265,11 +265,12 @@ def test_launcher_replays_from_a_cuda_graph(name, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("name", LAUNCHERS)
+@pytest.mark.parametrize("name", [n for n in LAUNCHERS if n != "launch_tuned_forward"])
 def test_compile_only_compiles_each_launch_and_runs_no_kernel_on_the_gpu(name, monkeypatch):
     """What the timing worker's compile pass relies on, compiled on a real GPU: inside ``compile_only`` the
     launcher's kernels are compiled and never run (its outputs stay as poisoned), and outside it the same
-    call gives the right numbers."""
+    call gives the right numbers. (Notebook 09's tuned launcher launches its autotuned kernel itself, not
+    through the gate, so ``compile_only`` does not apply to it; 09 has no timing stage. Seen on the H200.)"""
     monkeypatch.setattr(gpu_compile, "TARGETS", ())
     make, run, expected = _graph_cases()[name]
     inputs = make(torch.Generator(device="cuda").manual_seed(1))
