@@ -15,7 +15,7 @@ Each worker also times the reference kernel, so the pass can tell when a turn wa
 process of another worker's sandbox using the GPU, say): a student whose reference ran more than
 :data:`QUIET_TOLERANCE` off the class's median is timed again alone at the end (:func:`not_quiet`).
 
-Figures (H200, 16 cores, notes/gpu/2026-12-04/session11/): a class of 16 took 2.4 s per submission
+Figures (H200, 16 cores, notes/gpu/2026-12-04/session11/): a class of 16 took 2.4-2.9 s per submission
 (04+05) and 4.4-5.5 s (07+08) at ``--jobs 8``, 13-21 s one student at a time; the reference
 against itself varied by a CV of 0.07% (07) to 1.2% (04), timed alone or beside 7 other workers.
 """
