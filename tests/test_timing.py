@@ -149,6 +149,39 @@ def test_a_kernel_that_reaches_python_is_refused_before_anything_of_it_runs(tmp_
     assert not marker.exists()
 
 
+#: Kernel bodies that made Triton's compiler run Python (red teams, 2026-12-04), each refused when read.
+_REACHES_PYTHON = {
+    "builtins-module": "tl.core.builtins.exec('1', {})",
+    "helper-that-evals": "tl.str_to_ty(\"tensordesc<fp32[16],__import__('os').getpid()>\".value, None)",
+    "scope-of-a-computed-value": "(tl.sum if 1 else tl.max).get_capture_scope().get('x'.value)",
+    "scope-through-a-tuple": "(tl.sum,)[0].get_capture_scope()",
+    "python-name": "exec('1')",
+    "module-as-a-value": "tl.constexpr(tl.core)",
+    "attribute-of-a-kernel": "_softmax_kernel.fn",
+    "jit-runtime": "triton.runtime.driver",
+}
+
+
+@pytest.mark.parametrize("family", sorted(_REACHES_PYTHON))
+def test_every_way_of_reaching_python_from_a_kernel_body_is_refused(family):
+    body = "    " + _REACHES_PYTHON[family] + "\n"
+    cell = "@triton.jit\ndef k(X):\n" + body + "    tl.store(X, 1.0)\n\n\n@triton.jit\ndef _softmax_kernel(X):\n    pass\n"
+    with pytest.raises(timing.ReachesPython):
+        timing.kernel_source([cell])
+
+
+def test_the_instructors_kernels_and_their_honest_variants_are_not_refused(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from timing_ranking import VARIANTS, write_variant
+
+    for nb, variants in VARIANTS.items():
+        for name, cell, edit in variants:
+            path = write_variant(nb, name, cell, edit, tmp_path / nb)
+            timing.kernel_source(timing.cells_of(path, timing.BENCHMARKS[path.stem].cells))
+
+
 @pytest.mark.parametrize("family", sorted(_EXPLOITS))
 def test_timer_bypass_families_never_reach_the_timed_process(tmp_path, family):
     path = _with_cell(tmp_path, lambda s: s + "\n\n" + _EXPLOITS[family])

@@ -7,13 +7,17 @@ A kept definition is also refused (:class:`ReachesPython`) where its body could 
 Triton's language: Triton's code generator *calls*, while compiling, any Python callable a kernel names
 (``tl.core.builtins.exec(...)`` would run in the timing worker, which could then report any time it
 likes). So a body may name only its own locals, the kept definitions, ``tl``, ``triton``, ``math`` and
-a few builtins, and every attribute chain from ``tl``, ``triton`` or ``math`` must stay inside
-``triton.language`` and ``math`` (:func:`check_reach`): what a GPU kernel needs, and nothing else.
+a few builtins; every attribute chain from ``tl``, ``triton`` or ``math`` must stay on what Triton's
+language or ``math`` define, and reach only kernels, language builtins, classes and ``math`` functions
+(``tl.str_to_ty`` is a plain helper that evaluates a string); and a value the kernel computed offers only
+a tensor's, a dtype's or a constexpr's public attributes (:func:`check_reach`): what a GPU kernel needs,
+and nothing else. Two red teams' bypasses shaped these rules (notes/decisions.md).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import types
 from dataclasses import dataclass
@@ -109,6 +113,39 @@ def _inside(obj) -> bool:
     return ours(type(obj).__module__)
 
 
+@functools.lru_cache(maxsize=1)
+def _value_attrs() -> frozenset:
+    """Attributes a kernel may take of a value it computed: a tensor's, a dtype's, a constexpr's .value."""
+    import triton.language as tl
+
+    names = {"value", "dtype", "shape", "type", "element_ty", "numel", "T"}  # instance attributes (not .handle)
+    for c in (tl.tensor, tl.dtype, tl.pointer_type, tl.block_type):
+        names |= {a for a in dir(c) if not a.startswith("_")}
+    return frozenset(names)
+
+
+def _callable_ok(obj) -> bool:
+    """A callable a chain may reach: a @triton.jit function, a Triton builtin, a constexpr function, a class
+    of the language, or a math function -- never a plain Python helper (tl.str_to_ty evals a string)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if not callable(obj) or isinstance(obj, type):
+        return True
+    return (isinstance(obj, (JITFunction, InterpretedFunction)) or tl.core.is_builtin(obj) or type(obj).__name__ == "ConstexprFunction"
+            or getattr(obj, "__module__", None) == "math")
+
+
+def _attrs_of(node: ast.Attribute) -> list[str]:
+    """The attributes of ``a.b.c`` (``["b", "c"]``), whatever ``a`` is."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    return attrs[::-1]
+
+
 def _chain(node: ast.Attribute) -> tuple[str, list[str]] | None:
     """(root name, attributes) of ``a.b.c``; None when the chain does not start at a name."""
     attrs = []
@@ -152,8 +189,11 @@ def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
         if not isinstance(node, ast.Attribute) or isinstance(parents.get(node), ast.Attribute):
             continue  # judge each chain once, from its outermost attribute
         chain = _chain(node)
-        if chain is None or chain[0] in local:
-            continue  # an attribute of a value computed in the kernel (a tensor's .to, .dtype, .shape)
+        if chain is None or chain[0] in local:  # a value computed in the kernel (a local, a call's result...)
+            for attr in _attrs_of(node):  # every step, not only the last: x.get_capture_scope().get
+                if attr not in _value_attrs():
+                    refuse(node, f"the attribute .{attr} of a computed value")
+            continue
         root, attrs = chain
         if root in kept:
             refuse(node, f"an attribute of {root!r}")
@@ -165,7 +205,7 @@ def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
         for i, attr in enumerate(attrs):
             obj = getattr(obj, attr, None)
             trusted = root == "triton" and i == 0  # triton.cdiv, triton.next_power_of_2, triton.language
-            if obj is None or not (trusted or _inside(obj)):
+            if obj is None or not (trusted or (_inside(obj) and _callable_ok(obj))):
                 refuse(node, ".".join([root, *attrs[:i + 1]]))
         if isinstance(obj, types.ModuleType):
             refuse(node, f"the module {'.'.join([root, *attrs])} as a value")

@@ -53,7 +53,8 @@ from types import MappingProxyType
 
 from .kernel_cells import KernelSource, ReachesPython, cells_of, kernel_source  # re-exported: what is timed
 
-__all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "kernel_source", "cells_of", "time_notebook",
+__all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "ReachesPython", "kernel_source", "cells_of",
+           "time_notebook",
            "time_notebooks", "run_worker", "DEFAULT_REPS"]
 
 
