@@ -50,7 +50,7 @@ import threading
 import types
 
 __all__ = ["from_source", "is_rebuilt", "carried", "KernelSourceError", "NoTorch", "NoTorchError", "checking",
-           "in_check", "clear_triton_hooks", "triton_patches", "watch", "foreign_threads"]
+           "in_check", "clear_triton_hooks", "triton_patches", "watch", "foreign_threads", "TRITON_PUBLIC"]
 
 #: Python's builtins a kernel may name: those Triton's code generator resolves (its builtin namespace).
 ALLOWED_BUILTINS = ("len", "list", "range", "float", "int", "isinstance", "getattr", "hasattr", "print", "min",
@@ -185,7 +185,7 @@ def _names(code) -> list[str]:
 _REFLECTION = frozenset({"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec",
                          "compile", "__import__", "type", "object", "super", "open", "id"})
 #: The parts of triton a kernel may name (``triton.language`` is ``tl``).
-_TRITON_PUBLIC = frozenset({"language", "jit", "cdiv", "next_power_of_2"})
+TRITON_PUBLIC = frozenset({"language", "jit", "cdiv", "next_power_of_2"})
 
 
 def _refuse_reflection(tree: ast.AST, what: str) -> None:
@@ -199,7 +199,7 @@ def _refuse_reflection(tree: ast.AST, what: str) -> None:
         elif isinstance(node, ast.Name) and node.id in _REFLECTION:
             bad = node.id
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "triton"
-              and node.attr not in _TRITON_PUBLIC):
+              and node.attr not in TRITON_PUBLIC):
             bad = f"triton.{node.attr}"
         if bad is not None:
             raise KernelSourceError(

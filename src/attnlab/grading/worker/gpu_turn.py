@@ -119,6 +119,15 @@ class Stopped:
     grader: bool = False
 
 
+def _read_into(fd: int, tail: bytearray, printed: int) -> tuple[int | None, int]:
+    """Read what is ready on ``fd`` into ``tail`` (its last 4 KiB kept): (``fd``, or None once it is closed;
+    ``printed`` plus the bytes read)."""
+    chunk = os.read(fd, 65536)
+    tail += chunk
+    del tail[:-4096]
+    return (fd if chunk else None), printed + len(chunk)
+
+
 def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TURN_LIMIT_S,
           wait_limit_s: float = WAIT_LIMIT_S, max_turns: int | None = None, tail: bytearray | None = None
           ) -> Stopped | None:
@@ -157,15 +166,10 @@ def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TUR
             left = budget_s - used if turn is None else min(budget_s - used, turn_limit_s - (now - turn.since))
             ready = select.select([out, err] if err is not None else [out], [], [], min(left, 1.0))[0]
             if err in ready:
-                chunk = os.read(err, 65536)
-                printed += len(chunk)
-                tail += chunk
-                del tail[:-4096]
+                err, printed = _read_into(err, tail, printed)  # None once closed: wait on stdout alone
                 if printed > OUTPUT_LIMIT:
                     error = Stopped(f"the timing worker printed over {OUTPUT_LIMIT // 2 ** 20} MiB")
                     break
-                if not chunk:
-                    err = None  # closed: wait on stdout alone
             if out not in ready:
                 continue
             chunk = os.read(out, 65536)
@@ -173,11 +177,7 @@ def serve(proc, lock_dir: str | None, budget_s: float, turn_limit_s: float = TUR
                 deadline = time.monotonic() + 5.0
                 while err is not None and printed <= OUTPUT_LIMIT and select.select([err], [], [], max(
                         0.0, deadline - time.monotonic()))[0]:
-                    chunk = os.read(err, 65536)
-                    printed += len(chunk)
-                    tail += chunk
-                    del tail[:-4096]
-                    err = err if chunk else None
+                    err, printed = _read_into(err, tail, printed)
                 break
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")

@@ -23,6 +23,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...kernel_source import TRITON_PUBLIC
+
 __all__ = ["KernelSource", "ReachesPython", "kernel_source", "check_reach", "cells_of"]
 
 
@@ -89,10 +91,9 @@ class ReachesPython(ValueError):
     """A kernel definition that names something outside Triton's language (the message says what, where)."""
 
 
-#: Builtins a kernel body may name (Triton's code generator evaluates them while compiling).
+#: Builtins a kernel body may name (Triton's code generator evaluates them while compiling): the
+#: autograder's :data:`attnlab.kernel_source.ALLOWED_BUILTINS` without its reflection and ``list``.
 _BUILTINS = frozenset({"range", "len", "min", "max", "int", "float", "isinstance", "print"})
-#: The first attribute a kernel may take of ``triton`` (``triton.language`` is ``tl``).
-_TRITON_PUBLIC = frozenset({"language", "jit", "cdiv", "next_power_of_2"})
 
 
 def _inside(obj) -> bool:
@@ -133,26 +134,18 @@ def _callable_ok(obj) -> bool:
 
     if not callable(obj) or isinstance(obj, type):
         return True
-    return (isinstance(obj, (JITFunction, InterpretedFunction)) or tl.core.is_builtin(obj) or type(obj).__name__ == "ConstexprFunction"
-            or getattr(obj, "__module__", None) == "math")
+    return (isinstance(obj, (JITFunction, InterpretedFunction)) or tl.core.is_builtin(obj)
+            or type(obj).__name__ == "ConstexprFunction" or getattr(obj, "__module__", None) == "math")
 
 
-def _attrs_of(node: ast.Attribute) -> list[str]:
-    """The attributes of ``a.b.c`` (``["b", "c"]``), whatever ``a`` is."""
+def _chain(node: ast.Attribute) -> tuple[str | None, list[str]]:
+    """(root name, attributes) of ``a.b.c``: ``("a", ["b", "c"])``; the root is None when the chain starts
+    at something other than a name (a call, a subscript)."""
     attrs = []
     while isinstance(node, ast.Attribute):
         attrs.append(node.attr)
         node = node.value
-    return attrs[::-1]
-
-
-def _chain(node: ast.Attribute) -> tuple[str, list[str]] | None:
-    """(root name, attributes) of ``a.b.c``; None when the chain does not start at a name."""
-    attrs = []
-    while isinstance(node, ast.Attribute):
-        attrs.append(node.attr)
-        node = node.value
-    return (node.id, attrs[::-1]) if isinstance(node, ast.Name) else None
+    return (node.id if isinstance(node, ast.Name) else None), attrs[::-1]
 
 
 def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
@@ -188,18 +181,17 @@ def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
                 refuse(node, f"the name {node.id!r}")
         if not isinstance(node, ast.Attribute) or isinstance(parents.get(node), ast.Attribute):
             continue  # judge each chain once, from its outermost attribute
-        chain = _chain(node)
-        if chain is None or chain[0] in local:  # a value computed in the kernel (a local, a call's result...)
-            for attr in _attrs_of(node):  # every step, not only the last: x.get_capture_scope().get
+        root, attrs = _chain(node)
+        if root is None or root in local:  # a value computed in the kernel (a local, a call's result...)
+            for attr in attrs:  # every step, not only the last: x.get_capture_scope().get
                 if attr not in _value_attrs():
                     refuse(node, f"the attribute .{attr} of a computed value")
             continue
-        root, attrs = chain
         if root in kept:
             refuse(node, f"an attribute of {root!r}")
         if root not in roots:
             continue  # a builtin's attribute: refused below as not inside, when resolved
-        if root == "triton" and attrs[0] not in _TRITON_PUBLIC:
+        if root == "triton" and attrs[0] not in TRITON_PUBLIC:
             refuse(node, f"triton.{attrs[0]}")
         obj = roots[root]
         for i, attr in enumerate(attrs):

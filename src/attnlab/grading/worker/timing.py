@@ -54,8 +54,7 @@ from types import MappingProxyType
 from .kernel_cells import KernelSource, ReachesPython, cells_of, kernel_source  # re-exported: what is timed
 
 __all__ = ["Benchmark", "BENCHMARKS", "Status", "Timing", "KernelSource", "ReachesPython", "kernel_source", "cells_of",
-           "time_notebook",
-           "time_notebooks", "run_worker", "DEFAULT_REPS"]
+           "time_notebook", "time_notebooks", "run_worker", "DEFAULT_REPS"]
 
 
 @dataclass(frozen=True)
@@ -400,7 +399,6 @@ def _time_one(run, inputs, flush, device: str, names: tuple[str, ...]) -> tuple[
     Raises:
         RuntimeError: a kernel of ``names`` never ran on the GPU.
     """
-
     import torch
 
     from ...launch import checking
@@ -441,7 +439,6 @@ def run_worker(folder: Path) -> dict:
     Returns:
         The results written.
     """
-
     start = time.perf_counter()
     config = json.loads(Path(folder, "config.json").read_text())
     jobs = config["jobs"]
@@ -485,10 +482,8 @@ def _gpu_name(torch) -> str:
 def _run_job(folder: Path, config: dict, device: str, torch, channel) -> dict:
     """One notebook's stage in this worker: the fields of a :class:`Timing`. The inputs, the checked
     warm-up and the timed repetitions run in the GPU's turn (``channel``, a :class:`.gpu_turn.Channel`,
-    or None: the GPU is this worker's alone); the compiles
-    come before, outside it (they launch nothing but the launcher's own buffer fills, a zeroed float32
-    accumulator at most: tens of microseconds)."""
-
+    or None: the GPU is this worker's alone); the compiles come before, outside it (they launch nothing
+    but the launcher's own buffer fills, a zeroed float32 accumulator at most: tens of microseconds)."""
     import triton
 
     from ... import gpu_compile
