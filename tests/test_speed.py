@@ -50,8 +50,9 @@ def test_speed_pass_times_only_what_passed_its_tests(graded):
     code, out = run_cli(course, "speed", "--jobs", "3")  # the class, several students at once
     assert code == 0 and all(s in out for s in ("reference", "blank", "typical_mistakes")), out
     assert " students: " in out and "needs GPU timing" in out, out
-    code, out = run_cli(course, "speed", "--jobs", "0")
-    assert code == 2, out
+    for bad in (["--jobs", "0"], ["--reps", "0"], ["--shard", "3/2"]):  # a clear error, no traceback
+        code, out = run_cli(course, "speed", *bad)
+        assert code == 2 and "Traceback" not in out, (bad, out)
 
 
 def test_students_are_timed_several_at_once_each_with_the_gpus_lock(monkeypatch, tmp_path):
@@ -183,3 +184,17 @@ def test_speed_points_between_floor_and_target():
     assert [speed.speed_points(r, 2, rule) for r in (0.2, 0.5, 0.7, 0.9, 1.3)] == [0, 0, 1.0, 2, 2]
     with pytest.raises(ValueError, match="floor < target"):
         speed.SpeedPoints(0.9, 0.5)
+
+
+@pytest.mark.parametrize("setting, error", [
+    ("c.SpeedPoints.floor = 0.9\nc.SpeedPoints.target = 0.5", "floor < target"),
+    ("c.SpeedPoints.floor = '0.5'", "numbers"),
+    ("c.SpeedPoints.flor = 0.4", "no setting flor"),
+])
+def test_a_wrong_speed_setting_names_the_file_and_what_is_wrong(tmp_path, setting, error):
+    from types import SimpleNamespace
+
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()\n" + setting + "\n")
+    with pytest.raises(ValueError, match=error) as raised:
+        speed.SpeedPoints.of(SimpleNamespace(root=tmp_path))
+    assert "nbgrader_config.py" in str(raised.value)

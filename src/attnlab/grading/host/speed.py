@@ -64,17 +64,31 @@ class SpeedPoints:
     target: float = 0.9
 
     def __init__(self, floor: float = 0.5, target: float = 0.9):
-        if not 0 <= floor < target:
-            raise ValueError(f"SpeedPoints: need 0 <= floor < target, got floor={floor}, target={target}")
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (floor, target)) \
+                or not 0 <= floor < target:
+            raise ValueError(f"SpeedPoints: need numbers 0 <= floor < target (ratios to the reference's speed, "
+                             f"such as 0.5 and 0.9), got floor={floor!r}, target={target!r}")
         self.floor, self.target = float(floor), float(target)
 
     @classmethod
     def of(cls, course: Course) -> "SpeedPoints":
+        """The course's rule, from its ``nbgrader_config.py``.
+
+        Raises:
+            ValueError: the settings there are not numbers with 0 <= floor < target (the message names
+                the file), or name a setting SpeedPoints does not have (a typo would be ignored).
+        """
         from traitlets.config.loader import PyFileConfigLoader
 
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course.root)).load_config()
         section = config.get("SpeedPoints", {})
-        return cls(section.get("floor", cls.floor), section.get("target", cls.target))
+        unknown = sorted(set(section) - {"floor", "target"})
+        try:
+            if unknown:
+                raise ValueError(f"SpeedPoints has no setting {', '.join(unknown)} (it has floor and target)")
+            return cls(section.get("floor", cls.floor), section.get("target", cls.target))
+        except ValueError as exc:
+            raise ValueError(f"{course.root / 'nbgrader_config.py'}: {exc}") from None
 
 
 def speed_points(ratio: float, max_points: float, rule: SpeedPoints) -> float:
@@ -111,7 +125,8 @@ def record_in_gradebook(course: Course, student: str, timing: Timing, rule: Spee
             text = f"Not timed, the grader's own trouble (run attnlab speed again): {timing.message}"
         else:
             grade.manual_score = 0.0
-            text = f"Not timed ({timing.status.value}): {timing.message}"
+            text = f"Not timed: {timing.message}" if timing.status is Status.NOT_TIMED else \
+                f"Not timed ({timing.status.value}): {timing.message}"
         grade.needs_manual_grade = grade.manual_score is None
         comment.manual_comment = text
         gb.db.commit()
@@ -358,13 +373,17 @@ def _cmd_speed(args) -> int:
     except sandbox.SandboxUnavailable as exc:
         print(f"attnlab speed: {exc}", file=sys.stderr)
         return 2
-    students = students_to_grade(course, args.shard, None, args.student)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    try:
+        if jobs < 1 or args.reps < 1:
+            raise ValueError(f"--jobs and --reps must be at least 1, got --jobs {jobs}, --reps {args.reps}")
+        SpeedPoints.of(course)
+        students = students_to_grade(course, args.shard, None, args.student)
+    except ValueError as exc:
+        print(f"attnlab speed: {exc}", file=sys.stderr)
+        return 2
     if students is None:  # an empty shard stays empty
         students = submitted_students(course)
-    jobs = args.jobs if args.jobs is not None else default_jobs()
-    if jobs < 1:
-        print(f"attnlab speed: --jobs must be at least 1, got {jobs}", file=sys.stderr)
-        return 2
     latest: dict[tuple[str, str], Status] = {}  # a student timed again alone is printed twice, counted once
 
     def progress(student, done):
@@ -377,7 +396,7 @@ def _cmd_speed(args) -> int:
     time_class(course, students, jobs=jobs, reps=args.reps, sandbox=not args.unsafe_no_sandbox, progress=progress)
     counts = Counter(latest.values())
     summary = ", ".join(f"{n} {status.value}" for status, n in counts.items()) or "nothing to time"
-    print(f"{len(students)} students: {summary}; outcomes in {TIMINGS}/{course.assignment}/"
+    print(f"{len(students)} student{'' if len(students) == 1 else 's'}: {summary}; outcomes in {TIMINGS}/{course.assignment}/"
           + (f"; `attnlab leaderboard --assignment {course.assignment}` ranks them" if counts.get(Status.TIMED)
              else ""))
     return 0
