@@ -1,13 +1,10 @@
 """The class's speed pass: every submitted kernel notebook timed on this grader's GPU (issue 33).
 
-Run after ``attnlab autograde`` (the timing stage times kernels whose tests passed): for each student
-and each notebook with a timing stage (:data:`attnlab.grading.worker.timing.BENCHMARKS`),
-:func:`attnlab.grading.worker.timing.time_notebook` times the learner's kernels against the
-instructor's, in a sandboxed worker (one per student, for all its timed notebooks), and the outcome goes to
-``timings/<assignment>/<student>/<notebook>.json`` in the course folder (one file per outcome, so
-shards on several machines never write the same file). A notebook whose autograded tests did not all
-pass is not timed; on a grader without a GPU nothing is timed and each outcome
-says "needs GPU timing". :mod:`.leaderboard` reads the files back.
+Run after ``attnlab autograde``: for each student, the notebooks with a timing stage
+(:data:`attnlab.grading.worker.timing.BENCHMARKS`) whose autograded tests all passed are timed against
+the instructor's in one sandboxed worker (:func:`attnlab.grading.worker.timing.time_notebooks`); each
+outcome goes to ``timings/<assignment>/<student>/<notebook>.json`` (a file per outcome: shards never
+write the same file), where :mod:`.leaderboard` reads it. Without a GPU each says "needs GPU timing".
 
 Several students are timed at once (``--jobs``, :func:`time_students`): their workers start and
 compile together on the CPU, and one at a time has the GPU (:mod:`attnlab.grading.worker.gpu_turn`).
