@@ -113,15 +113,33 @@ def test_bad_decoding_input_gets_a_clear_error(change, exc, match):
 
 # ----------------------------------------------------------------------------------------- launcher
 def test_split_count_fills_the_gpu_and_keeps_slices_long():
-    assert launch_decode.choose_num_splits(8, 32768, 132) == 66         # 528 programs: 4 full waves of 132 SMs
-    assert launch_decode.choose_num_splits(32, 32768, 132) == 16       # 17 reach 4 waves; 512 of 528 fill more
-    assert launch_decode.choose_num_splits(64, 32768, 132) == 8        # not 9: 576 programs leave 0.36 of a wave
-    assert launch_decode.choose_num_splits(256, 32768, 132) == 3
-    assert launch_decode.choose_num_splits(8, 16384, 132) == 49         # capped at 64; 392 of 396 slots
+    # 132 SMs running 4 programs each: waves of 528 programs
+    assert launch_decode.choose_num_splits(8, 32768, 132) == 66         # 528 programs: one full wave
+    assert launch_decode.choose_num_splits(32, 32768, 132) == 16       # 512 of 528; 17 would start a 2nd wave
+    assert launch_decode.choose_num_splits(64, 32768, 132) == 8        # not 12: 768 programs = 1.45 waves
+    assert launch_decode.choose_num_splits(256, 32768, 132) == 2       # 512 or 1024 fill alike: the fewer
+    assert launch_decode.choose_num_splits(8, 16384, 132) == 64         # capped at 64 slices of 256 keys
     assert launch_decode.choose_num_splits(8, 4096, 132) == 16          # capped: 256 keys per slice
     assert launch_decode.choose_num_splits(8, 100, 132) == 1
     assert launch_decode.choose_num_splits(1, 10**7, 132) == 128        # capped at 128
     assert launch_decode.choose_num_splits(4096, 10**6, 132) == 1
+
+
+def test_split_count_follows_the_programs_an_sm_runs_at_once():
+    """A wave is n_sm * per_sm programs: a kernel that fits 7 per SM (smaller D) wants more of them, and
+    one that fits 1 is back to a program per SM."""
+    assert launch_decode.choose_num_splits(8, 32768, 132, per_sm=7) == 115   # 920 of 924 slots
+    assert launch_decode.choose_num_splits(8, 32768, 132, per_sm=1) == 16    # 128 of 132
+    assert launch_decode.choose_num_splits(256, 32768, 132, per_sm=3) == 3   # 768 of 792
+    q, k = torch.empty(1, 8, 1, 16), torch.empty(1, 2, 32768, 16)          # 2 programs per split, 4 SMs (CPU)
+    assert launch_decode.decode_config(q, k, per_sm=1).num_splits == 2
+    assert launch_decode.decode_config(q, k, per_sm=None).num_splits == 8 == launch_decode.PER_SM_DEFAULT * 2
+
+
+def test_the_split_kernel_has_no_occupancy_on_the_cpu():
+    q, k = torch.empty(1, 8, 1, 16), torch.empty(1, 2, 64, 16)
+    lens = torch.tensor([64], dtype=torch.int32)
+    assert launch_decode.partial_programs_per_sm(object(), q, k, k, lens, causal=True) is None
 
 
 @pytest.mark.parametrize("T_max, num_splits, block_n", [(40, 3, 16), (40, 4, 16), (1, 1, 16), (1000, 7, 64)])
@@ -247,6 +265,39 @@ def test_large_head_dims_run_or_say_why_not(D):
     except ValueError as exc:
         assert D > 256 and f"D={D}" in str(exc) and "shared memory" in str(exc), exc
         return
+    ref = decode_attention_reference(q.double(), k.double(), v.double(), lens, causal=True)[0]
+    assert float((o.double() - ref).abs().max()) < 2e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_the_default_split_count_counts_the_programs_an_sm_runs_at_once(D):
+    """The occupancy the launcher asks the driver for is what the compiled kernel's registers, shared
+    memory and threads allow by CUDA's rules (registers allocated 8 a thread and 256 a warp, 1 KiB of
+    shared memory reserved per program), and flash_decode's default split count is chosen with it."""
+    from attnlab import gpu_compile
+
+    from .test_launcher_strides import _dec
+
+    partial, merge = _dec()
+    q = torch.randn(1, 32, 1, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 8, 8192, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.tensor([8000], dtype=torch.int32, device="cuda")
+    per_sm = launch_decode.partial_programs_per_sm(partial, q, k, v, lens, causal=True)
+    cfg = launch_decode.decode_config(q, k, per_sm=per_sm)
+    with gpu_compile.captured() as launches:
+        launch_decode.launch_flash_decode(partial, merge, q, k, v, lens, causal=True)
+    partial_launch = launches[0]
+    assert partial_launch.args[13] == cfg.num_splits       # the launcher used the count chosen with per_sm
+    res = gpu_compile.resources(partial_launch.kernel, partial_launch.args, partial_launch.constexprs,
+                                num_warps=partial_launch.num_warps, num_stages=partial_launch.num_stages)
+    props = torch.cuda.get_device_properties(0)
+    warps = partial_launch.num_warps
+    per_warp = -(-(-(-res.registers // 8) * 8 * 32) // 256) * 256
+    expected = min((65536 // per_warp) // warps, props.shared_memory_per_multiprocessor // (res.shared_bytes + 1024),
+                   props.max_threads_per_multi_processor // (32 * warps), 32)
+    assert per_sm == expected, (res, per_sm, expected)
+    o, _ = launch_decode.launch_flash_decode(partial, merge, q, k, v, lens, causal=True)
     ref = decode_attention_reference(q.double(), k.double(), v.double(), lens, causal=True)[0]
     assert float((o.double() - ref).abs().max()) < 2e-2
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
+from . import gpu_compile
 from .launch import KERNEL_DTYPES, checks_on, is_pow2, output, prepare_kernel, require_contiguous
 from .reference_decode import validate_decode_inputs
 
-__all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "run_decode_partial", "run_decode_merge",
-           "shared_memory_error", "launch_flash_decode"]
+__all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "partial_programs_per_sm", "run_decode_partial",
+           "run_decode_merge", "shared_memory_error", "launch_flash_decode"]
 
 #: SMs assumed under the interpreter (no GPU to ask): small, so CPU runs stay quick.
 INTERPRETER_SMS = 4
@@ -32,22 +33,30 @@ NUM_STAGES = 2
 
 
 # ----------------------------------------------------------------------------------- split count
-def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_n: int = 64,
-                      waves: int = 4, min_keys_per_split: int = 256, max_splits: int = 128) -> int:
-    """How many slices to cut the keys into, so that enough programs run to keep every SM streaming.
+#: Programs of the split kernel one SM runs at once when the GPU cannot be asked (on the CPU): what
+#: notebook 08's kernel gets at D=128 on an H200 (106 registers a thread allow 4 programs of 4 warps).
+PER_SM_DEFAULT = 4
 
-    Programs run in waves of ``n_sm``: a last wave that is only partly full leaves SMs idle while it
-    finishes (the tail effect). So the count is chosen near the one reaching ``waves · n_sm`` programs,
-    between 2/3 and 3/2 of it, as the one whose programs fill their last wave the most (to 1%; ties: the
-    nearest). On an H200 (B 1/8, H_kv 8/32, 4k to 128k keys, D=128, bf16, from CUDA graphs) this took
-    split-K from 0.92 to 0.98 of SDPA's speed in the median, 0.87 to 0.91 in the worst case
-    (notes/gpu/2026-12-02/session5).
+
+def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_n: int = 64,
+                      per_sm: int = PER_SM_DEFAULT, min_keys_per_split: int = 256, max_splits: int = 128) -> int:
+    """How many slices to cut the keys into, so that the programs fill the GPU in whole waves.
+
+    An SM runs ``per_sm`` programs at once (as many as its registers, shared memory and threads hold),
+    so programs run in waves of ``n_sm · per_sm``; a last wave only partly full leaves SMs idle while it
+    finishes (the tail effect). The count is chosen near the one that fills one wave, between 2/3 and
+    3/2 of it, as the one whose last wave is fullest (to 1%; ties: the nearest, then the fewer). On an
+    H200 (B 1/8, H_kv 8/32, 4k to 128k keys, D=128, bf16, from CUDA graphs; notes/gpu/2026-12-02/session5)
+    a split-K step ran at 0.97-1.01 of SDPA's speed with 512 or 528 programs (one wave of 132 · 4) and at
+    0.86-0.92 with 768 to 800 (one and a half): it is the waves of resident programs that count, not
+    those of one program per SM.
 
     Args:
         programs_per_split: programs one slice launches, B · H_kv · (query-row blocks).
         n_keys: keys in the cache (T_max).
         n_sm: streaming multiprocessors of the device.
-        waves: programs wanted per SM (several per SM hide memory latency).
+        per_sm: programs one SM runs at once (:func:`attnlab.gpu_compile.programs_per_sm` of the compiled
+            kernel; :data:`PER_SM_DEFAULT` where unknown).
         min_keys_per_split: below this a slice's fixed costs (loading q, writing a partial, merging)
             outweigh its keys.
 
@@ -57,16 +66,17 @@ def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_
     """
     cap = max(1, min(max_splits, n_keys // max(min_keys_per_split, block_n)))
     per_split = max(1, programs_per_split)
-    wanted = math.ceil(waves * n_sm / per_split)
+    slots = max(1, n_sm) * max(1, per_sm)
+    wanted = math.ceil(slots / per_split)
     low, high = max(1, math.ceil(wanted * 2 / 3)), min(cap, wanted * 3 // 2)
     if high < low:
         return max(1, min(wanted, cap))
 
     def last_wave_fill(splits: int) -> float:
         programs = splits * per_split
-        return round(programs / (math.ceil(programs / n_sm) * n_sm), 2)
+        return round(programs / (math.ceil(programs / slots) * slots), 2)
 
-    return max(range(low, high + 1), key=lambda s: (last_wave_fill(s), -abs(s - wanted)))
+    return max(range(low, high + 1), key=lambda s: (last_wave_fill(s), -abs(s - wanted), -s))
 
 
 @dataclass(frozen=True)
@@ -90,13 +100,16 @@ def _sm_count(device) -> int:
     return INTERPRETER_SMS
 
 
-def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None = None) -> DecodeConfig:
+def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None = None, *,
+                  per_sm: int | None = None) -> DecodeConfig:
     """The launcher's choices for these shapes.
 
     block_m: the rows one program handles, all (query head of the group, new query) pairs of one KV
     head: ``max(16, next_pow2(group · T_q))``, at most 64 (more rows take more row blocks).
-    block_n: 64 on a GPU, 16 under the interpreter. keys_per_split: ``cdiv(T_max, num_splits)`` rounded
-    up to a multiple of block_n, so a slice is whole tiles (the last slices may be short or empty).
+    block_n: 64 on a GPU, 16 under the interpreter. num_splits: None picks :func:`choose_num_splits`
+    for ``per_sm`` programs per SM (:func:`programs_per_sm`; None: :data:`PER_SM_DEFAULT`).
+    keys_per_split: ``cdiv(T_max, num_splits)`` rounded up to a multiple of block_n, so a slice is whole
+    tiles (the last slices may be short or empty).
 
     Raises:
         ValueError: ``num_splits`` or ``block_n`` is not valid.
@@ -111,7 +124,8 @@ def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None
         raise ValueError(f"flash_decode: block_n={block_n!r} must be a power of two >= 16")
     row_blocks = -(-rows // block_m)
     if num_splits is None:
-        num_splits = choose_num_splits(B * H_kv * row_blocks, T_max, _sm_count(q.device), block_n=block_n)
+        num_splits = choose_num_splits(B * H_kv * row_blocks, T_max, _sm_count(q.device), block_n=block_n,
+                                       per_sm=per_sm or PER_SM_DEFAULT)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
         raise ValueError(f"flash_decode: num_splits must be a positive int or None, got {num_splits!r}")
     per = -(-T_max // num_splits)
@@ -165,10 +179,18 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
                        {"q": q, "cache_seqlens": cache_seqlens, "o_part": o_part, "lse_part": lse_part},
                        "the kernel addresses q, the lengths and the partials by their shapes (only the caches "
                        "come with strides)")
+    _launch_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, causal, cfg, num_warps, num_stages)
+    return o_part, lse_part
+
+
+def _launch_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part, causal, cfg, num_warps,
+                    num_stages):
+    """The split kernel's launch, its arguments in the contract's order; returns what the launch returns
+    (Triton's CompiledKernel inside :func:`attnlab.gpu_compile.compile_only`)."""
     B, H_q, T_q, D = q.shape
     H_kv = k_cache.shape[1]
     try:
-        kernel[cfg.partial_grid(B, H_kv)](
+        return kernel[cfg.partial_grid(B, H_kv)](
             q, k_cache, v_cache, cache_seqlens, o_part, lse_part,
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             H_kv, H_q // H_kv, T_q, cfg.keys_per_split, cfg.num_splits, D ** -0.5,
@@ -179,7 +201,43 @@ def run_decode_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_p
         if too_big is not None:
             raise too_big from exc
         raise
-    return o_part, lse_part
+
+
+#: partial_programs_per_sm's answers, per kernel and everything its compiled code depends on.
+_PER_SM: dict[tuple, int | None] = {}
+
+
+def partial_programs_per_sm(kernel, q, k_cache, v_cache, cache_seqlens, *, causal: bool, block_n: int | None = None,
+                            num_warps: int = 4, num_stages: int = NUM_STAGES) -> int | None:
+    """Programs of the split kernel one SM of q's GPU runs at once, as launched with these options.
+
+    The kernel is compiled as :func:`run_decode_partial` launches it (nothing runs) and the CUDA
+    driver's occupancy calculator is asked (:func:`attnlab.gpu_compile.programs_per_sm`). Remembered per
+    kernel, device, dtype, D, tiles, causal flag and launch options, so later calls cost a dictionary
+    lookup and never sync with the GPU (a call during CUDA graph capture finds it remembered).
+
+    Returns:
+        The count, or None on the CPU (the interpreter has no SMs to fill), inside
+        :func:`attnlab.gpu_compile.captured` before the kernel was compiled, or where the driver cannot say.
+
+    Raises:
+        TypeError, ValueError: as :func:`run_decode_partial` (e.g. the shared-memory error of a large D).
+    """
+    if q.device.type != "cuda":
+        return None
+    cfg = decode_config(q, k_cache, None, block_n)
+    key = (kernel, q.device, q.dtype, q.shape[-1], q.shape[1] // k_cache.shape[1], q.shape[2], cfg.block_m,
+           cfg.block_n, bool(causal), num_warps, num_stages)
+    if key not in _PER_SM and not gpu_compile.capturing():  # a recorded launch would compile nothing
+        kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
+                                "flash_decode")
+        part = torch.empty(1, device=q.device, dtype=torch.float32)  # compiled as for any partials buffer
+        k_cache, v_cache = _kv_strides(k_cache, v_cache)
+        with gpu_compile.compile_only():
+            compiled = _launch_partial(kernel, q.contiguous(), k_cache, v_cache, cache_seqlens.contiguous(), part,
+                                       part, causal, cfg, num_warps, num_stages)
+        _PER_SM[key] = gpu_compile.programs_per_sm(compiled)
+    return _PER_SM.get(key)
 
 
 def shared_memory_error(exc: Exception, *, D: int, cfg: DecodeConfig, num_stages: int) -> ValueError | None:
@@ -236,7 +294,8 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
         cache_seqlens: int32 (B,), values in [0, T_max] (checked on the CPU and inside
             :func:`attnlab.launch.checking`; on a GPU otherwise not, since reading them makes the host wait).
         causal: bottom-right aligned (query i sees keys j <= cache_seqlens[b] - T_q + i).
-        num_splits: slices of the keys; None picks :func:`choose_num_splits` from the SM count.
+        num_splits: slices of the keys; None picks :func:`choose_num_splits` from the SM count and the
+            programs an SM runs at once (:func:`partial_programs_per_sm`).
         block_n, num_warps, num_stages: tile of keys and Triton launch options (see :func:`decode_config`;
             num_stages defaults to :data:`NUM_STAGES`, which the checkers use too).
 
@@ -246,7 +305,8 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
         and partials start as NaN, each followed by spare memory, so an element never written fails a
         test and a stray store corrupts nothing; otherwise they are ``torch.empty``.
 
-    Reads no tensor value on the host (``num_splits=None`` asks the device for its SM count only): a
+    Reads no tensor value on the host (``num_splits=None`` asks the device for its SM count and, once per
+    kernel and launch options, the driver for the kernel's occupancy): a
     call on GPU tensors can be captured in a CUDA graph and replayed, once a call outside the capture
     has compiled the kernels. Inference engines replay their decoding step that way.
 
@@ -259,7 +319,10 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
     D = q.shape[-1]
     if not is_pow2(D) or D < 16:
         raise ValueError(f"flash_decode: head dim D={D} must be a power of two >= 16 (tl.arange and tl.dot need it)")
-    cfg = decode_config(q, k_cache, num_splits, block_n)
+    per_sm = None if num_splits is not None else partial_programs_per_sm(
+        partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal, block_n=block_n, num_warps=num_warps,
+        num_stages=num_stages)
+    cfg = decode_config(q, k_cache, num_splits, block_n, per_sm=per_sm)
     q, cache_seqlens = q.contiguous(), cache_seqlens.contiguous()
     k_cache, v_cache = _kv_strides(k_cache, v_cache)
     B, H_q, T_q, _ = q.shape

@@ -65,7 +65,7 @@ contract with notebooks, launchers and submissions):
 - :mod:`.clock`: the gate's own time limit; :mod:`.diagnosis`: the message of a kernel that does not compile;
 - :mod:`.gate`: :func:`ensure_compiles`; :mod:`.launching`: :class:`gated`, :func:`captured`,
   :func:`compile_only`, :func:`resources`;
-- :mod:`.usage`: registers, spills and shared memory of a compiled kernel.
+- :mod:`.usage`: registers, spills and shared memory of a compiled kernel, and its programs per SM.
 """
 
 from __future__ import annotations
@@ -76,13 +76,13 @@ import types
 from . import targets as _targets
 from .clock import GateWaited, compile_limit_s
 from .gate import ensure_compiles
-from .launching import Launch, captured, compile_only, gated, resources
+from .launching import Launch, captured, capturing, compile_only, gated, resources
 from .signature import Spec, signature_of
 from .targets import ADVICE_PREFIX, GpuCompileError, Target
-from .usage import Resources, describe_resources
+from .usage import Resources, describe_resources, programs_per_sm
 
 __all__ = ["Target", "TARGETS", "GpuCompileError", "Spec", "signature_of", "ensure_compiles", "gated", "captured",
-           "compile_only", "Launch", "resources",
+           "capturing", "compile_only", "Launch", "resources", "programs_per_sm",
            "Resources", "describe_resources", "compile_limit_s", "ADVICE_PREFIX", "GateWaited"]
 
 

@@ -50,6 +50,11 @@ def captured():
         _CAPTURING.remove(launches)
 
 
+def capturing() -> bool:
+    """Whether a :func:`captured` block is open (gated launches are being recorded, not run)."""
+    return bool(_CAPTURING)
+
+
 _COMPILE_ONLY = [0]
 
 
@@ -58,7 +63,9 @@ def compile_only():
     """Inside this block, gated launches on a GPU pass the gate and are compiled exactly as they will
     launch (Triton's ``warmup``, cached for the launch), but nothing runs on the GPU: a process can pay
     its compiles while another one has the GPU to itself (the timing stage,
-    :mod:`attnlab.grading.worker.timing`). Launches through the interpreter run nothing either. Nests."""
+    :mod:`attnlab.grading.worker.timing`). A gated launch then returns Triton's ``CompiledKernel`` (what
+    :func:`attnlab.gpu_compile.programs_per_sm` reads). Launches through the interpreter run nothing
+    either (and return None). Nests."""
     _COMPILE_ONLY[0] += 1
     try:
         yield
@@ -100,9 +107,7 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
                             num_stages=options.get("num_stages", 3), native=not self.interpret)
             if _COMPILE_ONLY[0]:
-                if not self.interpret:
-                    self.kernel.warmup(*args, grid=grid, **kwargs)
-                return None
+                return None if self.interpret else self.kernel.warmup(*args, grid=grid, **kwargs)
             if not self.interpret:
                 return self.kernel[grid](*args, **kwargs)
             from ..core.device import interpreted_twin

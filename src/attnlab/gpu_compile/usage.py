@@ -1,9 +1,12 @@
 """What a compiled kernel uses on a GPU (:class:`Resources`: registers, spills, shared memory), read from
-its cubin with the ``cuobjdump`` inside Triton's package, and one line of advice about it.
+its cubin with the ``cuobjdump`` inside Triton's package, and one line of advice about it; how many of its
+programs one SM runs at once (:func:`programs_per_sm`), as the CUDA driver computes it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
 import subprocess
@@ -79,3 +82,47 @@ def describe_resources(res: Resources) -> str:
     if res.shared_bytes > 64 * 1024 and res.target == "sm_75":
         notes.append("above the T4's 64 KiB of shared memory per block")
     return res.describe() + (f": {'; '.join(notes)}" if notes else "")
+
+
+@functools.cache
+def _occupancy_call():
+    """The CUDA driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``, or None without a driver."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fn = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def programs_per_sm(compiled) -> int | None:
+    """How many programs (thread blocks) of ``compiled`` one SM of the current GPU runs at once.
+
+    The registers per thread, shared memory per program and threads per program each cap the count; the
+    CUDA driver's occupancy calculator (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) applies all
+    three to the loaded kernel, with the shared memory Triton asks for at launch. Example: notebook 08's
+    split kernel at D=128 (106 registers, 38 KiB, 4 warps) gets 4 on an H200, limited by registers.
+
+    Args:
+        compiled: a Triton ``CompiledKernel`` (what a launch or ``kernel.warmup`` returns).
+
+    Returns:
+        The count (>= 1), or None where it cannot be asked: no CUDA driver, a kernel that is not a
+        compiled CUDA kernel, or a driver error.
+    """
+    call = _occupancy_call()
+    if call is None or compiled is None:
+        return None
+    try:
+        compiled[(1, 1, 1)]  # loads the module into the context (as a launch would); runs nothing
+        function = compiled.function
+        threads = compiled.metadata.num_warps * getattr(compiled.metadata, "warp_size", 32)
+        shared = int(compiled.metadata.shared)
+    except Exception:  # not a CUDA CompiledKernel (another backend, an interpreted twin)
+        return None
+    count = ctypes.c_int(0)
+    if function is None or call(ctypes.byref(count), function, threads, shared) != 0:
+        return None
+    return count.value if count.value >= 1 else None
