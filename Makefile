@@ -94,7 +94,7 @@ test-deploy: dev
 # interpreter_only, skipped in the first) under TRITON_INTERPRET=1. GPU_PYTHON=python3 runs them without the
 # venv, on a device machine that has torch and triton (notes/gpu/2026-12-04/session10: 63 + 113 passed).
 GPU_PYTHON ?= $(BIN)/python
-GPU_TESTS := tests/test_gpu_compile.py tests/test_fast_path.py tests/test_decoding.py tests/test_gpu_host_cases.py \
+GPU_TESTS := tests/test_gpu_compile.py tests/test_fast_path.py tests/test_decoding.py tests/test_gpu_host_cases.py tests/test_fp8_kernel.py \
 	tests/test_launcher_strides.py tests/test_tuning.py tests/test_kernel_source.py
 GPU_INTERPRETER_TESTS := tests/test_gpu_compile.py tests/test_launcher_strides.py tests/test_tuning.py
 gpu-test:

@@ -242,8 +242,9 @@ check_prune_configs(prune_configs, draw=10, seed=9)  # launches drawn at grading
 #   Tiles right of the diagonal are never visited.
 # - **Flat matrices.** $Q, K, V, O$ are contiguous $(B, H, T, D)$, seen as $(B H T) \times D$ matrices:
 #   head `bh` starts at row `bh * T`. That is the shape a tensor descriptor describes.
-# - **Constexpr switches** `USE_TMA`, `WARP_SPEC`, `PERSISTENT` and the FP8 path (chosen by Q's dtype)
-#   select the steps of section 4; each compiles to its own kernel, with no cost when off.
+# - **Constexpr switches** `USE_TMA`, `WARP_SPEC`, `PERSISTENT` and the FP8 path (chosen by Q's dtype,
+#   with `SCALE_ROWS` for scales per block of rows, section 5) select the steps of section 4; each
+#   compiles to its own kernel, with no cost when off.
 # - No ragged tiles: $T$ is a multiple of 128 (the launcher checks), which is what lets the pruning
 #   drop configs instead of masking loads.
 
@@ -261,14 +262,18 @@ def _load_rows(src, row0, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, USE_TMA: 
 
 
 @triton.jit
-def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, q_pos, qk_scale,
+def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, q_pos, qk_scale, k_scales,
               MASKED: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-              USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+              USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, SCALE_ROWS: tl.constexpr):
     """Online softmax over the keys [lo, hi) of one head, BLOCK_N at a time (scores in base 2)."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         k = _load_rows(k_src, kv_row0 + start_n, BLOCK_N, HEAD_DIM, USE_TMA)
-        s = tl.dot(q, tl.trans(k)) * qk_scale            # FP8 or 16-bit operands, float32 scores
+        s = tl.dot(q, tl.trans(k))                       # FP8 or 16-bit operands, float32 scores
+        if SCALE_ROWS:  # FP8 with a scale per block of rows: one per query row, one per key
+            s = s * qk_scale[:, None] * tl.load(k_scales + (start_n + offs_n) // SCALE_ROWS)[None, :]
+        else:
+            s = s * qk_scale
         if MASKED:                                       # only the diagonal band pays for the mask
             s = tl.where(q_pos[:, None] >= start_n + offs_n[None, :], s, float("-inf"))
         m_next = tl.maximum(m_i, tl.max(s, 1))
@@ -285,12 +290,17 @@ def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, q_pos, qk_scale,
 def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scale,
                  FP8_QK: tl.constexpr, OUT_DTYPE: tl.constexpr, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+                 USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, SCALE_ROWS: tl.constexpr):
     """One BLOCK_M x HEAD_DIM tile of O and its LSE, for head bh (rows bh*T ... of the flat matrices)."""
     row0 = bh * T
     start_m = tile_m * BLOCK_M
     q_pos = start_m + tl.arange(0, BLOCK_M)  # query positions of this tile
-    if FP8_QK:  # Q K^T computes (Q/s_q)(K/s_k)^T: the per-head scales go back in with the softmax scale
+    k_scales = KS
+    # Q K^T computes (Q/s_q)(K/s_k)^T: the scales go back in with the softmax scale
+    if SCALE_ROWS:  # a scale per block of SCALE_ROWS rows: a vector over this tile's query rows
+        k_scales = KS + bh * tl.cdiv(T, SCALE_ROWS)
+        qk_scale = sm_scale * 1.4426950408889634 * tl.load(QS + bh * tl.cdiv(T, SCALE_ROWS) + q_pos // SCALE_ROWS)
+    elif FP8_QK:  # a scale per head: one number
         qk_scale = sm_scale * 1.4426950408889634 * tl.load(QS + bh) * tl.load(KS + bh)
     else:
         qk_scale = sm_scale * 1.4426950408889634
@@ -299,13 +309,13 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     if CAUSAL:  # keys left of the diagonal block need no mask; the band [start_m, start_m + BLOCK_M) does
-        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, start_m, q_pos, qk_scale,
-                                  False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
+        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, start_m, q_pos, qk_scale, k_scales,
+                                  False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC, SCALE_ROWS)
         acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, start_m, start_m + BLOCK_M, q_pos,
-                                  qk_scale, True, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
+                                  qk_scale, k_scales, True, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC, SCALE_ROWS)
     else:
-        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, T, q_pos, qk_scale,
-                                  False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC)
+        acc, l_i, m_i = _kv_sweep(acc, l_i, m_i, q, k_src, v_src, row0, 0, T, q_pos, qk_scale, k_scales,
+                                  False, BLOCK_N, HEAD_DIM, USE_TMA, WARP_SPEC, SCALE_ROWS)
     out = (acc / l_i[:, None]).to(OUT_DTYPE)
     if USE_TMA:
         o_dst.store([row0 + start_m, 0], out)
@@ -317,13 +327,15 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
 @triton.jit
 def _attn_fwd_tuned(Q, K, V, O, LSE, QS, KS, T, BH, n_programs, sm_scale,
                     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PERSISTENT: tl.constexpr):
+                    USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PERSISTENT: tl.constexpr,
+                    SCALE_ROWS: tl.constexpr = 0):
     """softmax(Q K^T * sm_scale) V and its LSE, causal (top-left) or not; contract in attnlab.launch_tuning.
 
     Q, K, V, O: contiguous (B, H, T, D) seen as (B*H*T, HEAD_DIM) matrices; Q and K bf16/fp16/fp32, or
-    both float8e4nv with per-head scales QS, KS (float32, B*H); V and O 16-bit (or fp32). LSE: float32
-    (B*H*T,), natural log. T: a multiple of BLOCK_M and BLOCK_N. BH = B*H. Grid: (T // BLOCK_M, BH), or
-    with PERSISTENT (n_programs,), each program looping over tiles.
+    both float8e4nv with scales QS, KS (float32): per head (B*H,) when SCALE_ROWS is 0, else per block of
+    SCALE_ROWS rows (B*H, cdiv(T, SCALE_ROWS)); V and O 16-bit (or fp32). LSE: float32 (B*H*T,), natural
+    log. T: a multiple of BLOCK_M and BLOCK_N. BH = B*H. Grid: (T // BLOCK_M, BH), or with PERSISTENT
+    (n_programs,), each program looping over tiles.
     """
     FP8_QK: tl.constexpr = Q.dtype.element_ty == tl.float8e4nv
     OUT_DTYPE: tl.constexpr = O.dtype.element_ty
@@ -343,10 +355,10 @@ def _attn_fwd_tuned(Q, K, V, O, LSE, QS, KS, T, BH, n_programs, sm_scale,
         for tile in tl.range(tl.program_id(0), tiles_m * BH, n_programs):
             tile_m = tiles_m - 1 - tile // BH
             _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, tile % BH, tile_m, T, sm_scale,
-                         FP8_QK, OUT_DTYPE, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N, USE_TMA, WARP_SPEC)
+                         FP8_QK, OUT_DTYPE, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N, USE_TMA, WARP_SPEC, SCALE_ROWS)
     else:
         _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, tl.program_id(1), tl.program_id(0), T, sm_scale,
-                     FP8_QK, OUT_DTYPE, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N, USE_TMA, WARP_SPEC)
+                     FP8_QK, OUT_DTYPE, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N, USE_TMA, WARP_SPEC, SCALE_ROWS)
 
 # %% [markdown]
 # Try it: the pointer version and the TMA version against the float64 reference, causal, at a size
@@ -373,7 +385,7 @@ for _tma in (False, True):
 # %% nbgrader={"grade_id": "autotuned", "locked": true}
 # Given: the kernel wrapped by Triton's autotuner, pruned by your prune_configs. Every key the autotuner
 # has not seen yet (T, HEAD_DIM, CAUSAL, the Hopper switches, the dtypes) is tuned on its first call.
-_KEY = ["T", "HEAD_DIM", "CAUSAL", "USE_TMA", "WARP_SPEC", "PERSISTENT"]
+_KEY = ["T", "HEAD_DIM", "CAUSAL", "USE_TMA", "WARP_SPEC", "PERSISTENT", "SCALE_ROWS"]
 attn_fwd_autotuned = triton.autotune(configs=launch_tuning.autotune_configs(), key=_KEY,
                                      prune_configs_by={"early_config_prune": prune_configs},
                                      do_bench=launch_tuning.autotune_bench)(_attn_fwd_tuned)
@@ -418,8 +430,10 @@ attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_
 # everything else keeps as much relative precision as E4M3 has, unless it is tiny compared to that
 # maximum. One scale per head costs nothing in the kernel: $Q K^\top = (Q_8 K_8^\top) \cdot s_Q s_K$,
 # so the two scales join the softmax scale. One scale per **block** of rows (FlashAttention-3's choice)
-# keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price of a
-# scale per tile in the kernel.
+# keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price of one
+# more multiplication per score in the kernel: with `SCALE_ROWS` set, query row $i$ brings the scale
+# of its block, $s_Q[i / 	ext{SCALE\_ROWS}]$, key $j$ brings $s_K[j / 	ext{SCALE\_ROWS}]$, and the
+# tile of scores is multiplied by the outer product of the two vectors.
 #
 # Why only $QK^\top$ here: on Hopper an FP8 `wgmma` needs both operands laid out along the summed
 # dimension, which for $P V$ means a transposed copy of $V$ (Triton's tutorial notes that
@@ -593,9 +607,10 @@ with time_limit(call_limit_s(), "fp8_scales / quantize_fp8"):
 # it receives other FP8 tensors with their per-head scales.
 #
 # The cell below runs the test with your `fp8_scales` and `quantize_fp8` (Q Kᵀ in FP8, P V in bf16, as in
-# the kernel), computing the attention in float64 so that only the quantisation shows; on a GPU it also
-# runs the given kernel with per-head scales. The kernel takes no per-block scales, so that row is the
-# float64 simulation only. On a CPU it uses $H = 2$ heads (a few seconds); it is skipped while autograding.
+# the kernel), computing the attention in float64 so that only the quantisation shows, for four recipes:
+# a scale per head or per block of 64 rows, each without and with the rotation. On a GPU it also runs
+# the given kernel on the same FP8 tensors and scales (`block_rows=64` for the block scales). On a CPU
+# it uses $H = 2$ heads (a few seconds); it is skipped while autograding.
 
 # %% nbgrader={"grade_id": "fp8-fa3-protocol", "locked": true}
 def hadamard_rotation(D, seed=0):
@@ -631,21 +646,18 @@ def fa3_rmse(heads=8, T=2048, D=128, block_rows=64, causal=False):
     rot = hadamard_rotation(D)
     rms = lambda o: float((o.double() - ref).pow(2).mean().sqrt())
     rows = {"bf16 Q, K, V": rms(_attention64(*(x.bfloat16().double().to(dev) for x in (q, k)), v16, causal))}
-    for name, block, m in (("FP8 QKᵀ, a scale per head", None, None),
-                           (f"FP8 QKᵀ, a scale per block of {block_rows} rows", block_rows, None),
-                           ("FP8 QKᵀ, a scale per head + incoherent", None, rot)):
+    for recipe, block, m in (("a scale per head", None, None), (f"a scale per block of {block_rows} rows", block_rows, None),
+                             ("a scale per head + incoherent", None, rot), ("a scale per block + incoherent", block_rows, rot)):
         qm, km = (q, k) if m is None else ((q.double() @ m).float(), (k.double() @ m).float())
-        rows[name] = rms(_attention64(fp8_round_trip(qm, block).to(dev), fp8_round_trip(km, block).to(dev),
-                                      v16, causal))
-    if dev == "cuda":  # the given kernel, per-head scales, without and with the rotation
-        for name, m in (("kernel, a scale per head", None), ("kernel, a scale per head + incoherent", rot)):
-            qm, km = (q, k) if m is None else ((q.double() @ m).float(), (k.double() @ m).float())
+        rows[f"FP8 QKᵀ, {recipe}"] = rms(_attention64(fp8_round_trip(qm, block).to(dev),
+                                                      fp8_round_trip(km, block).to(dev), v16, causal))
+        if dev == "cuda":  # the given kernel on the same FP8 tensors and scales
             qm, km = qm.cuda(), km.cuda()
-            qs, ks = fp8_scales(qm), fp8_scales(km)
-            o, _ = launch_tuning.launch_tuned_forward(attn_fwd_hopper, quantize_fp8(qm, qs), quantize_fp8(km, ks),
-                                                      v.bfloat16().cuda(), causal, q_scale=qs, k_scale=ks,
-                                                      use_tma=True)
-            rows[name] = rms(o)
+            qs, ks = fp8_scales(qm, block), fp8_scales(km, block)
+            o, _ = launch_tuning.launch_tuned_forward(attn_fwd_hopper, quantize_fp8(qm, qs, block),
+                                                      quantize_fp8(km, ks, block), v.bfloat16().cuda(), causal,
+                                                      q_scale=qs, k_scale=ks, block_rows=block, use_tma=True)
+            rows[f"kernel, {recipe}"] = rms(o)
     return rows
 
 

@@ -53,6 +53,30 @@ def test_given_kernel_matches_float64_attention_under_the_interpreter(model, cau
     assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("scale_rows, block_n", [(16, 32), (64, 32), (128, 64)])
+def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model, scale_rows, block_n):
+    """SCALE_ROWS: score (i, j) of head bh is multiplied by QS[bh, i // SCALE_ROWS] * KS[bh, j // SCALE_ROWS].
+    FP8 does not run under the interpreter, but this path does not depend on the dtype, so float32
+    Q and K with block scales check its indexing here: blocks smaller and larger than the tiles, 4 heads."""
+    import triton
+
+    from attnlab.reference import naive_attention
+
+    ns = model[1]
+    B, H, T, D = 2, 2, 256, 16
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    n_blocks = triton.cdiv(T, scale_rows)
+    qs, ks = (torch.rand(B, H, n_blocks, generator=g) * 3 + 0.25 for _ in range(2))
+    o, lse = torch.full_like(v, float("nan")), torch.full((B, H, T), float("nan"))
+    ns["_attn_fwd_tuned"][(T // 64, B * H)](q, k, v, o, lse, qs, ks, T, B * H, 1, D ** -0.5, CAUSAL=True, HEAD_DIM=D,
+                                            BLOCK_M=64, BLOCK_N=block_n, USE_TMA=False, WARP_SPEC=False,
+                                            PERSISTENT=False, SCALE_ROWS=scale_rows)
+    spread = lambda s: s.double().repeat_interleave(scale_rows, dim=2)[:, :, :T, None]  # noqa: E731
+    o_ref, lse_ref = naive_attention(q.double() * spread(qs), k.double() * spread(ks), v.double(), causal=True)
+    assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("change, exc, match", [
     (dict(T=200), ValueError, "multiple of 128"),
     (dict(D=24), ValueError, "power of two"),
@@ -62,6 +86,9 @@ def test_given_kernel_matches_float64_attention_under_the_interpreter(model, cau
     (dict(non_contiguous=True), ValueError, "contiguous"),
     (dict(config=dict(BLOCK_M=32, BLOCK_N=64)), ValueError, "BLOCK_N must divide BLOCK_M"),
     (dict(bf16=True), TypeError, "interpreter"),
+    (dict(fp8_blocks=48), ValueError, "block_rows=48 must be a power of two"),
+    (dict(block_rows_without_fp8=True), ValueError, "with FP8"),
+    (dict(fp8_blocks=32, per_head_scales=True), TypeError, r"shape \(B, H, ceil\(T / block_rows\)\)"),
 ])
 def test_bad_input_gets_a_clear_error(model, change, exc, match):
     ns = model[1]
@@ -75,6 +102,13 @@ def test_bad_input_gets_a_clear_error(model, change, exc, match):
     if change.get("bad_scale_shape"):
         q, k = q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn)
         kw.update(q_scale=torch.ones(2), k_scale=torch.ones(2))
+    if change.get("fp8_blocks"):
+        q, k = q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn)
+        n = 1 if change.get("per_head_scales") else -(-T // change["fp8_blocks"])
+        kw.update(q_scale=torch.ones(1, 2, n).squeeze(-1) if n == 1 else torch.ones(1, 2, n),
+                  k_scale=torch.ones(1, 2) if n == 1 else torch.ones(1, 2, n), block_rows=change["fp8_blocks"])
+    if change.get("block_rows_without_fp8"):
+        kw.update(block_rows=64)
     if change.get("non_contiguous"):
         q = torch.randn(1, T, 2, D).transpose(1, 2)
     if change.get("bf16"):

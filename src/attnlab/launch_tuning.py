@@ -4,11 +4,12 @@ The kernels themselves are given in notebook 09's read-only cells, not here (not
 the second assignment's conventions: no kernel in the package; notes/decisions.md says why the notebook may show them). Their contract:
 
 ``kernel(Q, K, V, O, LSE, QS, KS, T, BH, n_programs, sm_scale, CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N,
-USE_TMA, WARP_SPEC, PERSISTENT)``
+USE_TMA, WARP_SPEC, PERSISTENT, SCALE_ROWS=0)``
 
 - Q, K, V, O contiguous (B, H, T, D), seen as (B·H·T, D) row-major matrices, so head ``bh``'s rows
-  start at row ``bh * T``; LSE float32 (B, H, T), natural log; QS, KS float32 (B·H,) per-head
-  dequantisation scales of FP8 Q and K (ignored, pass any float32 tensor, when Q is 16-bit);
+  start at row ``bh * T``; LSE float32 (B, H, T), natural log; QS, KS float32 dequantisation scales
+  of FP8 Q and K: (B·H,) per head, or with ``SCALE_ROWS`` > 0 (B·H, cdiv(T, SCALE_ROWS)), one per block
+  of SCALE_ROWS rows (ignored, pass any float32 tensor, when Q is 16-bit);
 - grid ``(T // BLOCK_M, B·H)``, or with ``PERSISTENT`` ``(n_programs,)`` programs that walk the
   ``(T // BLOCK_M) · B·H`` tiles;
 - T a multiple of :data:`T_MULTIPLE` (no masking of ragged tails: the autotuner's configs must
@@ -105,7 +106,7 @@ def _tma_allocator(device) -> None:
     triton.set_allocator(alloc)
 
 
-def _validate(kernel, q, k, v, q_scale, k_scale):
+def _validate(kernel, q, k, v, q_scale, k_scale, block_rows):
     where = "launch_tuned_forward"
     if not (is_kernel(kernel) or type(kernel).__name__ == "Autotuner"):
         raise TypeError(f"{where}: kernel must be a @triton.jit function or its triton.autotune wrapper, "
@@ -136,12 +137,19 @@ def _validate(kernel, q, k, v, q_scale, k_scale):
         raise TypeError(f"{where}: FP8 needs q and k both float8_e4m3fn and both q_scale and k_scale; got "
                         f"q {q.dtype}, k {k.dtype}, q_scale {'given' if q_scale is not None else 'None'}, "
                         f"k_scale {'given' if k_scale is not None else 'None'}")
+    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int)
+                                   or block_rows < 1 or block_rows & (block_rows - 1) or not fp8):
+        raise ValueError(f"{where}: block_rows={block_rows!r} must be a power of two, with FP8 q and k "
+                         f"(the rows that share one scale)")
     if fp8:
+        shape, what = ((B, H), "(B, H), a scale per head") if block_rows is None else \
+            ((B, H, -(-T // block_rows)), f"(B, H, ceil(T / block_rows)), a scale per block of {block_rows} rows")
         for name, s in (("q_scale", q_scale), ("k_scale", k_scale)):
-            if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != (B, H):
-                raise TypeError(f"{where}: {name} must be a float32 tensor of shape (B, H) = {(B, H)} (per-head "
-                                f"scales), got {getattr(s, 'dtype', type(s).__name__)} "
-                                f"{tuple(getattr(s, 'shape', ()))}")
+            if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or tuple(s.shape) != shape:
+                raise TypeError(f"{where}: {name} must be a float32 tensor of shape {what} = {shape}, got "
+                                f"{getattr(s, 'dtype', type(s).__name__)} {tuple(getattr(s, 'shape', ()))}")
+            if s.device != q.device:
+                raise ValueError(f"{where}: {name} is on {s.device}, q on {q.device}: use one device")
     elif not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"{where}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if runtime().interpret:
@@ -153,8 +161,8 @@ def _validate(kernel, q, k, v, q_scale, k_scale):
     return fp8
 
 
-def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale=None, use_tma=False,
-                         warp_specialize=False, persistent=False, config=None, sm_scale=None):
+def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale=None, block_rows=None,
+                         use_tma=False, warp_specialize=False, persistent=False, config=None, sm_scale=None):
     """Run notebook 09's forward kernel: softmax(Q Kᵀ · sm_scale) V, FlashAttention-2 style.
 
     Args:
@@ -163,7 +171,9 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
         q, k, v: contiguous (B, H, T, D) on one device, T a multiple of :data:`T_MULTIPLE`; float16,
             bfloat16 or float32 (float32 only under the interpreter); or q and k float8_e4m3fn with
             ``q_scale``, ``k_scale`` float32 (B, H): Q ≈ q.float() · q_scale per head (FP8 Q Kᵀ, P·V in
-            v's dtype).
+            v's dtype); with ``block_rows``, (B, H, ceil(T / block_rows)): a scale per block of
+            block_rows rows (FlashAttention-3's block quantisation; notebook 09's ``fp8_scales``).
+        block_rows: None (scales per head) or a power of two, the rows sharing one scale (FP8 only).
         causal: top-left causal mask (query i sees keys j <= i).
         use_tma, warp_specialize, persistent: the Hopper steps of notebook 09 (constexprs of the kernel).
         config: for a plain ``@triton.jit`` kernel, dict with BLOCK_M, BLOCK_N, num_warps, num_stages.
@@ -179,17 +189,17 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
 
     Raises:
         TypeError: not a kernel, unsupported dtypes, FP8 without scales (or scales of the wrong shape).
-        ValueError: shapes, strides, T not a multiple of 128, D not a power of two, wrong device, or a
-            config whose blocks do not divide T.
+        ValueError: shapes, strides, T not a multiple of 128, D not a power of two, wrong device, a
+            config whose blocks do not divide T, or block_rows not a power of two (or without FP8).
     """
-    fp8 = _validate(kernel, q, k, v, q_scale, k_scale)
+    fp8 = _validate(kernel, q, k, v, q_scale, k_scale, block_rows)
     B, H, T, D = q.shape
     BH = B * H
     sm_scale = D ** -0.5 if sm_scale is None else float(sm_scale)
     o = output(v.shape, 0, v.dtype, v.device)
     lse = output((B, H, T), 0, torch.float32, q.device)
     if fp8:
-        qs, ks = q_scale.reshape(BH).contiguous(), k_scale.reshape(BH).contiguous()
+        qs, ks = q_scale.reshape(BH, -1).contiguous(), k_scale.reshape(BH, -1).contiguous()
     else:
         qs = ks = torch.ones(1, dtype=torch.float32, device=q.device)
     if use_tma:
@@ -202,6 +212,8 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
 
     flags = dict(CAUSAL=bool(causal), HEAD_DIM=D, USE_TMA=bool(use_tma), WARP_SPEC=bool(warp_specialize),
                  PERSISTENT=bool(persistent))
+    if block_rows is not None:  # only then: a kernel written before block scales still launches per head
+        flags["SCALE_ROWS"] = block_rows
     args = (q, k, v, o, lse, qs, ks, T, BH, n_programs, sm_scale)
     if config is None:
         if not type(kernel).__name__ == "Autotuner":
