@@ -156,21 +156,28 @@ assert_number(ideal_decode_us, 2**29 / 4.2e12 * 1e6, name="ideal_decode_us", rel
 #   $w_s = e^{-\infty - (-\infty)}$. The same guard applies; such a row's output is $O = 0$,
 #   $\text{LSE} = -\infty$.
 #
-# **How many slices?** Enough that the grid covers the GPU several times over, but not so many that
+# **How many slices?** Enough that every SM has its fill of programs, but not so many that
 # slices become a tile or two each (every slice pays for loading $q$, writing a partial, and a
-# share of the merge). Programs run in *waves* of one per SM: if the last wave is only a third full,
-# most SMs sit idle while it finishes (the **tail effect**). The given launcher aims at about four
-# programs per SM and, among the counts from 2/3 to 3/2 of that, takes the one whose last wave is
-# fullest; it caps the count at 128 and so that each slice keeps at least 256 keys. On an H200 this
-# choice alone moved the median step from 0.92 to 0.98 of SDPA's speed:
+# share of the merge). An SM runs several programs at once, as many as its registers, shared memory
+# and threads can hold: its **occupancy**. The course's split kernel at $D = 128$ uses 106 registers
+# per thread, and an H200 SM has 65,536 of them, so it holds 4 programs of 4 warps; at $D = 64$ it
+# holds 8. Programs therefore run in *waves* of SMs × occupancy (528 on an H200 at $D = 128$). If the
+# last wave is only partly full, most SMs sit idle while it finishes (the **tail effect**). The
+# given launcher asks the CUDA driver for the compiled kernel's occupancy
+# (`cuOccupancyMaxActiveBlocksPerMultiprocessor`), aims at one full wave and, among the counts from
+# 2/3 to 3/2 of that, takes the one whose last wave is fullest; it caps the count at 128 and so that
+# each slice keeps at least 128 keys. On an H200, at $B = 8$, $H_{kv} = 32$, 2 slices (512 programs,
+# one wave) run at 0.98-0.99 of SDPA's speed and 3 slices (768 programs, one and a half waves) at
+# 0.91, although 768 programs are more than five programs per SM. Counting waves of one program per
+# SM, as this launcher did before, cannot see that. The cell below assumes an occupancy of 4:
 
 # %% nbgrader={"grade_id": "show-num-splits", "locked": true}
 # Given: the launcher's choice of split count (attnlab.launch_decode.choose_num_splits).
 for B_, H_kv_, T_k_ in ((1, 32, 32768), (1, 8, 32768), (8, 32, 32768), (1, 8, 4096)):
-    n = launch_decode.choose_num_splits(B_ * H_kv_, T_k_, n_sm=132)
+    n = launch_decode.choose_num_splits(B_ * H_kv_, T_k_, n_sm=132, per_sm=4)
     programs = B_ * H_kv_ * n
     print(f"B={B_} H_kv={H_kv_:<3} T_k={T_k_:<6} -> {n:3d} splits, {programs:5d} programs "
-          f"({programs / 132:.2f} waves of 132 SMs), about {T_k_ // n} keys each")
+          f"({programs / (132 * 4):.2f} waves of 132 SMs x 4), about {T_k_ // n} keys each")
 
 # %% [markdown]
 # ## 3. A real cache
@@ -709,7 +716,7 @@ else:
 # merge read $S$ partials per row: bytes and launches that do nothing for the cache traffic. Short
 # slices also leave too few tiles to pipeline loads within a program. I would time the step for
 # split counts 1, 2, 4, ... at that shape and pick the fastest, then check it against the rule
-# "about four programs per SM, at least 256 keys per slice".
+# "one full wave of resident programs, at least 128 keys per slice".
 
 # %% [markdown] nbgrader={"grade_id": "speed", "task": true, "locked": true, "points": 0}
 # ## Speed, as the grader measures it

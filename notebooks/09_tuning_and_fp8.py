@@ -270,10 +270,12 @@ def _kv_sweep(acc, l_i, m_i, q, k_src, v_src, kv_row0, lo, hi, q_pos, qk_scale, 
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         k = _load_rows(k_src, kv_row0 + start_n, BLOCK_N, HEAD_DIM, USE_TMA)
         s = tl.dot(q, tl.trans(k))                       # FP8 or 16-bit operands, float32 scores
-        if SCALE_ROWS:  # FP8 with a scale per block of rows: one per query row, one per key
-            s = s * qk_scale[:, None] * tl.load(k_scales + (start_n + offs_n) // SCALE_ROWS)[None, :]
-        else:
+        if SCALE_ROWS == 0:
             s = s * qk_scale
+        elif SCALE_ROWS % BLOCK_N == 0:  # FP8, a scale per block of rows: this tile's keys share one
+            s = s * (qk_scale * tl.load(k_scales + start_n // SCALE_ROWS))
+        else:                            # ... or each key brings its own
+            s = s * qk_scale * tl.load(k_scales + (start_n + offs_n) // SCALE_ROWS)[None, :]
         if MASKED:                                       # only the diagonal band pays for the mask
             s = tl.where(q_pos[:, None] >= start_n + offs_n[None, :], s, float("-inf"))
         m_next = tl.maximum(m_i, tl.max(s, 1))
@@ -297,9 +299,13 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
     q_pos = start_m + tl.arange(0, BLOCK_M)  # query positions of this tile
     k_scales = KS
     # Q K^T computes (Q/s_q)(K/s_k)^T: the scales go back in with the softmax scale
-    if SCALE_ROWS:  # a scale per block of SCALE_ROWS rows: a vector over this tile's query rows
+    if SCALE_ROWS:  # a scale per block of SCALE_ROWS rows of each head
         k_scales = KS + bh * tl.cdiv(T, SCALE_ROWS)
-        qk_scale = sm_scale * 1.4426950408889634 * tl.load(QS + bh * tl.cdiv(T, SCALE_ROWS) + q_pos // SCALE_ROWS)
+        q_scales = QS + bh * tl.cdiv(T, SCALE_ROWS)
+        if SCALE_ROWS % BLOCK_M == 0:  # the tile's rows share one scale
+            qk_scale = sm_scale * 1.4426950408889634 * tl.load(q_scales + start_m // SCALE_ROWS)
+        else:                          # one per row, as a column (BLOCK_M, 1)
+            qk_scale = (sm_scale * 1.4426950408889634 * tl.load(q_scales + q_pos // SCALE_ROWS))[:, None]
     elif FP8_QK:  # a scale per head: one number
         qk_scale = sm_scale * 1.4426950408889634 * tl.load(QS + bh) * tl.load(KS + bh)
     else:
@@ -432,8 +438,10 @@ attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_
 # so the two scales join the softmax scale. One scale per **block** of rows (FlashAttention-3's choice)
 # keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price of one
 # more multiplication per score in the kernel: with `SCALE_ROWS` set, query row $i$ brings the scale
-# of its block, $s_Q[i / 	ext{SCALE\_ROWS}]$, key $j$ brings $s_K[j / 	ext{SCALE\_ROWS}]$, and the
-# tile of scores is multiplied by the outer product of the two vectors.
+# of its block, $s_Q[i / \text{SCALE\_ROWS}]$, key $j$ brings $s_K[j / \text{SCALE\_ROWS}]$, and the
+# tile of scores is multiplied by both. When a block of rows covers whole tiles (`SCALE_ROWS` a
+# multiple of `BLOCK_M` or `BLOCK_N`), the tile's rows or keys share one scale, a single number
+# loaded once per tile instead of a vector.
 #
 # Why only $QK^\top$ here: on Hopper an FP8 `wgmma` needs both operands laid out along the summed
 # dimension, which for $P V$ means a transposed copy of $V$ (Triton's tutorial notes that

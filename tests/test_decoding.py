@@ -118,8 +118,8 @@ def test_split_count_fills_the_gpu_and_keeps_slices_long():
     assert launch_decode.choose_num_splits(32, 32768, 132) == 16       # 512 of 528; 17 would start a 2nd wave
     assert launch_decode.choose_num_splits(64, 32768, 132) == 8        # not 12: 768 programs = 1.45 waves
     assert launch_decode.choose_num_splits(256, 32768, 132) == 2       # 512 or 1024 fill alike: the fewer
-    assert launch_decode.choose_num_splits(8, 16384, 132) == 64         # capped at 64 slices of 256 keys
-    assert launch_decode.choose_num_splits(8, 4096, 132) == 16          # capped: 256 keys per slice
+    assert launch_decode.choose_num_splits(8, 16384, 132) == 66
+    assert launch_decode.choose_num_splits(8, 4096, 132) == 32          # capped: 128 keys per slice
     assert launch_decode.choose_num_splits(8, 100, 132) == 1
     assert launch_decode.choose_num_splits(1, 10**7, 132) == 128        # capped at 128
     assert launch_decode.choose_num_splits(4096, 10**6, 132) == 1

@@ -53,11 +53,14 @@ def test_given_kernel_matches_float64_attention_under_the_interpreter(model, cau
     assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("scale_rows, block_n", [(16, 32), (64, 32), (128, 64)])
-def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model, scale_rows, block_n):
+@pytest.mark.parametrize("scale_rows, block_n, causal", [(16, 32, True), (32, 32, True), (64, 128, False),
+                                                        (64, 32, True), (128, 64, True)])
+def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model, scale_rows, block_n, causal):
     """SCALE_ROWS: score (i, j) of head bh is multiplied by QS[bh, i // SCALE_ROWS] * KS[bh, j // SCALE_ROWS].
     FP8 does not run under the interpreter, but this path does not depend on the dtype, so float32
-    Q and K with block scales check its indexing here: blocks smaller and larger than the tiles, 4 heads."""
+    Q and K with block scales check its indexing here, 4 heads, BLOCK_M = 64: a scale per row and per key
+    (16, 32), per row and per key tile (32, 32), per query tile and per key (64, 128), per tile (64, 32 and
+    128, 64)."""
     import triton
 
     from attnlab.reference import naive_attention
@@ -69,11 +72,11 @@ def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model,
     n_blocks = triton.cdiv(T, scale_rows)
     qs, ks = (torch.rand(B, H, n_blocks, generator=g) * 3 + 0.25 for _ in range(2))
     o, lse = torch.full_like(v, float("nan")), torch.full((B, H, T), float("nan"))
-    ns["_attn_fwd_tuned"][(T // 64, B * H)](q, k, v, o, lse, qs, ks, T, B * H, 1, D ** -0.5, CAUSAL=True, HEAD_DIM=D,
+    ns["_attn_fwd_tuned"][(T // 64, B * H)](q, k, v, o, lse, qs, ks, T, B * H, 1, D ** -0.5, CAUSAL=causal, HEAD_DIM=D,
                                             BLOCK_M=64, BLOCK_N=block_n, USE_TMA=False, WARP_SPEC=False,
                                             PERSISTENT=False, SCALE_ROWS=scale_rows)
     spread = lambda s: s.double().repeat_interleave(scale_rows, dim=2)[:, :, :T, None]  # noqa: E731
-    o_ref, lse_ref = naive_attention(q.double() * spread(qs), k.double() * spread(ks), v.double(), causal=True)
+    o_ref, lse_ref = naive_attention(q.double() * spread(qs), k.double() * spread(ks), v.double(), causal=causal)
     assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
 
 

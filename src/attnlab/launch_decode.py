@@ -39,7 +39,7 @@ PER_SM_DEFAULT = 4
 
 
 def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_n: int = 64,
-                      per_sm: int = PER_SM_DEFAULT, min_keys_per_split: int = 256, max_splits: int = 128) -> int:
+                      per_sm: int = PER_SM_DEFAULT, min_keys_per_split: int = 128, max_splits: int = 128) -> int:
     """How many slices to cut the keys into, so that the programs fill the GPU in whole waves.
 
     An SM runs ``per_sm`` programs at once (as many as its registers, shared memory and threads hold),
@@ -58,7 +58,8 @@ def choose_num_splits(programs_per_split: int, n_keys: int, n_sm: int, *, block_
         per_sm: programs one SM runs at once (:func:`attnlab.gpu_compile.programs_per_sm` of the compiled
             kernel; :data:`PER_SM_DEFAULT` where unknown).
         min_keys_per_split: below this a slice's fixed costs (loading q, writing a partial, merging)
-            outweigh its keys.
+            outweigh its keys. 128 (two tiles): at B=1, H_kv=8 and 4k keys, 64 slices of 64 keys ran at
+            1.02 of SDPA's speed and 16 of 256 at 0.93 (notes/gpu/2026-12-04/session12).
 
     Returns:
         The split count, capped so that each slice keeps ``min_keys_per_split`` keys (at least one
