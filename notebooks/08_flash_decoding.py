@@ -578,29 +578,28 @@ if not RUNTIME.interpret:
 #   replay cycles through several copies of the cache, so that a small cache is not served from the
 #   L2 cache (tens of MB).
 #
-# The course's reference kernels on one H200 (2026-12-02, torch 2.11, triton 3.6, medians; copy
-# bandwidth 4272 GB/s; `notes/gpu/2026-12-02/session5/`), $B = 1$; the 05 kernel's column is from an
-# earlier run (2026-11-30):
+# The course's reference kernels on one H200 (2026-12-04, torch 2.11, triton 3.6, medians; copy
+# bandwidth 4248 GB/s; `notes/gpu/2026-12-04/session12/`), $B = 1$:
 #
 # | B | $H_{kv}$ | $T_k$ | split-K, from Python | split-K, CUDA graph | × copy (graph) | SDPA (graph) | 05 kernel (graph) |
 # |---|---|---|---|---|---|---|---|
-# | 1 | 8 | 32k | 86.8 µs, 1546 GB/s | 38.9 µs, 3447 GB/s | 0.81 | 37.8 µs, 3548 GB/s | 188 GB/s |
-# | 1 | 8 | 128k | 140.9 µs, 3811 GB/s | 128.8 µs, 4168 GB/s | 0.98 | 126.4 µs, 4246 GB/s | 189 GB/s |
-# | 1 | 32 | 32k | 138.5 µs, 3877 GB/s | 125.6 µs, 4274 GB/s | 1.00 | 124.8 µs, 4302 GB/s | 753 GB/s |
-# | 1 | 32 | 128k | 494.1 µs, 4346 GB/s | 480.7 µs, 4468 GB/s | 1.05 | 478.1 µs, 4492 GB/s | 757 GB/s |
+# | 1 | 8 | 32k | 83.1 µs, 1616 GB/s | 38.3 µs, 3508 GB/s | 0.83 | 36.9 µs, 3636 GB/s | 188 GB/s |
+# | 1 | 8 | 128k | 139.7 µs, 3842 GB/s | 126.9 µs, 4231 GB/s | 1.00 | 124.3 µs, 4319 GB/s | 190 GB/s |
+# | 1 | 32 | 32k | 136.7 µs, 3928 GB/s | 123.1 µs, 4363 GB/s | 1.03 | 122.7 µs, 4376 GB/s | 758 GB/s |
+# | 1 | 32 | 128k | 483.2 µs, 4444 GB/s | 469.8 µs, 4571 GB/s | 1.08 | 466.0 µs, 4609 GB/s | 760 GB/s |
 #
-# Three things stand out. **Launched from Python, a step costs at least about 85 µs**, whatever its
-# size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 39 µs, and the GPU waits the rest of the
+# Three things stand out. **Launched from Python, a step costs at least about 80 µs**, whatever its
+# size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 38 µs, and the GPU waits the rest of the
 # time for the host (SDPA's floor from Python is about 50 µs). Through `flash_decode` itself, which also
-# checks its inputs and asks the compile gate about each kernel, one step took 471 µs from Python and
-# 52.6 µs replayed from a graph, against SDPA's 79.0 and 52.7 µs ($H_{kv} = 8$, 32k, $H_q = 32$).
+# checks its inputs and asks the compile gate about each kernel, one step took 255 µs from Python and
+# 49.5 µs replayed from a graph, against SDPA's 63.3 and 49.6 µs ($H_{kv} = 8$, 32k, $H_q = 32$).
 # **Replayed from a CUDA graph, that floor is gone**: split-K reads the cache at the copy bandwidth
-# from 32k keys on ($H_{kv} = 32$) and reaches 0.81 of it with GQA at 32k (a 134 MB cache is read in
-# 39 µs, where the two kernels' start-up and tail are no longer negligible; SDPA reaches 0.83). Over
-# the 24 shapes of the sweep below, split-K runs at 0.91 to 1.01 of SDPA's speed (median 0.98).
-# **Notebook 05's kernel** is stuck near 750 GB/s with 32 programs, at 190 GB/s with GQA (it reads the
-# cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up (4210 GB/s against
-# split-K's 4422 in the earlier run). Without a GPU the next cell shows the earlier run's whole
+# from 32k keys on ($H_{kv} = 32$) and reaches 0.83 of it with GQA at 32k (a 134 MB cache is read in
+# 38 µs, where the two kernels' start-up and tail are no longer negligible; SDPA reaches 0.86). Over
+# the 24 shapes of the sweep below, split-K runs at 0.97 to 1.01 of SDPA's speed (median 0.99).
+# **Notebook 05's kernel** is stuck near 760 GB/s with 32 programs, at 190 GB/s with GQA (it reads the
+# cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up (4319 GB/s against
+# split-K's 4599 at 32k keys). Without a GPU the next cell shows that run's whole
 # measurement as a plot; with a GPU it measures again with your kernels (about a minute).
 
 # %% nbgrader={"grade_id": "fwd-kernel-05", "locked": true}
@@ -655,15 +654,15 @@ else:
 # $B = 8$, $H_{kv} = 32$?
 
 # %% [markdown] nbgrader={"grade_id": "answer-measured", "solution": true, "grade": true, "points": 1}
-# Replayed from a CUDA graph, the reference split-K kernels read K and V at 1.00 of the copy
-# bandwidth at $B = 1$, $H_{kv} = 32$, $T_k = 32$k (4274 GB/s, 125.6 µs), and at 0.81 with GQA
-# ($H_{kv} = 8$, 38.9 µs). Launched from Python the same steps take 138 and 87 µs: the GPU waits
-# for the host to issue each launch, a floor of about 85 µs that a CUDA graph removes (through
-# `flash_decode`, which also checks its inputs, 471 µs against 52.6 µs), which is why inference
-# servers capture their decode step. Split-K reads the cache 5.7× faster than the 05 kernel at
-# $H_{kv} = 32$ (753 GB/s in the earlier run: it starts only 32 programs), and 18.4× with GQA, where
+# Replayed from a CUDA graph, the reference split-K kernels read K and V at 1.03 of the copy
+# bandwidth at $B = 1$, $H_{kv} = 32$, $T_k = 32$k (4363 GB/s, 123.1 µs), and at 0.83 with GQA
+# ($H_{kv} = 8$, 38.3 µs). Launched from Python the same steps take 137 and 83 µs: the GPU waits
+# for the host to issue each launch, a floor of about 80 µs that a CUDA graph removes (through
+# `flash_decode`, which also checks its inputs, 255 µs against 49.5 µs), which is why inference
+# servers capture their decode step. Split-K reads the cache 5.8× faster than the 05 kernel at
+# $H_{kv} = 32$ (758 GB/s: it starts only 32 programs), and 18.6× with GQA, where
 # the 05 kernel also reads K and V once per query head. At $B = 8$, $H_{kv} = 32$ the 05 kernel has
-# 256 programs, about two per SM, so every SM streams and it came within 5 % of split-K: splitting
+# 256 programs, about two per SM, so every SM streams and it came within 6 % of split-K: splitting
 # helps only when (sequence, head) pairs are too few to fill the GPU.
 
 # %% [markdown]

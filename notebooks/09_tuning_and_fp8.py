@@ -681,17 +681,22 @@ else:
                 print(f"  {name:45s} {err:.2e}")
 
 # %% [markdown]
-# In float64 on a CPU (2026-12-02, $H = 8$, the model solutions), not causal (causal in brackets): bf16
-# inputs $9.3 \cdot 10^{-4}$ ($8.6 \cdot 10^{-4}$); FP8 with a scale per head $1.5 \cdot 10^{-2}$
-# ($1.3 \cdot 10^{-2}$); per block of 64 rows $1.2 \cdot 10^{-2}$ ($1.1 \cdot 10^{-2}$); per head with incoherent
-# processing $5.7 \cdot 10^{-3}$ ($6.6 \cdot 10^{-3}$). On an H200 the given kernel matched these to three
-# digits ($1.46 \cdot 10^{-2}$ per head, $5.75 \cdot 10^{-3}$ with the rotation; `notes/gpu/2026-12-02/session6/`):
-# the rounding of Q and K is the whole error, and the rotation's two matrix products cost 0.3 ms against the
-# kernel's 3.6 ms at $B = 8$, $H = 16$, $T = 8192$. Per-block scales help a little: an outlier is one
-# entry in $64 \cdot 128$, so most blocks hold none and keep fine steps, but the rows next to an outlier
-# still share its scale. The rotation helps most, because it
-# removes the outlier from every row's scale. FlashAttention-3 also quantises $V$ and $P$, which costs
-# accuracy this kernel does not spend, so its $9.1 \cdot 10^{-3}$ is not a like-for-like mark.
+# In float64 ($H = 8$, the model solutions), not causal (causal in brackets): bf16 inputs
+# $9.3 \cdot 10^{-4}$ ($8.6 \cdot 10^{-4}$); FP8 with a scale per head $1.5 \cdot 10^{-2}$ ($1.3 \cdot 10^{-2}$);
+# per block of 64 rows $1.2 \cdot 10^{-2}$ ($1.1 \cdot 10^{-2}$); per head with incoherent processing
+# $5.7 \cdot 10^{-3}$ ($6.6 \cdot 10^{-3}$); per block with incoherent processing $5.9 \cdot 10^{-3}$
+# ($6.6 \cdot 10^{-3}$). On an H200 the given kernel matches each of the four to three digits
+# (2026-12-04, `notes/gpu/2026-12-04/session12/`): the rounding of Q and K is the whole error. The
+# rotation's two matrix products cost 0.3 ms against the kernel's 3.6 ms at $B = 8$, $H = 16$, $T = 8192$.
+#
+# Per-block scales help a little: an outlier is one entry in $64 \cdot 128$, so most blocks hold none
+# and keep fine steps, but the rows next to an outlier still share its scale. The rotation helps most,
+# because it removes the outlier from every row's scale; once it has, blocks add nothing (a scale per
+# head does as well). Blocks cost time too: at $B = 8$, $H = 16$, $D = 128$, causal, the kernel with a
+# scale per block of 64 rows took 3.89 ms at $T = 8192$ and 14.7 ms at 16384, against 3.72 and 13.9 ms
+# with a scale per head (1.03-1.06× cuDNN's bf16 time against 1.08-1.12×). FlashAttention-3 also
+# quantises $V$ and $P$, which costs accuracy this kernel does not spend, so its $9.1 \cdot 10^{-3}$ is not
+# a like-for-like mark.
 
 # %% [markdown]
 # ## 6. Measured on an H200
@@ -714,6 +719,10 @@ else:
 # | 128 | 4096 | 584 | 303 (0.52) | 366 (0.63) | 410 (0.70) | 422 (0.72) | 348 (0.60) | 535 (0.92) | 222 (0.38) |
 # | 128 | 8192 | 565 | 333 (0.59) | 398 (0.70) | 449 (0.80) | 467 (0.83) | 361 (0.64) | 593 (1.05) | 350 (0.62) |
 # | 128 | 16384 | 572 | 339 (0.59) | 410 (0.72) | 481 (0.84) | 471 (0.82) | 377 (0.66) | 628 (1.10) | 456 (0.80) |
+#
+# Measured again on 2026-12-04 at six of these shapes (`notes/gpu/2026-12-04/session12/`): within 4 % of
+# the table at $T \ge 4096$; at $T = 1024$ the autotuned kernel reached 245 and 290 TFLOP/s (0.88 and
+# 0.76 of cuDNN), 12-20 % more than above, where the autotuner picks among configs a few percent apart.
 #
 # The autotuner's winner at each $T$, with the compiled kernel's registers per thread, bytes spilled
 # and shared memory:
