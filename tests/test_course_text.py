@@ -273,15 +273,13 @@ def test_05_cpu_table_quotes_its_bench():
 # ------------------------------------------------------------------------ notebook 08 (issue 13)
 def test_decode_table_and_answer_quote_the_h200_runs():
     """Notebook 08's table (split-K launched from Python and from a CUDA graph, SDPA, the 05 kernel) and
-    its model answer quote the H200 runs exactly as rounded there: split-K and SDPA from
-    notes/gpu/2026-12-02/session5/g-out/, the 05 kernel from the earlier notes/gpu/2026-11-30/08-followup/."""
+    its model answer quote the H200 run exactly as rounded there (notes/gpu/2026-12-04/session12/run2/)."""
     from attnlab import bench_decode
 
-    final = ROOT / "notes/gpu/2026-12-02/session5/g-out"
+    final = ROOT / "notes/gpu/2026-12-04/session12/run2"
     copy_gbs = float(re.search(r"x copy \((\d+) GB/s\)", (final / "decode_final.txt").read_text()).group(1))
     by = {(p.impl, p.H_kv, p.T_k): p for p in bench_decode.read_csv(final / "decode_final.csv") if p.B == 1}
-    f5_by = {(p.H_kv, p.T_k): p for p in bench_decode.read_csv(RUN / "08-followup" / "decode_results.csv")
-             if p.B == 1 and p.impl == "05 kernel, T_q=1"}
+    f5_by = {(H_kv, T_k): p for (impl, H_kv, T_k), p in by.items() if impl == "05 kernel, T_q=1"}
     text = markdown("08_flash_decoding")
     assert f"copy bandwidth {copy_gbs:.0f} GB/s" in " ".join(text.split())
     rows = 0
