@@ -159,17 +159,18 @@ assert_number(ideal_decode_us, 2**29 / 4.2e12 * 1e6, name="ideal_decode_us", rel
 # **How many slices?** Enough that every SM has its fill of programs, but not so many that
 # slices become a tile or two each (every slice pays for loading $q$, writing a partial, and a
 # share of the merge). An SM runs several programs at once, as many as its registers, shared memory
-# and threads can hold: its **occupancy**. The course's split kernel at $D = 128$ uses 106 registers
-# per thread, and an H200 SM has 65,536 of them, so it holds 4 programs of 4 warps; at $D = 64$ it
-# holds 8. Programs therefore run in *waves* of SMs × occupancy (528 on an H200 at $D = 128$). If the
-# last wave is only partly full, most SMs sit idle while it finishes (the **tail effect**). The
-# given launcher asks the CUDA driver for the compiled kernel's occupancy
-# (`cuOccupancyMaxActiveBlocksPerMultiprocessor`), aims at one full wave and, among the counts from
-# 2/3 to 3/2 of that, takes the one whose last wave is fullest; it caps the count at 128 and so that
-# each slice keeps at least 128 keys. On an H200, at $B = 8$, $H_{kv} = 32$, 2 slices (512 programs,
-# one wave) run at 0.98-0.99 of SDPA's speed and 3 slices (768 programs, one and a half waves) at
-# 0.91, although 768 programs are more than five programs per SM. Counting waves of one program per
-# SM, as this launcher did before, cannot see that. The cell below assumes an occupancy of 4:
+# and threads can hold: its **occupancy**. The course's split kernel at $D = 128$ uses 114 registers
+# per thread on an H200, whose SMs have 65,536 registers each, so an SM holds 4 programs of 4 warps
+# (at $D = 64$ it holds 8, at $D = 256$ 3: `notes/gpu/2026-12-04/session12/`). Programs therefore run in
+# *waves* of SMs × occupancy, 132 × 4 = 528 on an H200 at $D = 128$. If the last wave is only partly
+# full, most SMs sit idle while it finishes (the **tail effect**). An example: at $B = 8$,
+# $H_{kv} = 32$, 3 slices make 768 programs, 5.8 per SM, which looks like plenty; but an SM runs only 4 at
+# once, so 240 programs run as a second wave less than half full, and the step ran at 0.91 of SDPA's
+# speed. 2 slices (512 programs, one wave) ran at 0.98-0.99. The given launcher therefore asks the CUDA
+# driver for the compiled kernel's occupancy (`cuOccupancyMaxActiveBlocksPerMultiprocessor`), aims at
+# one full wave and, among the counts from 2/3 to 3/2 of that, takes the one whose last wave is fullest;
+# it caps the count at 128 and so that each slice keeps at least 128 keys. The cell below assumes an
+# occupancy of 4:
 
 # %% nbgrader={"grade_id": "show-num-splits", "locked": true}
 # Given: the launcher's choice of split count (attnlab.launch_decode.choose_num_splits).

@@ -438,10 +438,10 @@ attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_
 # so the two scales join the softmax scale. One scale per **block** of rows (FlashAttention-3's choice)
 # keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price of one
 # more multiplication per score in the kernel: with `SCALE_ROWS` set, query row $i$ brings the scale
-# of its block, $s_Q[i / \text{SCALE\_ROWS}]$, key $j$ brings $s_K[j / \text{SCALE\_ROWS}]$, and the
-# tile of scores is multiplied by both. When a block of rows covers whole tiles (`SCALE_ROWS` a
-# multiple of `BLOCK_M` or `BLOCK_N`), the tile's rows or keys share one scale, a single number
-# loaded once per tile instead of a vector.
+# of its block, $s_Q[\lfloor i / \text{SCALE\_ROWS} \rfloor]$, key $j$ brings
+# $s_K[\lfloor j / \text{SCALE\_ROWS} \rfloor]$, and the tile of scores is multiplied by both. When a
+# block of rows covers whole tiles (`SCALE_ROWS` a multiple of `BLOCK_M` or `BLOCK_N`), the tile's rows
+# or keys share one scale, a single number loaded once per tile instead of a vector.
 #
 # Why only $QK^\top$ here: on Hopper an FP8 `wgmma` needs both operands laid out along the summed
 # dimension, which for $P V$ means a transposed copy of $V$ (Triton's tutorial notes that
@@ -612,7 +612,7 @@ with time_limit(call_limit_s(), "fp8_scales / quantize_fp8"):
 # of its row, so it no longer sets that row's scale alone, and the rounding error of the other entries
 # averages out. A Hadamard matrix (entries $\pm 1/\sqrt{D}$) with a random sign per row is such an $M$;
 # the fast Hadamard transform applies it in $D \log_2 D$ additions per row. The kernel needs no change:
-# it receives other FP8 tensors with their per-head scales.
+# it receives other FP8 tensors with their scales.
 #
 # The cell below runs the test with your `fp8_scales` and `quantize_fp8` (Q Kᵀ in FP8, P V in bf16, as in
 # the kernel), computing the attention in float64 so that only the quantisation shows, for four recipes:
@@ -694,7 +694,8 @@ else:
 # because it removes the outlier from every row's scale; once it has, blocks add nothing (a scale per
 # head does as well). Blocks cost time too: at $B = 8$, $H = 16$, $D = 128$, causal, the kernel with a
 # scale per block of 64 rows took 3.89 ms at $T = 8192$ and 14.7 ms at 16384, against 3.72 and 13.9 ms
-# with a scale per head (1.03-1.06× cuDNN's bf16 time against 1.08-1.12×). FlashAttention-3 also
+# with a scale per head: 1.03-1.06× cuDNN's bf16 speed, against 1.08-1.12× (cuDNN's own time moved by
+# up to 8 % between rounds). FlashAttention-3 also
 # quantises $V$ and $P$, which costs accuracy this kernel does not spend, so its $9.1 \cdot 10^{-3}$ is not
 # a like-for-like mark.
 

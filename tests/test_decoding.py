@@ -271,7 +271,7 @@ def test_large_head_dims_run_or_say_why_not(D):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("D", [64, 128, 256])
-def test_the_default_split_count_counts_the_programs_an_sm_runs_at_once(D):
+def test_the_default_split_count_counts_the_programs_an_sm_runs_at_once(D, monkeypatch):
     """The occupancy the launcher asks the driver for is what the compiled kernel's registers, shared
     memory and threads allow by CUDA's rules (registers allocated 8 a thread and 256 a warp, 1 KiB of
     shared memory reserved per program), and flash_decode's default split count is chosen with it."""
@@ -279,16 +279,26 @@ def test_the_default_split_count_counts_the_programs_an_sm_runs_at_once(D):
 
     from .test_launcher_strides import _dec
 
+    import inspect
+
+    from attnlab import contracts
+
     partial, merge = _dec()
     q = torch.randn(1, 32, 1, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(1, 8, 8192, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     lens = torch.tensor([8000], dtype=torch.int32, device="cuda")
+    asked = []
+    real = gpu_compile.programs_per_sm
+    monkeypatch.setattr(gpu_compile, "programs_per_sm", lambda compiled: asked.append(1) or real(compiled))
     per_sm = launch_decode.partial_programs_per_sm(partial, q, k, v, lens, causal=True)
+    assert launch_decode.partial_programs_per_sm(partial, q, k, v, lens, causal=True) == per_sm
+    assert len(asked) == 1                                   # asked once, then remembered
     cfg = launch_decode.decode_config(q, k, per_sm=per_sm)
     with gpu_compile.captured() as launches:
         launch_decode.launch_flash_decode(partial, merge, q, k, v, lens, causal=True)
     partial_launch = launches[0]
-    assert partial_launch.args[13] == cfg.num_splits       # the launcher used the count chosen with per_sm
+    num_splits_at = list(inspect.signature(contracts.decode_partial_kernel).parameters).index("num_splits")
+    assert partial_launch.args[num_splits_at] == cfg.num_splits   # the launcher used the count chosen with per_sm
     res = gpu_compile.resources(partial_launch.kernel, partial_launch.args, partial_launch.constexprs,
                                 num_warps=partial_launch.num_warps, num_stages=partial_launch.num_stages)
     props = torch.cuda.get_device_properties(0)

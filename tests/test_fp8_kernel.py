@@ -30,9 +30,10 @@ def _spread(scale: torch.Tensor, block_rows, T: int) -> torch.Tensor:
     return scale.double().repeat_interleave(block_rows, dim=2)[:, :, :T, None]
 
 
-@pytest.mark.parametrize("block_rows", [None, 16, 64, 256])
+@pytest.mark.parametrize("block_rows, use_tma", [(None, False), (16, False), (64, False), (256, False),
+                                                 (None, True), (64, True)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_fp8_forward_matches_float64_on_the_dequantised_inputs(block_rows, causal):
+def test_fp8_forward_matches_float64_on_the_dequantised_inputs(block_rows, use_tma, causal):
     B, H, T, D = 2, 4, 512, 128
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(B, H, T, D, device="cuda", generator=g) for _ in range(3))
@@ -43,7 +44,7 @@ def test_fp8_forward_matches_float64_on_the_dequantised_inputs(block_rows, causa
               for x, s in ((q, qs), (k, ks)))
     v = v.bfloat16()
     o, lse = launch_tuning.launch_tuned_forward(
-        _tuned_kernel(), q8, k8, v, causal, q_scale=qs, k_scale=ks, block_rows=block_rows,
+        _tuned_kernel(), q8, k8, v, causal, q_scale=qs, k_scale=ks, block_rows=block_rows, use_tma=use_tma,
         config=dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3))
     o_ref, lse_ref = naive_attention(q8.double() * _spread(qs, block_rows, T), k8.double() * _spread(ks, block_rows, T),
                                      v.double(), causal=causal)

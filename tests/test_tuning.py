@@ -53,20 +53,21 @@ def test_given_kernel_matches_float64_attention_under_the_interpreter(model, cau
     assert (o.double() - o_ref).abs().max() < 1e-5 and (lse.double() - lse_ref).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("scale_rows, block_n, causal", [(16, 32, True), (32, 32, True), (64, 128, False),
-                                                        (64, 32, True), (128, 64, True)])
-def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model, scale_rows, block_n, causal):
+@pytest.mark.parametrize("scale_rows, block_n, causal, T", [(16, 32, True, 256), (32, 32, True, 256),
+                                                           (64, 128, False, 256), (64, 32, True, 256),
+                                                           (128, 64, True, 256), (256, 64, True, 384)])
+def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model, scale_rows, block_n, causal, T):
     """SCALE_ROWS: score (i, j) of head bh is multiplied by QS[bh, i // SCALE_ROWS] * KS[bh, j // SCALE_ROWS].
     FP8 does not run under the interpreter, but this path does not depend on the dtype, so float32
     Q and K with block scales check its indexing here, 4 heads, BLOCK_M = 64: a scale per row and per key
     (16, 32), per row and per key tile (32, 32), per query tile and per key (64, 128), per tile (64, 32 and
-    128, 64)."""
+    128, 64), and a last block shorter than the others (256 rows of T = 384)."""
     import triton
 
     from attnlab.reference import naive_attention
 
     ns = model[1]
-    B, H, T, D = 2, 2, 256, 16
+    B, H, D = 2, 2, 16
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
     n_blocks = triton.cdiv(T, scale_rows)
@@ -90,7 +91,8 @@ def test_block_scales_multiply_each_score_by_its_rows_and_its_keys_scales(model,
     (dict(config=dict(BLOCK_M=32, BLOCK_N=64)), ValueError, "BLOCK_N must divide BLOCK_M"),
     (dict(bf16=True), TypeError, "interpreter"),
     (dict(fp8_blocks=48), ValueError, "block_rows=48 must be a power of two"),
-    (dict(block_rows_without_fp8=True), ValueError, "with FP8"),
+    (dict(block_rows_without_fp8=True), ValueError, "block_rows=64 is for FP8 q and k"),
+    (dict(block_rows_float=True), TypeError, "block_rows must be an int"),
     (dict(fp8_blocks=32, per_head_scales=True), TypeError, r"shape \(B, H, ceil\(T / block_rows\)\)"),
 ])
 def test_bad_input_gets_a_clear_error(model, change, exc, match):
@@ -112,6 +114,9 @@ def test_bad_input_gets_a_clear_error(model, change, exc, match):
                   k_scale=torch.ones(1, 2) if n == 1 else torch.ones(1, 2, n), block_rows=change["fp8_blocks"])
     if change.get("block_rows_without_fp8"):
         kw.update(block_rows=64)
+    if change.get("block_rows_float"):
+        q, k = q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn)
+        kw.update(q_scale=torch.ones(1, 2, 2), k_scale=torch.ones(1, 2, 2), block_rows=64.0)
     if change.get("non_contiguous"):
         q = torch.randn(1, T, 2, D).transpose(1, 2)
     if change.get("bf16"):

@@ -58,10 +58,8 @@ def splitk_step(partial_kernel, merge_kernel, q, k_cache, v_cache, cache_seqlens
                 num_splits=None, block_n=None, num_warps=4, num_stages=2):
     """(step, config): a function running both kernels into buffers allocated once, as ``flash_decode``
     launches them (the launcher's input checks and NaN fills are left out: they are test aids)."""
-    per_sm = None if num_splits is not None else launch_decode.partial_programs_per_sm(
-        partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal, block_n=block_n, num_warps=num_warps,
-        num_stages=num_stages)
-    cfg = launch_decode.decode_config(q, k_cache, num_splits, block_n, per_sm=per_sm)
+    cfg = launch_decode.launch_config(partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal,
+                                      num_splits=num_splits, block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     B, H_q, T_q, D = q.shape
     o_part = torch.empty(B, H_q, T_q, cfg.num_splits, D, device=q.device, dtype=torch.float32)
     lse_part = torch.empty(B, H_q, T_q, cfg.num_splits, device=q.device, dtype=torch.float32)

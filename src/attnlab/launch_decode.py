@@ -13,6 +13,7 @@ and launch:
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -21,8 +22,8 @@ from . import gpu_compile
 from .launch import KERNEL_DTYPES, checks_on, is_pow2, output, prepare_kernel, require_contiguous
 from .reference_decode import validate_decode_inputs
 
-__all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "partial_programs_per_sm", "run_decode_partial",
-           "run_decode_merge", "shared_memory_error", "launch_flash_decode"]
+__all__ = ["choose_num_splits", "DecodeConfig", "decode_config", "partial_programs_per_sm", "launch_config",
+           "run_decode_partial", "run_decode_merge", "shared_memory_error", "launch_flash_decode"]
 
 #: SMs assumed under the interpreter (no GPU to ask): small, so CPU runs stay quick.
 INTERPRETER_SMS = 4
@@ -34,7 +35,7 @@ NUM_STAGES = 2
 
 # ----------------------------------------------------------------------------------- split count
 #: Programs of the split kernel one SM runs at once when the GPU cannot be asked (on the CPU): what
-#: notebook 08's kernel gets at D=128 on an H200 (106 registers a thread allow 4 programs of 4 warps).
+#: notebook 08's kernel gets at D=128 on an H200 (114 registers a thread allow 4 programs of 4 warps).
 PER_SM_DEFAULT = 4
 
 
@@ -108,7 +109,7 @@ def decode_config(q, k_cache, num_splits: int | None = None, block_n: int | None
     block_m: the rows one program handles, all (query head of the group, new query) pairs of one KV
     head: ``max(16, next_pow2(group · T_q))``, at most 64 (more rows take more row blocks).
     block_n: 64 on a GPU, 16 under the interpreter. num_splits: None picks :func:`choose_num_splits`
-    for ``per_sm`` programs per SM (:func:`programs_per_sm`; None: :data:`PER_SM_DEFAULT`).
+    for ``per_sm`` programs per SM (:func:`partial_programs_per_sm`; None: :data:`PER_SM_DEFAULT`).
     keys_per_split: ``cdiv(T_max, num_splits)`` rounded up to a multiple of block_n, so a slice is whole
     tiles (the last slices may be short or empty).
 
@@ -204,41 +205,70 @@ def _launch_partial(kernel, q, k_cache, v_cache, cache_seqlens, o_part, lse_part
         raise
 
 
-#: partial_programs_per_sm's answers, per kernel and everything its compiled code depends on.
-_PER_SM: dict[tuple, int | None] = {}
+#: partial_programs_per_sm's answers: kernel -> {what its compiled code depends on: programs per SM}. Weak
+#: on the kernel, so a kernel redefined in a notebook takes its entries (and its loaded module) with it.
+_PER_SM: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _compiled_key(q, k_cache, cache_seqlens, causal: bool, cfg: DecodeConfig, num_warps: int, num_stages: int) -> tuple:
+    """What the split kernel's compiled code depends on, the split count aside: the dtypes, D, the integer
+    arguments as Triton specialises them (equal to 1, divisible by 16), the tiles, the causal flag and the
+    launch options."""
+    ints = (*k_cache.stride()[:3], k_cache.shape[1], q.shape[1] // k_cache.shape[1], q.shape[2])
+    return (q.device, q.dtype, k_cache.dtype, cache_seqlens.dtype, q.shape[-1], tuple((i == 1, i % 16 == 0) for i in ints),
+            cfg.block_m, cfg.block_n, bool(causal), num_warps, num_stages)
 
 
 def partial_programs_per_sm(kernel, q, k_cache, v_cache, cache_seqlens, *, causal: bool, block_n: int | None = None,
                             num_warps: int = 4, num_stages: int = NUM_STAGES) -> int | None:
     """Programs of the split kernel one SM of q's GPU runs at once, as launched with these options.
 
-    The kernel is compiled as :func:`run_decode_partial` launches it (nothing runs) and the CUDA
-    driver's occupancy calculator is asked (:func:`attnlab.gpu_compile.programs_per_sm`). Remembered per
-    kernel, device, dtype, D, tiles, causal flag and launch options, so later calls cost a dictionary
-    lookup and never sync with the GPU (a call during CUDA graph capture finds it remembered).
+    The kernel is compiled as :func:`run_decode_partial` launches it, with the split count of
+    :data:`PER_SM_DEFAULT` (nothing runs), and the CUDA driver's occupancy calculator is asked
+    (:func:`attnlab.gpu_compile.programs_per_sm`). The answer is remembered per kernel and what its
+    compiled code depends on (the split count changes no register), so later calls cost a dictionary
+    lookup and never sync with the GPU.
 
     Returns:
-        The count, or None on the CPU (the interpreter has no SMs to fill), inside
-        :func:`attnlab.gpu_compile.captured` before the kernel was compiled, or where the driver cannot say.
+        The count; None on the CPU (the interpreter has no SMs to fill), where the driver cannot say
+        (a kernel too large to load: its launch then raises :func:`shared_memory_error`'s message), or
+        when nothing is remembered yet and the call is inside :func:`attnlab.gpu_compile.captured` or a
+        CUDA graph capture (which must not compile or load a module).
 
     Raises:
-        TypeError, ValueError: as :func:`run_decode_partial` (e.g. the shared-memory error of a large D).
+        TypeError: ``kernel`` is not a ``@triton.jit`` function; ValueError: as :func:`run_decode_partial`
+        for its inputs.
     """
     if q.device.type != "cuda":
         return None
+    k_cache, v_cache = _kv_strides(k_cache, v_cache)
     cfg = decode_config(q, k_cache, None, block_n)
-    key = (kernel, q.device, q.dtype, q.shape[-1], q.shape[1] // k_cache.shape[1], q.shape[2], cfg.block_m,
-           cfg.block_n, bool(causal), num_warps, num_stages)
-    if key not in _PER_SM and not gpu_compile.capturing():  # a recorded launch would compile nothing
-        kernel = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
-                                "flash_decode")
+    key = _compiled_key(q, k_cache, cache_seqlens, causal, cfg, num_warps, num_stages)
+    try:
+        known = _PER_SM.setdefault(kernel, {})
+    except TypeError:  # not a kernel (no weak reference to it): prepare_kernel names what is wrong
+        known = {}
+    if key not in known:
+        if gpu_compile.capturing() or torch.cuda.is_current_stream_capturing():
+            return None
+        gated = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
+                               "flash_decode")
         part = torch.empty(1, device=q.device, dtype=torch.float32)  # compiled as for any partials buffer
-        k_cache, v_cache = _kv_strides(k_cache, v_cache)
         with gpu_compile.compile_only():
-            compiled = _launch_partial(kernel, q.contiguous(), k_cache, v_cache, cache_seqlens.contiguous(), part,
+            compiled = _launch_partial(gated, q.contiguous(), k_cache, v_cache, cache_seqlens.contiguous(), part,
                                        part, causal, cfg, num_warps, num_stages)
-        _PER_SM[key] = gpu_compile.programs_per_sm(compiled)
-    return _PER_SM.get(key)
+        known[key] = gpu_compile.programs_per_sm(compiled)
+    return known[key]
+
+
+def launch_config(partial_kernel, q, k_cache, v_cache, cache_seqlens, *, causal: bool, num_splits: int | None = None,
+                  block_n: int | None = None, num_warps: int = 4, num_stages: int = NUM_STAGES) -> DecodeConfig:
+    """What :func:`launch_flash_decode` launches: :func:`decode_config`, its split count (when
+    ``num_splits`` is None) chosen for the programs this GPU runs at once (:func:`partial_programs_per_sm`)."""
+    per_sm = None if num_splits is not None else partial_programs_per_sm(
+        partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal, block_n=block_n, num_warps=num_warps,
+        num_stages=num_stages)
+    return decode_config(q, k_cache, num_splits, block_n, per_sm=per_sm)
 
 
 def shared_memory_error(exc: Exception, *, D: int, cfg: DecodeConfig, num_stages: int) -> ValueError | None:
@@ -320,10 +350,8 @@ def launch_flash_decode(partial_kernel, merge_kernel, q, k_cache, v_cache, cache
     D = q.shape[-1]
     if not is_pow2(D) or D < 16:
         raise ValueError(f"flash_decode: head dim D={D} must be a power of two >= 16 (tl.arange and tl.dot need it)")
-    per_sm = None if num_splits is not None else partial_programs_per_sm(
-        partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal, block_n=block_n, num_warps=num_warps,
-        num_stages=num_stages)
-    cfg = decode_config(q, k_cache, num_splits, block_n, per_sm=per_sm)
+    cfg = launch_config(partial_kernel, q, k_cache, v_cache, cache_seqlens, causal=causal, num_splits=num_splits,
+                        block_n=block_n, num_warps=num_warps, num_stages=num_stages)
     q, cache_seqlens = q.contiguous(), cache_seqlens.contiguous()
     k_cache, v_cache = _kv_strides(k_cache, v_cache)
     B, H_q, T_q, _ = q.shape

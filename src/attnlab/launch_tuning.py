@@ -137,10 +137,15 @@ def _validate(kernel, q, k, v, q_scale, k_scale, block_rows):
         raise TypeError(f"{where}: FP8 needs q and k both float8_e4m3fn and both q_scale and k_scale; got "
                         f"q {q.dtype}, k {k.dtype}, q_scale {'given' if q_scale is not None else 'None'}, "
                         f"k_scale {'given' if k_scale is not None else 'None'}")
-    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int)
-                                   or block_rows < 1 or block_rows & (block_rows - 1) or not fp8):
-        raise ValueError(f"{where}: block_rows={block_rows!r} must be a power of two, with FP8 q and k "
-                         f"(the rows that share one scale)")
+    if block_rows is not None:
+        if isinstance(block_rows, bool) or not isinstance(block_rows, int):
+            raise TypeError(f"{where}: block_rows must be an int (the rows that share one scale) or None, got "
+                            f"{type(block_rows).__name__}")
+        if block_rows < 1 or block_rows & (block_rows - 1):
+            raise ValueError(f"{where}: block_rows={block_rows} must be a power of two")
+        if not fp8:
+            raise ValueError(f"{where}: block_rows={block_rows} is for FP8 q and k (scales per block of rows); "
+                             f"got q {q.dtype}")
     if fp8:
         shape, what = ((B, H), "(B, H), a scale per head") if block_rows is None else \
             ((B, H, -(-T // block_rows)), f"(B, H, ceil(T / block_rows)), a scale per block of {block_rows} rows")
@@ -188,9 +193,10 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
     the capture has compiled the kernel.
 
     Raises:
-        TypeError: not a kernel, unsupported dtypes, FP8 without scales (or scales of the wrong shape).
+        TypeError: not a kernel, unsupported dtypes, FP8 without scales (or scales of the wrong shape), a
+            block_rows that is not an int.
         ValueError: shapes, strides, T not a multiple of 128, D not a power of two, wrong device, a
-            config whose blocks do not divide T, or block_rows not a power of two (or without FP8).
+            config whose blocks do not divide T, or block_rows not a power of two or given without FP8.
     """
     fp8 = _validate(kernel, q, k, v, q_scale, k_scale, block_rows)
     B, H, T, D = q.shape

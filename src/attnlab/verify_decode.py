@@ -161,7 +161,9 @@ def check_decode_partial_kernel(kernel, *, seqlens, H_q: int = 2, H_kv: int = 2,
         seqlens: valid keys per sequence (B = len(seqlens)); T_max defaults to max(seqlens) + 3, so
             every sequence has NaN keys after its end.
         H_q, H_kv: query and KV heads (H_q a multiple of H_kv); T_q: new queries per sequence.
-        num_splits, block_n: as the launcher takes them (None: its own choice).
+        num_splits, block_n: as the launcher takes them (None: its rule for
+            :data:`attnlab.launch_decode.PER_SM_DEFAULT` programs per SM, on any device, so the case does
+            not depend on the GPU's occupancy).
         kv_layout: ``"bhtd"`` (contiguous caches) or ``"bthd"`` (a (B, T_max, H_kv, D) buffer seen through a
             transpose: stride_kt = H_kv·D, stride_kh = D), which the launcher passes without a copy.
 
@@ -296,8 +298,9 @@ def check_flash_decode(partial_kernel, merge_kernel, *, seqlens, H_q: int = 2, H
                        D: int = 16, T_max: int | None = None, causal: bool = True, num_splits: int | None = None,
                        block_n: int | None = None, dtype=torch.float32, seed: int = 0, num_warps: int = 4,
                        num_stages: int = launch_decode.NUM_STAGES, device: str | None = None):
-    """Check both kernels together, launched as ``flash_decode`` launches them, against
-    :func:`attnlab.reference_decode.decode_attention_reference` in float64.
+    """Check both kernels together, launched as ``flash_decode`` launches them (with the split count of
+    the case, see ``num_splits``), against :func:`attnlab.reference_decode.decode_attention_reference` in
+    float64.
 
     Arguments as :func:`check_decode_partial_kernel`. Rows with no visible key (a length-0 sequence,
     or more new queries than keys with ``causal``) must give O = 0 and LSE = -inf.

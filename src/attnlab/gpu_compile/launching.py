@@ -6,6 +6,7 @@ launcher makes recorded instead of run (:func:`captured`) or compiled without ru
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass
 
 from . import targets as _targets
@@ -55,7 +56,8 @@ def capturing() -> bool:
     return bool(_CAPTURING)
 
 
-_COMPILE_ONLY = [0]
+# per thread: a launcher that compiles to ask about its kernel must not stop another thread's launches
+_COMPILE_ONLY = threading.local()
 
 
 @contextlib.contextmanager
@@ -65,12 +67,12 @@ def compile_only():
     its compiles while another one has the GPU to itself (the timing stage,
     :mod:`attnlab.grading.worker.timing`). A gated launch then returns Triton's ``CompiledKernel`` (what
     :func:`attnlab.gpu_compile.programs_per_sm` reads). Launches through the interpreter run nothing
-    either (and return None). Nests."""
-    _COMPILE_ONLY[0] += 1
+    either (and return None). Nests; applies to the calling thread only."""
+    _COMPILE_ONLY.depth = getattr(_COMPILE_ONLY, "depth", 0) + 1
     try:
         yield
     finally:
-        _COMPILE_ONLY[0] -= 1
+        _COMPILE_ONLY.depth -= 1
 
 
 #: Launch options of ``kernel[grid](...)`` that are not kernel arguments (Triton's names).
@@ -106,7 +108,7 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
                 return None
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
                             num_stages=options.get("num_stages", 3), native=not self.interpret)
-            if _COMPILE_ONLY[0]:
+            if getattr(_COMPILE_ONLY, "depth", 0):
                 return None if self.interpret else self.kernel.warmup(*args, grid=grid, **kwargs)
             if not self.interpret:
                 return self.kernel[grid](*args, **kwargs)

@@ -103,7 +103,7 @@ def programs_per_sm(compiled) -> int | None:
     The registers per thread, shared memory per program and threads per program each cap the count; the
     CUDA driver's occupancy calculator (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) applies all
     three to the loaded kernel, with the shared memory Triton asks for at launch. Example: notebook 08's
-    split kernel at D=128 (106 registers, 38 KiB, 4 warps) gets 4 on an H200, limited by registers.
+    split kernel at D=128 (114 registers, 38 KiB, 4 warps) gets 4 on an H200, limited by registers.
 
     Args:
         compiled: a Triton ``CompiledKernel`` (what a launch or ``kernel.warmup`` returns).
