@@ -292,7 +292,7 @@ def test_the_default_split_count_counts_the_programs_an_sm_runs_at_once(D, monke
     monkeypatch.setattr(gpu_compile, "programs_per_sm", lambda compiled: asked.append(1) or real(compiled))
     per_sm = launch_decode.partial_programs_per_sm(partial, q, k, v, lens, causal=True)
     assert launch_decode.partial_programs_per_sm(partial, q, k, v, lens, causal=True) == per_sm
-    assert len(asked) == 1                                   # asked once, then remembered
+    assert len(asked) <= 1       # remembered (asked here, or already by an earlier test with this kernel)
     cfg = launch_decode.decode_config(q, k, per_sm=per_sm)
     with gpu_compile.captured() as launches:
         launch_decode.launch_flash_decode(partial, merge, q, k, v, lens, causal=True)

@@ -253,10 +253,10 @@ def partial_programs_per_sm(kernel, q, k_cache, v_cache, cache_seqlens, *, causa
             return None
         gated = prepare_kernel(kernel, "_decode_partial_kernel", {"q": q, "k_cache": k_cache, "v_cache": v_cache},
                                "flash_decode")
+        compiler = gpu_compile.gated(gated.kernel, gated.what, gated.interpret, compile_only=True)
         part = torch.empty(1, device=q.device, dtype=torch.float32)  # compiled as for any partials buffer
-        with gpu_compile.compile_only():
-            compiled = _launch_partial(gated, q.contiguous(), k_cache, v_cache, cache_seqlens.contiguous(), part,
-                                       part, causal, cfg, num_warps, num_stages)
+        compiled = _launch_partial(compiler, q.contiguous(), k_cache, v_cache, cache_seqlens.contiguous(), part,
+                                   part, causal, cfg, num_warps, num_stages)
         known[key] = gpu_compile.programs_per_sm(compiled)
     return known[key]
 

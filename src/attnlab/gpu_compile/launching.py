@@ -6,7 +6,6 @@ launcher makes recorded instead of run (:func:`captured`) or compiled without ru
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 
 from . import targets as _targets
@@ -56,8 +55,9 @@ def capturing() -> bool:
     return bool(_CAPTURING)
 
 
-# per thread: a launcher that compiles to ask about its kernel must not stop another thread's launches
-_COMPILE_ONLY = threading.local()
+# process-wide, not per thread: autograd runs a backward's launches in its own threads. A launcher that only
+# wants its own kernel compiled uses gated(..., compile_only=True) instead.
+_COMPILE_ONLY = [0]
 
 
 @contextlib.contextmanager
@@ -66,13 +66,13 @@ def compile_only():
     launch (Triton's ``warmup``, cached for the launch), but nothing runs on the GPU: a process can pay
     its compiles while another one has the GPU to itself (the timing stage,
     :mod:`attnlab.grading.worker.timing`). A gated launch then returns Triton's ``CompiledKernel`` (what
-    :func:`attnlab.gpu_compile.programs_per_sm` reads). Launches through the interpreter run nothing
-    either (and return None). Nests; applies to the calling thread only."""
-    _COMPILE_ONLY.depth = getattr(_COMPILE_ONLY, "depth", 0) + 1
+    :func:`attnlab.gpu_compile.programs_per_sm` reads; one kernel alone: ``gated(..., compile_only=True)``). Launches through the interpreter run nothing
+    either (and return None). Nests; applies to every thread (autograd launches a backward from its own)."""
+    _COMPILE_ONLY[0] += 1
     try:
         yield
     finally:
-        _COMPILE_ONLY.depth -= 1
+        _COMPILE_ONLY[0] -= 1
 
 
 #: Launch options of ``kernel[grid](...)`` that are not kernel arguments (Triton's names).
@@ -93,10 +93,13 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
     ``interpret=True`` (a compiled-mode kernel launched on CPU tensors on a GPU machine): the gate
     compiles for the course's targets as on a machine without a GPU, and the launch runs the
     kernel's interpreted twin (:func:`attnlab.core.device.interpreted_twin`).
+
+    ``compile_only=True``: this wrapper's launches behave as inside :func:`compile_only` (the gate, then
+    Triton's ``warmup``, whose CompiledKernel they return), and no other launch is affected.
     """
 
-    def __init__(self, kernel, what: str, interpret: bool = False):
-        self.kernel, self.what, self.interpret = kernel, what, interpret
+    def __init__(self, kernel, what: str, interpret: bool = False, compile_only: bool = False):
+        self.kernel, self.what, self.interpret, self.compile_only = kernel, what, interpret, compile_only
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -108,7 +111,7 @@ class gated:  # noqa: N801  (used like the kernel it wraps)
                 return None
             ensure_compiles(self.kernel, args, constexprs, what=self.what, num_warps=options.get("num_warps", 4),
                             num_stages=options.get("num_stages", 3), native=not self.interpret)
-            if getattr(_COMPILE_ONLY, "depth", 0):
+            if _COMPILE_ONLY[0] or self.compile_only:
                 return None if self.interpret else self.kernel.warmup(*args, grid=grid, **kwargs)
             if not self.interpret:
                 return self.kernel[grid](*args, **kwargs)
