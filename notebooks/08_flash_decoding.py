@@ -160,7 +160,8 @@ assert_number(ideal_decode_us, 2**29 / 4.2e12 * 1e6, name="ideal_decode_us", rel
 # slices become a tile or two each (every slice pays for loading $q$, writing a partial, and a
 # share of the merge). An SM runs several programs at once, as many as its registers, shared memory
 # and threads can hold: its **occupancy**. The course's split kernel at $D = 128$ uses 114 registers
-# per thread on an H200, whose SMs have 65,536 registers each, so an SM holds 4 programs of 4 warps
+# per thread on an H200, so a program of 4 warps needs $4 \cdot 32 \cdot 114 = 14{,}592$ registers
+# (a little more after rounding), and an SM's 65,536 registers hold 4 such programs
 # (at $D = 64$ it holds 8, at $D = 256$ 3: `notes/gpu/2026-12-04/session12/`). Programs therefore run in
 # *waves* of SMs × occupancy, 132 × 4 = 528 on an H200 at $D = 128$. If the last wave is only partly
 # full, most SMs sit idle while it finishes (the **tail effect**). An example: at $B = 8$,
@@ -168,9 +169,12 @@ assert_number(ideal_decode_us, 2**29 / 4.2e12 * 1e6, name="ideal_decode_us", rel
 # once, so 240 programs run as a second wave less than half full, and the step ran at 0.91 of SDPA's
 # speed. 2 slices (512 programs, one wave) ran at 0.98-0.99. The given launcher therefore asks the CUDA
 # driver for the compiled kernel's occupancy (`cuOccupancyMaxActiveBlocksPerMultiprocessor`), aims at
-# one full wave and, among the counts from 2/3 to 3/2 of that, takes the one whose last wave is fullest;
-# it caps the count at 128 and so that each slice keeps at least 128 keys. The cell below assumes an
-# occupancy of 4:
+# one full wave (the smallest count that fills one, rounded up) and, among the counts from 2/3 to 3/2
+# of that, takes the one whose last wave is fullest; ties go to the count nearer the aim, then to the
+# smaller. At $B = 8$, $H_{kv} = 32$ the aim is 3 slices, and 2 and 4 fill their last waves equally (512
+# of 528, 1024 of 1056): 2 it is. The count is capped at 128, and at $T_k / 128$ so that each slice keeps
+# at least 128 keys; with few (sequence, head) pairs and a short cache that cap can leave the GPU half
+# full (the last line the cell prints). The cell below assumes an occupancy of 4:
 
 # %% nbgrader={"grade_id": "show-num-splits", "locked": true}
 # Given: the launcher's choice of split count (attnlab.launch_decode.choose_num_splits).
@@ -591,13 +595,15 @@ if not RUNTIME.interpret:
 #
 # Three things stand out. **Launched from Python, a step costs at least about 80 µs**, whatever its
 # size: 134 MB of K and V ($H_{kv} = 8$, 32k keys) stream in 38 µs, and the GPU waits the rest of the
-# time for the host (SDPA's floor from Python is about 50 µs). Through `flash_decode` itself, which also
-# checks its inputs and asks the compile gate about each kernel, one step took 255 µs from Python and
+# time for the host (SDPA from Python takes about 50 µs at this size, 18 µs at 4k keys). Through
+# `flash_decode` itself, which also checks its inputs and that each kernel compiles for the course's GPUs,
+# one step took 255 µs from Python and
 # 49.5 µs replayed from a graph, against SDPA's 63.3 and 49.6 µs ($H_{kv} = 8$, 32k, $H_q = 32$).
 # **Replayed from a CUDA graph, that floor is gone**: split-K reads the cache at the copy bandwidth
 # from 32k keys on ($H_{kv} = 32$) and reaches 0.83 of it with GQA at 32k (a 134 MB cache is read in
 # 38 µs, where the two kernels' start-up and tail are no longer negligible; SDPA reaches 0.86). Over
-# the 24 shapes of the sweep below, split-K runs at 0.97 to 1.01 of SDPA's speed (median 0.99).
+# the 24 shapes of that run's sweep (the cell below measures 12 of them again), split-K runs at 0.96 to
+# 1.01 of SDPA's speed (median 0.99).
 # **Notebook 05's kernel** is stuck near 760 GB/s with 32 programs, at 190 GB/s with GQA (it reads the
 # cache four times); at $B = 8$, $H_{kv} = 32$ it has 256 programs and catches up (4319 GB/s against
 # split-K's 4599 at 32k keys). Without a GPU the next cell shows that run's whole
@@ -635,11 +641,13 @@ else:
 # arguments, building the kernels' specialisation keys, talking to the driver) before the GPU receives
 # any work, and that costs tens of µs or more each step, as long as the kernels themselves or longer;
 # the GPU sits idle meanwhile. A CUDA graph records the two launches once, with their arguments, and a replay hands
-# the whole step to the GPU in one call, so what remains is the kernels' own time. The price is that
+# the whole step to the GPU in one call, so what remains is the kernels' own time plus about 10 µs
+# for the graph to start on an idle GPU (49.5 µs here, against 38.3 µs for the kernels replayed back to
+# back in the sweep). The price is that
 # a graph replays the same addresses and shapes: a server writes each new token into the same cache
 # and length tensors and replays, which is why a launcher that wants to be captured must never read a
-# GPU value on the host (such a read waits for the GPU, and is refused while capturing). Until this
-# version the course's launcher read `cache_seqlens.min()` every step to check it: it could not be
+# GPU value on the host (such a read waits for the GPU, and is refused while capturing). An earlier
+# version of this launcher read `cache_seqlens.min()` every step to check it: it could not be
 # captured and made the host wait for the previous step to finish.
 
 # %% nbgrader={"grade_id": "decode-both-ways", "locked": true}

@@ -427,7 +427,8 @@ attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_
 #
 # Hopper's tensor cores multiply 8-bit floats at twice the bf16 rate. **E4M3** (`torch.float8_e4m3fn`)
 # has 1 sign bit, 4 exponent bits and 3 mantissa bits: its largest value is $448 = 1.75 \cdot 2^8$, it
-# has no infinity (the bit pattern is used for NaN, hence *fn*, "finite"), and between powers of two
+# has no infinity (only the pattern S.1111.111 is NaN; the top exponent's other patterns are finite
+# numbers, which is where 448 comes from: hence *fn*, "finite"), and between powers of two
 # it holds only 8 values, so rounding to the nearest one is off by at most half a step:
 # a relative $2^{-4}$ for normal numbers (below $2^{-6}$ the steps stay at $2^{-9}$).
 #
@@ -436,15 +437,17 @@ attn_fwd_hopper = triton.autotune(configs=launch_tuning.autotune_configs(launch_
 # everything else keeps as much relative precision as E4M3 has, unless it is tiny compared to that
 # maximum. One scale per head costs nothing in the kernel: $Q K^\top = (Q_8 K_8^\top) \cdot s_Q s_K$,
 # so the two scales join the softmax scale. One scale per **block** of rows (FlashAttention-3's choice)
-# keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price of one
-# more multiplication per score in the kernel: with `SCALE_ROWS` set, query row $i$ brings the scale
+# keeps one huge outlier token from pushing the other rows out of E4M3's range, at the price, in
+# general, of one more multiplication per score in the kernel: with `SCALE_ROWS` set, query row $i$ brings the scale
 # of its block, $s_Q[\lfloor i / \text{SCALE\_ROWS} \rfloor]$, key $j$ brings
 # $s_K[\lfloor j / \text{SCALE\_ROWS} \rfloor]$, and the tile of scores is multiplied by both. When a
 # block of rows covers whole tiles (`SCALE_ROWS` a multiple of `BLOCK_M` or `BLOCK_N`), the tile's rows
-# or keys share one scale, a single number loaded once per tile instead of a vector.
+# or keys share one scale, a single number loaded once per tile that joins the softmax scale, and the
+# extra multiplication per score is gone.
 #
 # Why only $QK^\top$ here: on Hopper an FP8 `wgmma` needs both operands laid out along the summed
-# dimension, which for $P V$ means a transposed copy of $V$ (Triton's tutorial notes that
+# dimension, contiguous in the index the product sums over. $V$ is stored $(T, D)$, contiguous along
+# $D$, but $P V$ sums over $T$, so FP8 $P V$ needs a transposed copy of $V$ (Triton's tutorial notes that
 # non-transposed FP8 $V$ runs on Blackwell only), and $P$ in 8 bits is coarse. So the given kernel
 # keeps $P V$ in bf16.
 #
@@ -609,7 +612,8 @@ with time_limit(call_limit_s(), "fp8_scales / quantize_fp8"):
 # Incoherent processing multiplies Q and K by the same random orthogonal $D \times D$ matrix $M$ before
 # quantising. The scores do not change, since $(QM)(KM)^\top = Q M M^\top K^\top = QK^\top$, but each
 # entry of $QM$ is a signed mix of a whole row of $Q$: an outlier is spread thinly over all $D$ entries
-# of its row, so it no longer sets that row's scale alone, and the rounding error of the other entries
+# of its row (its largest entry shrinks by about $\sqrt{D}$), so it no longer sets its head's (or
+# block's) scale alone, and the rounding error of the other entries
 # averages out. A Hadamard matrix (entries $\pm 1/\sqrt{D}$) with a random sign per row is such an $M$;
 # the fast Hadamard transform applies it in $D \log_2 D$ additions per row. The kernel needs no change:
 # it receives other FP8 tensors with their scales.
@@ -687,15 +691,16 @@ else:
 # $5.7 \cdot 10^{-3}$ ($6.6 \cdot 10^{-3}$); per block with incoherent processing $5.9 \cdot 10^{-3}$
 # ($6.6 \cdot 10^{-3}$). On an H200 the given kernel matches each of the four to three digits
 # (2026-12-04, `notes/gpu/2026-12-04/session12/`): the rounding of Q and K is the whole error. The
-# rotation's two matrix products cost 0.3 ms against the kernel's 3.6 ms at $B = 8$, $H = 16$, $T = 8192$.
+# rotation's two matrix products cost 0.3 ms against the kernel's 3.7 ms at $B = 8$, $H = 16$, $T = 8192$.
 #
-# Per-block scales help a little: an outlier is one entry in $64 \cdot 128$, so most blocks hold none
-# and keep fine steps, but the rows next to an outlier still share its scale. The rotation helps most,
-# because it removes the outlier from every row's scale; once it has, blocks add nothing (a scale per
-# head does as well). Blocks cost time too: at $B = 8$, $H = 16$, $D = 128$, causal, the kernel with a
+# Per-block scales help only a little: outliers are one entry in a thousand, so a block of
+# $64 \cdot 128$ entries holds about 8 of them and nearly every block's scale is still set by one; blocks
+# help because the largest of ~8 outliers is usually smaller than the largest of a head's ~260. The
+# rotation helps most, because it spreads every outlier over its row, so no scale is set by one any
+# more; once it has, blocks add nothing (a scale per head does as well). Blocks cost time too: at $B = 8$, $H = 16$, $D = 128$, causal, the kernel with a
 # scale per block of 64 rows took 3.89 ms at $T = 8192$ and 14.7 ms at 16384, against 3.72 and 13.9 ms
 # with a scale per head: 1.03-1.06× cuDNN's bf16 speed, against 1.08-1.12× (cuDNN's own time moved by
-# up to 8 % between rounds). FlashAttention-3 also
+# up to 16 % between rounds). FlashAttention-3 also
 # quantises $V$ and $P$, which costs accuracy this kernel does not spend, so its $9.1 \cdot 10^{-3}$ is not
 # a like-for-like mark.
 
