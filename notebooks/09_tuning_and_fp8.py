@@ -300,8 +300,8 @@ def _attend_tile(q_src, k_src, v_src, o_dst, LSE, QS, KS, bh, tile_m, T, sm_scal
     k_scales = KS
     # Q K^T computes (Q/s_q)(K/s_k)^T: the scales go back in with the softmax scale
     if SCALE_ROWS:  # a scale per block of SCALE_ROWS rows of each head
-        k_scales = KS + bh * tl.cdiv(T, SCALE_ROWS)
-        q_scales = QS + bh * tl.cdiv(T, SCALE_ROWS)
+        head = bh * tl.cdiv(T, SCALE_ROWS)  # this head's first block (the last one may be short)
+        k_scales, q_scales = KS + head, QS + head
         if SCALE_ROWS % BLOCK_M == 0:  # the tile's rows share one scale
             qk_scale = sm_scale * 1.4426950408889634 * tl.load(q_scales + start_m // SCALE_ROWS)
         else:                          # one per row, as a column (BLOCK_M, 1)

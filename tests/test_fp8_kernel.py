@@ -9,19 +9,11 @@ import torch
 
 from attnlab import launch_tuning
 from attnlab.reference import naive_attention
+from attnlab.verify_tuning import expected_scales, saturated
 
 from .test_fast_path import _tuned_kernel
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-
-
-def _scales(x: torch.Tensor, block_rows):
-    """max |x| / 448 per head (B, H), or per block of block_rows rows (B, H, ceil(T / block_rows))."""
-    B, H, T, D = x.shape
-    if block_rows is None:
-        return x.abs().amax(dim=(2, 3)).float() / 448
-    pad = torch.zeros(B, H, -(-T // block_rows) * block_rows - T, D, device=x.device, dtype=x.dtype)
-    return torch.cat([x, pad], 2).abs().reshape(B, H, -1, block_rows * D).amax(-1).float() / 448
 
 
 def _spread(scale: torch.Tensor, block_rows, T: int) -> torch.Tensor:
@@ -39,9 +31,8 @@ def test_fp8_forward_matches_float64_on_the_dequantised_inputs(block_rows, use_t
     q, k, v = (torch.randn(B, H, T, D, device="cuda", generator=g) for _ in range(3))
     q[:, :, 64:128] *= 8    # blocks of very different size: a wrong scale index shows at once
     k[:, :, 300:320] *= 1 / 16
-    qs, ks = _scales(q, block_rows), _scales(k, block_rows)
-    q8, k8 = ((x.double() / _spread(s, block_rows, T)).clamp(-448, 448).to(torch.float8_e4m3fn)
-              for x, s in ((q, qs), (k, ks)))
+    qs, ks = expected_scales(q, block_rows).float(), expected_scales(k, block_rows).float()
+    q8, k8 = (saturated(x, _spread(s, block_rows, T)).to(torch.float8_e4m3fn) for x, s in ((q, qs), (k, ks)))
     v = v.bfloat16()
     o, lse = launch_tuning.launch_tuned_forward(
         _tuned_kernel(), q8, k8, v, causal, q_scale=qs, k_scale=ks, block_rows=block_rows, use_tma=use_tma,

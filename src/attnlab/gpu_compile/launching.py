@@ -66,8 +66,9 @@ def compile_only():
     launch (Triton's ``warmup``, cached for the launch), but nothing runs on the GPU: a process can pay
     its compiles while another one has the GPU to itself (the timing stage,
     :mod:`attnlab.grading.worker.timing`). A gated launch then returns Triton's ``CompiledKernel`` (what
-    :func:`attnlab.gpu_compile.programs_per_sm` reads; one kernel alone: ``gated(..., compile_only=True)``). Launches through the interpreter run nothing
-    either (and return None). Nests; applies to every thread (autograd launches a backward from its own)."""
+    :func:`attnlab.gpu_compile.programs_per_sm` reads); launches through the interpreter run nothing
+    either and return None. Nests; applies to every thread (autograd launches a backward from its own).
+    For one kernel alone, ``gated(..., compile_only=True)``."""
     _COMPILE_ONLY[0] += 1
     try:
         yield

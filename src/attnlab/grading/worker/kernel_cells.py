@@ -23,7 +23,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...kernel_source import TRITON_PUBLIC
+from ...kernel_source import ALLOWED_BUILTINS, TRITON_PUBLIC
 
 __all__ = ["KernelSource", "ReachesPython", "kernel_source", "check_reach", "cells_of"]
 
@@ -93,7 +93,7 @@ class ReachesPython(ValueError):
 
 #: Builtins a kernel body may name (Triton's code generator evaluates them while compiling): the
 #: autograder's :data:`attnlab.kernel_source.ALLOWED_BUILTINS` without its reflection and ``list``.
-_BUILTINS = frozenset({"range", "len", "min", "max", "int", "float", "isinstance", "print"})
+_BUILTINS = frozenset(ALLOWED_BUILTINS) - {"getattr", "hasattr", "list"}
 
 
 def _inside(obj) -> bool:
