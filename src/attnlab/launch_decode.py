@@ -246,8 +246,8 @@ def partial_programs_per_sm(kernel, q, k_cache, v_cache, cache_seqlens, *, causa
     key = _compiled_key(q, k_cache, cache_seqlens, causal, cfg, num_warps, num_stages)
     try:
         known = _PER_SM.setdefault(kernel, {})
-    except TypeError:  # not a kernel (no weak reference to it): prepare_kernel names what is wrong
-        known = {}
+    except Exception:  # noqa: BLE001  (not a kernel, or Triton cannot hash its source: prepare_kernel and
+        known = {}     # the gate below name what is wrong, as they do for a launch)
     if key not in known:
         if gpu_compile.capturing() or torch.cuda.is_current_stream_capturing():
             return None

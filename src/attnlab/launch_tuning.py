@@ -141,8 +141,9 @@ def _validate(kernel, q, k, v, q_scale, k_scale, block_rows):
         if isinstance(block_rows, bool) or not isinstance(block_rows, int):
             raise TypeError(f"{where}: block_rows must be an int (the rows that share one scale) or None, got "
                             f"{type(block_rows).__name__}")
-        if block_rows < 1 or block_rows & (block_rows - 1):
-            raise ValueError(f"{where}: block_rows={block_rows} must be a power of two")
+        if block_rows < 1 or block_rows & (block_rows - 1) or block_rows > T:
+            raise ValueError(f"{where}: block_rows={block_rows} must be a power of two, at most T={T} (for one "
+                             f"scale per head pass block_rows=None)")
         if not fp8:
             raise ValueError(f"{where}: block_rows={block_rows} is for FP8 q and k (scales per block of rows); "
                              f"got q {q.dtype}")
@@ -178,7 +179,7 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
             ``q_scale``, ``k_scale`` float32 (B, H): Q ≈ q.float() · q_scale per head (FP8 Q Kᵀ, P·V in
             v's dtype); with ``block_rows``, (B, H, ceil(T / block_rows)): a scale per block of
             block_rows rows (FlashAttention-3's block quantisation; notebook 09's ``fp8_scales``).
-        block_rows: None (scales per head) or a power of two, the rows sharing one scale (FP8 only).
+        block_rows: None (scales per head) or a power of two up to T, the rows sharing one scale (FP8 only).
         causal: top-left causal mask (query i sees keys j <= i).
         use_tma, warp_specialize, persistent: the Hopper steps of notebook 09 (constexprs of the kernel).
         config: for a plain ``@triton.jit`` kernel, dict with BLOCK_M, BLOCK_N, num_warps, num_stages.
@@ -196,7 +197,8 @@ def launch_tuned_forward(kernel, q, k, v, causal=False, *, q_scale=None, k_scale
         TypeError: not a kernel, unsupported dtypes, FP8 without scales (or scales of the wrong shape), a
             block_rows that is not an int.
         ValueError: shapes, strides, T not a multiple of 128, D not a power of two, wrong device, a
-            config whose blocks do not divide T, or block_rows not a power of two or given without FP8.
+            config whose blocks do not divide T, or block_rows not a power of two up to T, or given without
+            FP8.
     """
     fp8 = _validate(kernel, q, k, v, q_scale, k_scale, block_rows)
     B, H, T, D = q.shape

@@ -17,6 +17,7 @@ and nothing else. Two red teams' bypasses shaped these rules (notes/decisions.md
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import math
 import types
@@ -163,14 +164,21 @@ def check_reach(fn: ast.FunctionDef, kept: set[str]) -> None:
     import triton.language as tl
 
     roots = {"tl": tl, "triton": triton, "math": math}
-    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
-    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    stored = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))]
+    local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} | {n.id for n in stored}
     parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
 
     def refuse(node: ast.AST, what: str) -> None:
         raise ReachesPython(f"{fn.name} (line {getattr(node, 'lineno', '?')}) uses {what}, which reaches Python "
                             f"outside Triton's language: a kernel computes with tl.*, math.* and its own "
                             f"@triton.jit functions only")
+
+    # Triton looks a name up as a global until the statement that assigns it has run, so a name assigned
+    # somewhere in the body is not local everywhere: one that is also a global the kernel could reach
+    # (a builtin, tl/triton/math, a kept definition) is refused rather than judged as a local.
+    for node in stored:
+        if node.id in roots or node.id in kept or hasattr(builtins, node.id):
+            refuse(node, f"the name {node.id!r} as a variable (before its assignment it is the global one)")
 
     body = [n for stmt in fn.body for n in ast.walk(stmt)]  # the decorator is triton.jit (_is_jit), annotations names
     for node in body:
